@@ -85,14 +85,20 @@ export interface ApiServer {
 export async function ensureConsoleAdmin(accounts: AccountStore, config: Config, log: Logger): Promise<void> {
   const { adminEmail, adminPassword } = config.console;
   if (!adminEmail && !adminPassword) return;
-  if (!adminEmail || !adminPassword) throw new Error('Invalid configuration: ADMIN_EMAIL and ADMIN_PASSWORD are set together or not at all');
+  if (!adminEmail || !adminPassword)
+    throw new Error('Invalid configuration: ADMIN_EMAIL and ADMIN_PASSWORD are set together or not at all');
   if (adminPassword.length < 8) throw new Error('Invalid configuration: ADMIN_PASSWORD must be at least 8 characters');
   const existing = await accounts.findByEmail(adminEmail);
   if (existing) {
     await accounts.update(existing.id, { role: 'admin', password: adminPassword, disabled: false });
     log.info({ account: existing.id }, 'console admin from ADMIN_EMAIL updated');
   } else {
-    const made = await accounts.create({ email: adminEmail, password: adminPassword, role: 'admin', name: 'Administrator' });
+    const made = await accounts.create({
+      email: adminEmail,
+      password: adminPassword,
+      role: 'admin',
+      name: 'Administrator',
+    });
     log.info({ account: made.id }, 'console admin from ADMIN_EMAIL created');
   }
 }
@@ -105,14 +111,23 @@ export async function warnBreakGlass(accounts: AccountStore, config: Config, log
   const oidc = config.console.oidc;
   if (!oidc?.only) return;
   if (oidc.breakGlass.length === 0) {
-    log.warn('OIDC_ONLY is on with no OIDC_BREAK_GLASS admin: nobody can sign in to the console while the identity provider is unreachable');
+    log.warn(
+      'OIDC_ONLY is on with no OIDC_BREAK_GLASS admin: nobody can sign in to the console while the identity ' +
+        'provider is unreachable',
+    );
     return;
   }
   for (const email of oidc.breakGlass) {
     const account = await accounts.findByEmail(email);
-    const hasPassword = account ? await accounts.record.selectFrom('accounts').select('password').where('id', '=', account.id).executeTakeFirst() : undefined;
+    const hasPassword = account
+      ? await accounts.record.selectFrom('accounts').select('password').where('id', '=', account.id).executeTakeFirst()
+      : undefined;
     if (!account || account.role !== 'admin' || account.disabled || !hasPassword?.password) {
-      log.warn({ email }, 'this OIDC_BREAK_GLASS email is not an enabled admin account with a password: it cannot sign in with a password');
+      log.warn(
+        { email },
+        'this OIDC_BREAK_GLASS email is not an enabled admin account with a password: it cannot sign in with a ' +
+          'password',
+      );
     }
   }
 }
@@ -135,7 +150,8 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   const subscriber = createRedis(config.redis, { connectionName: `${instanceId}-sub` });
   const queues = new QueueShards(redis, config.queueShards, queueNames, cappedVendors(config));
 
-  // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when lost.
+  // The record (PostgreSQL): accounts and keys are written there first; Redis holds their hot copy, loaded from it when
+  // lost.
   const { record, hot, close: closeRecord } = await openHotRecord(config.databaseUrl, redis, log, 'the api');
   // The keys cap and the default rates bound what the console's members set on their keys.
   const keyStore = new KeyStore(redis, record, hot, config);
@@ -145,8 +161,15 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   await warnBreakGlass(keyStore.accounts, config, log);
   // The channels are configuration: a start with other ones is a change the audit log keeps (channels-in-effect.ts).
   await recordChannelsInEffect(record, channelFacts(resolveChannels(config))).then(
-    (row) => row && log.info({ audit: row.id }, 'the channels changed since the record last saw them: written to the audit log'),
-    (error: unknown) => log.error({ err: error }, 'the audit log could not record the channels this api serves with (channels_not_audited): they are compared again at the next start'),
+    (row) =>
+      row &&
+      log.info({ audit: row.id }, 'the channels changed since the record last saw them: written to the audit log'),
+    (error: unknown) =>
+      log.error(
+        { err: error },
+        'the audit log could not record the channels this api serves with (channels_not_audited): they are ' +
+          'compared again at the next start',
+      ),
   );
   const keyCache = new KeyCache(keyStore, config.keyCacheTtlMs);
   // The upstream MCP servers (the file's and those an admin added), followed live (shared/mcp/registry.ts).
@@ -166,17 +189,30 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     keyCache.clear();
     access.clear();
   };
-  const backpressure = new Backpressure(redis, queues, config.maxWaiting, log, undefined, config.scheduling.waitingFloor);
+  const backpressure = new Backpressure(
+    redis,
+    queues,
+    config.maxWaiting,
+    log,
+    undefined,
+    config.scheduling.waitingFloor,
+  );
   // The lanes this api routes to are known, so that one nobody serves any more is found (shared/scheduling/lanes.ts).
   if (queues.laneNames.length > 0) {
-    await knowLanes(redis, queues.laneQueues().map(([, queue]) => queue.name));
+    await knowLanes(
+      redis,
+      queues.laneQueues().map(([, queue]) => queue.name),
+    );
     log.info({ lanes: queues.laneNames }, 'capped vendors wait in lanes of their own');
   }
   const catalog = loadCatalog(config.catalogFile);
   const servingVendors = new Set(resolveChannels(config).keys());
   const models = new ModelResolver(catalog, servingVendors, config.modelAliases);
   const prices = PriceList.load(catalog, config);
-  const unpriced = catalog.all().filter((model) => !prices.has(model.id)).map((model) => model.id);
+  const unpriced = catalog
+    .all()
+    .filter((model) => !prices.has(model.id))
+    .map((model) => model.id);
   if (unpriced.length > 0) log.warn({ models: unpriced }, 'these catalog models have no price: they are served free');
   const blobs = createBlobStore(config);
   const urlSecret = await resolveUrlSecret(redis, config.blobUrlSecret);
@@ -210,14 +246,21 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   });
 
   // Tracing on: a server span around everything (it sees the status the envelope answers); off, nothing at all.
-  if (tracingEnabled()) app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
-  // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics among the probes.
-  // The MCP servers' tool calls count as the `mcp` capability's depth (what its workers' autoscaler reads).
-  // One handle per server's queue in this api, for the calls it queues and the depths it reads.
+  if (tracingEnabled())
+    app.use(
+      traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }),
+    );
+  // Prometheus: every request counted and timed (around the envelope, so it sees the status answered); GET /metrics
+  // among the probes. The MCP servers' tool calls count as the `mcp` capability's depth (what its workers' autoscaler
+  // reads). One handle per server's queue in this api, for the calls it queues and the depths it reads.
   const mcpQueues = new McpQueues(redis, mcpServers);
   const mcpDepths = new McpQueueDepths({ registry: mcpServers, queues: mcpQueues, log });
   mcpDepths.start();
-  const depths = { depths: () => [...backpressure.depths(), ...mcpDepths.depths()], backlogs: () => backpressure.backlogs(), stranded: () => backpressure.stranded() };
+  const depths = {
+    depths: () => [...backpressure.depths(), ...mcpDepths.depths()],
+    backlogs: () => backpressure.backlogs(),
+    stranded: () => backpressure.stranded(),
+  };
   const metrics = apiMetrics(config, depths, routeTemplate);
   probes.get('/metrics', metrics.scrape);
   app.use(metrics.requests);
@@ -233,10 +276,14 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   // OpenAI's Batch API on the batch engine, over the account's files (api/batches/openai-*.ts).
   const openaiBatchDeps = { ...endpointDeps, files: new AccountFileStore(redis, blobs), log };
   // Batches' windows refilled when a worker asks, an OpenAI batch's files written once it ends (api/batches/refill.ts).
-  listenForRefills(hub, redis, queues, log, { keepMs: config.batches.resultsKeepMs, advance: (id) => advanceOpenAIBatch(openaiBatchDeps, id) });
+  listenForRefills(hub, redis, queues, log, {
+    keepMs: config.batches.resultsKeepMs,
+    advance: (id) => advanceOpenAIBatch(openaiBatchDeps, id),
+  });
   const jobs = jobRoutes({ ...relayDeps, blobs, urlSecret });
   const assets = new ConsoleAssets(options.consoleDir ?? defaultConsoleDir());
-  if (!assets.built) log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
+  if (!assets.built)
+    log.warn({ dir: assets.dir }, 'the console is not built: /console answers 503 until `npm run build` runs');
   const sessions = new SessionStore(redis, config.console.sessionIdleSeconds, config.console.sessionMaxSeconds);
   const refuseNew = refuseWhileDraining(() => draining);
   // Everything outside /v1: probes (answered while draining), then the admin API and the console.
@@ -248,7 +295,16 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     // MCP: the upstream servers' tools, for the gateway's keys (api/mcp/routes.ts).
     mcpRoutes({ config, redis, keys: keyCache, hub, queues, log }, mcpServers, mcpQueues).routes(),
     adminRoutes(keyStore, config.adminToken, mappedTeamNames(config.console.oidc), mcpAdmin).routes(),
-    consoleRoutes({ ...relayDeps, blobs, keyStore, sessions, throttle: new SigninThrottle(redis), assets, mcp: mcpAdmin, mcpServers }).routes(),
+    consoleRoutes({
+      ...relayDeps,
+      blobs,
+      keyStore,
+      sessions,
+      throttle: new SigninThrottle(redis),
+      assets,
+      mcp: mcpAdmin,
+      mcpServers,
+    }).routes(),
   ] as Koa.Middleware[]);
   // /v1 past the API key: a POST to an endpoint row goes to the route every row gets (one lookup by path, the
   // hot path); every other /v1 URL goes through the routers.
@@ -269,7 +325,11 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
     v1.allowedMethods(),
   ] as Koa.Middleware[]);
   // /v1beta, Google's Gemini API, past the API key: the model methods, the models list, Google's 404 for the rest.
-  const google = compose<Koa.Context>([authenticate(keyCache), geminiMethods, googleModelRoutes({ models })] as Koa.Middleware[]);
+  const google = compose<Koa.Context>([
+    authenticate(keyCache),
+    geminiMethods,
+    googleModelRoutes({ models }),
+  ] as Koa.Middleware[]);
   const signedFiles = jobs.public.routes() as Koa.Middleware;
   app.use(async (ctx, next) => {
     if (ctx.req.httpVersion === '1.1' && !ctx.req.headers.host) {
@@ -284,13 +344,29 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
   await hub.start();
   hub.startHeartbeat(config.orphanAfterMs);
   // Batches canceled or past their deadline are ended by a sweep (one api at a time).
-  const batchSweeps = startBatchSweeps({ redis, queues, config, log, openai: openaiBatchDeps }, config.batches.sweepIntervalMs);
+  const batchSweeps = startBatchSweeps(
+    { redis, queues, config, log, openai: openaiBatchDeps },
+    config.batches.sweepIntervalMs,
+  );
   await backpressure.start();
 
   const server = createNodeServer(config.clientTimeouts, app.callback());
   jobEvents.attach(server);
   // `GET /v1/realtime` (api/realtime/): its upgrades taken before the job events' listener sees them.
-  const realtime = new RealtimeGateway({ config, redis, subscriber, queues, backpressure, keys: keyCache, catalog, servingVendors, models, prices, replyTo: hub.channel, log });
+  const realtime = new RealtimeGateway({
+    config,
+    redis,
+    subscriber,
+    queues,
+    backpressure,
+    keys: keyCache,
+    catalog,
+    servingVendors,
+    models,
+    prices,
+    replyTo: hub.channel,
+    log,
+  });
   realtime.attach(server);
 
   return {
@@ -308,7 +384,30 @@ export async function createApiServer(config: Config, log: Logger, options: ApiS
       return hub.size;
     },
     shutdown: (until = Date.now() + config.shutdownGraceMs) =>
-      shutdownApi({ log, server, hub, jobEvents, logs, loopStalls, backpressure, queues, redis, subscriber, closeRecord, drain: () => ((draining = true), batchSweeps.stop(), mcpServers.stop(), mcpDepths.stop(), void mcpQueues.close(), realtime.close()) }, until),
+      shutdownApi(
+        {
+          log,
+          server,
+          hub,
+          jobEvents,
+          logs,
+          loopStalls,
+          backpressure,
+          queues,
+          redis,
+          subscriber,
+          closeRecord,
+          drain: () => (
+            (draining = true),
+            batchSweeps.stop(),
+            mcpServers.stop(),
+            mcpDepths.stop(),
+            void mcpQueues.close(),
+            realtime.close()
+          ),
+        },
+        until,
+      ),
   };
 }
 
@@ -343,7 +442,10 @@ async function shutdownApi(parts: ApiParts, until: number): Promise<void> {
   // Past the drain every step is bounded: a Redis that is gone would hold a cancel, BullMQ's close and a QUIT for ever.
   const closeBy = Math.max(until, Date.now()) + closeMarginMs;
   if (hub.size > 0) {
-    log.warn({ pending: hub.size }, 'grace period over; ending the requests in flight with an error and cancelling their jobs');
+    log.warn(
+      { pending: hub.size },
+      'grace period over; ending the requests in flight with an error and cancelling their jobs',
+    );
     // Cut silently, a stream looks finished (HTTP 200) and its job runs on for nobody.
     const aborting = hub.abortAll(
       new GatewayError(503, 'The server shut down before the request finished; retry the request.', {
@@ -352,7 +454,8 @@ async function shutdownApi(parts: ApiParts, until: number): Promise<void> {
         headers: { 'retry-after': '1' },
       }),
     );
-    if (!(await settledBy(aborting, closeBy))) log.warn('the jobs of the requests ended were not all cancelled in time: given up (they run for nobody)');
+    if (!(await settledBy(aborting, closeBy)))
+      log.warn('the jobs of the requests ended were not all cancelled in time: given up (they run for nobody)');
   }
   server.closeAllConnections();
   jobEvents.close();
@@ -361,7 +464,8 @@ async function shutdownApi(parts: ApiParts, until: number): Promise<void> {
   backpressure.stop();
   // With Redis away there is nothing to wait for: the queues' close is left to run on, and the connections dropped.
   const closing = queues.close();
-  if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now()))) log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
+  if (!(await settledBy(closing, redis.status === 'ready' ? closeBy : Date.now())))
+    log.warn({ redis: redis.status }, 'the job queues did not close (Redis is not answering): given up');
   // The record first: its close raises the record's high-water mark in Redis too.
   await settledBy(closeRecord(), closeBy);
   await Promise.allSettled([closeRedisBy(subscriber, closeBy), closeRedisBy(redis, closeBy)]);

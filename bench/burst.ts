@@ -13,11 +13,30 @@ import { KeyStore } from '../api/accounts/key-store.js';
 import { vendorInflightKey } from '../shared/redis-keys.js';
 import { shardQueueName } from '../shared/queues.js';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
-import { commandStats, diffCommandStats, redisProcessId, Samples, summarise, type CommandDelta, type LatencySummary } from './measure.js';
+import {
+  commandStats,
+  diffCommandStats,
+  redisProcessId,
+  Samples,
+  summarise,
+  type CommandDelta,
+  type LatencySummary,
+} from './measure.js';
 import { cpuWindow, sleep, waitForQuiet, waitUntil } from './procs.js';
 import type { Bar } from './table.js';
 import { table } from './table.js';
-import { fakeControl, log, plainBody, probe, startFake, startGateway, stopGateway, waitForQueueWorkers, type Fake, type SlotUse } from './stack.js';
+import {
+  fakeControl,
+  log,
+  plainBody,
+  probe,
+  startFake,
+  startGateway,
+  stopGateway,
+  waitForQueueWorkers,
+  type Fake,
+  type SlotUse,
+} from './stack.js';
 import { testRecord } from '../test/support/record.js';
 
 export interface BurstSettings {
@@ -56,7 +75,9 @@ export interface BurstRun {
   cpuMs: Record<string, number | null>;
   /** Redis commands during the burst (whole server), busiest first. */
   redisCommands: CommandDelta[];
-  /** The machine's busy share (% of one core) in the second before the burst, and whether that was under the threshold. */
+  /**
+   * The machine's busy share (% of one core) in the second before the burst, and whether that was under the threshold.
+   */
   before: { quiet: boolean; busyPct: number | null };
 }
 
@@ -120,12 +141,17 @@ async function burstOnce(options: {
   const { size, settings, fake, redis } = options;
   const slotsKey = vendorInflightKey('openai');
   // Start from an idle vendor and no slot held.
-  await waitUntil('an idle vendor and no vendor slot held', async () => {
-    const stats = await fakeControl(fake, 'GET', '/__stats');
-    return stats.openai!.inFlight === 0 && (await redis.zcard(slotsKey)) === 0;
-  }, 30_000);
+  await waitUntil(
+    'an idle vendor and no vendor slot held',
+    async () => {
+      const stats = await fakeControl(fake, 'GET', '/__stats');
+      return stats.openai!.inFlight === 0 && (await redis.zcard(slotsKey)) === 0;
+    },
+    30_000,
+  );
   const quiet = await waitForQuiet({ maxWaitMs: options.quietWaitMs });
-  if (!quiet.quiet) log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+  if (!quiet.quiet)
+    log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
   await fakeControl(fake, 'POST', '/__reset');
 
   const cpuPids: Record<string, number> = { ...options.pids };
@@ -225,11 +251,18 @@ function barsOf(run: BurstRun, cap: number): Bar[] {
   ];
 }
 
-export async function runBurst(options: { settings: BurstSettings; redis: Redis; redisUrl: string }): Promise<BurstResults> {
+export async function runBurst(options: {
+  settings: BurstSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<BurstResults> {
   const { settings, redis, redisUrl } = options;
   const db = Number(new URL(redisUrl).pathname.slice(1) || '0');
   const fake = await startFake({ latencyMs: settings.latencyMs, cap: settings.cap });
-  log(`burst: fake OpenAI at ${fake.url} (pid ${fake.child.pid}), ${settings.latencyMs} ms per answer, 429 beyond ${settings.cap} in flight`);
+  log(
+    `burst: fake OpenAI at ${fake.url} (pid ${fake.child.pid}), ${settings.latencyMs} ms per answer, 429 beyond ` +
+      `${settings.cap} in flight`,
+  );
   const configs: BurstConfigResult[] = [];
   try {
     for (const config of settings.configs) {
@@ -250,19 +283,43 @@ export async function runBurst(options: { settings: BurstSettings; redis: Redis;
         await waitForQueueWorkers(redis, db, shardQueueName('chat', 0), workers, children);
         const pids = Object.fromEntries(Object.entries(gateway.children).map(([n, c]) => [n, c.pid]));
         // A small unmeasured burst first, so the measured ones do not pay for JIT warm-up.
-        await burstOnce({ size: settings.cap * 2, settings, fake, gatewayUrl: gateway.url, key, redis, pids, quietWaitMs: 0 });
+        await burstOnce({
+          size: settings.cap * 2,
+          settings,
+          fake,
+          gatewayUrl: gateway.url,
+          key,
+          redis,
+          pids,
+          quietWaitMs: 0,
+        });
         const runs: BurstRun[] = [];
         for (const size of settings.sizes) {
           log(`burst, gateway (${label}): ${size} requests at once`);
-          const run = await burstOnce({ size, settings, fake, gatewayUrl: gateway.url, key, redis, pids, quietWaitMs: settings.quietWaitMs });
+          const run = await burstOnce({
+            size,
+            settings,
+            fake,
+            gatewayUrl: gateway.url,
+            key,
+            redis,
+            pids,
+            quietWaitMs: settings.quietWaitMs,
+          });
           log(
-            `  vendor max in flight ${run.vendor.maxInFlight}, ${run.ok}/${size} ok, ${run.errors} errors, ${run.non2xx} non-2xx, ` +
-              `429s ${run.clientStatus429}/${run.vendor.overCap}, wall ${Math.round(run.wallMs)} ms (ideal ${run.idealMs})`,
+            `  vendor max in flight ${run.vendor.maxInFlight}, ${run.ok}/${size} ok, ${run.errors} errors, ` +
+              `${run.non2xx} non-2xx, ` +
+              (`429s ${run.clientStatus429}/${run.vendor.overCap}, wall ${Math.round(run.wallMs)} ms (ideal ` +
+                `${run.idealMs})`),
           );
           runs.push(run);
         }
         for (const child of children) {
-          if (child.warnings > 0) log(`${child.name} logged ${child.warnings} line(s) at warn or above: see bench/results/logs/burst-${config}-${child.name}.log`);
+          if (child.warnings > 0)
+            log(
+              `${child.name} logged ${child.warnings} line(s) at warn or above: see ` +
+                `bench/results/logs/burst-${config}-${child.name}.log`,
+            );
         }
         configs.push({
           name: label,
@@ -292,7 +349,8 @@ export function renderBurst(results: BurstResults): string {
   const { settings, configs } = results;
   const out: string[] = [];
   out.push(
-    `Burst against a vendor cap: fake OpenAI answering in ${settings.latencyMs} ms (429 beyond ${settings.cap} in flight), gateway with OPENAI_MAX_CONCURRENCY=${settings.cap}; ` +
+    `Burst against a vendor cap: fake OpenAI answering in ${settings.latencyMs} ms (429 beyond ${settings.cap} ` +
+      `in flight), gateway with OPENAI_MAX_CONCURRENCY=${settings.cap}; ` +
       `each burst fired at once (undici, one connection per request); latency in ms from send to end of answer`,
   );
   const rows: string[][] = [];
@@ -320,18 +378,46 @@ export function renderBurst(results: BurstResults): string {
   }
   out.push(
     table(
-      ['configuration', 'burst', 'vendor max', 'vendor reqs', '2xx', 'errors', 'non-2xx', '429 client/vendor', 'wall ms', 'ideal ms', 'wall/ideal', 'p50', 'p90', 'p99', 'max', 'slots left'],
+      [
+        'configuration',
+        'burst',
+        'vendor max',
+        'vendor reqs',
+        '2xx',
+        'errors',
+        'non-2xx',
+        '429 client/vendor',
+        'wall ms',
+        'ideal ms',
+        'wall/ideal',
+        'p50',
+        'p90',
+        'p99',
+        'max',
+        'slots left',
+      ],
       rows,
     ),
   );
   out.push('');
   out.push(
-    `Vendor slots (from the fake's arrival times): idle time of a slot between an answer and the next request through the gateway (ms), ` +
+    `Vendor slots (from the fake's arrival times): idle time of a slot between an answer and the next request ` +
+      `through the gateway (ms), ` +
       `and the share of ${settings.cap} slots × (first arrival → last answer) that was busy`,
   );
   out.push(
     table(
-      ['configuration', 'burst', 'hand-offs', 'idle p50', 'idle p90', 'idle p99', 'idle max', 'idle mean', 'busy share'],
+      [
+        'configuration',
+        'burst',
+        'hand-offs',
+        'idle p50',
+        'idle p90',
+        'idle p99',
+        'idle max',
+        'idle mean',
+        'busy share',
+      ],
       configs.flatMap((config) =>
         config.runs.map((run) => {
           const use = run.vendor.slotUse;
@@ -352,8 +438,9 @@ export function renderBurst(results: BurstResults): string {
   );
   out.push('');
   out.push(
-    'CPU during each burst (ms; others = every other process on the machine), the machine\'s busy share in the second before it, ' +
-      'and Redis EVALSHA calls (whole server: the vendor-slot script and BullMQ\'s)',
+    "CPU during each burst (ms; others = every other process on the machine), the machine's busy share in the " +
+      'second before it, ' +
+      "and Redis EVALSHA calls (whole server: the vendor-slot script and BullMQ's)",
   );
   const cpuRows: string[][] = [];
   for (const config of configs) {
@@ -362,14 +449,22 @@ export function renderBurst(results: BurstResults): string {
       cpuRows.push([
         config.name,
         String(run.requests),
-        Object.entries(run.cpuMs).map(([n, v]) => `${n} ${v ?? '-'}`).join(', '),
+        Object.entries(run.cpuMs)
+          .map(([n, v]) => `${n} ${v ?? '-'}`)
+          .join(', '),
         run.before.busyPct === null ? '-' : `${run.before.busyPct.toFixed(0)}%`,
-        evalsha ? `${evalsha.calls.toLocaleString('en-US')} (${(evalsha.calls / run.requests).toFixed(1)}/request)` : '-',
+        evalsha
+          ? `${evalsha.calls.toLocaleString('en-US')} (${(evalsha.calls / run.requests).toFixed(1)}/request)`
+          : '-',
       ]);
     }
   }
   out.push(table(['configuration', 'burst', 'CPU ms by process', 'busy before', 'EVALSHA calls'], cpuRows));
-  const warnings = configs.flatMap((c) => Object.entries(c.warnings).filter(([, n]) => n > 0).map(([p, n]) => `${p} (${c.name}): ${n}`));
+  const warnings = configs.flatMap((c) =>
+    Object.entries(c.warnings)
+      .filter(([, n]) => n > 0)
+      .map(([p, n]) => `${p} (${c.name}): ${n}`),
+  );
   if (warnings.length) out.push('', `Log lines at warn or above during the bursts: ${warnings.join(', ')}`);
   return out.join('\n');
 }

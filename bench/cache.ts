@@ -135,7 +135,10 @@ export interface OneConnectionRow {
   cpuUsPerRequest: Record<string, number | null>;
   /** Its own processes' CPU µs per request, summed. */
   ownCpuUs: number | null;
-  /** CPU the rest of the machine (other tenants; also PostgreSQL, which the gateway writes to) used during its runs, % of one core. */
+  /**
+   * CPU the rest of the machine (other tenants; also PostgreSQL, which the gateway writes to) used during its runs, %
+   * of one core.
+   */
   othersCorePct: number | null;
 }
 
@@ -208,7 +211,10 @@ export interface CacheResults {
   processes: Record<string, Record<string, number>>;
   portkey: {
     version: string;
-    /** What its open-source build does with `"cache":{"mode":"simple"}`: the header it answers and the calls two requests in a row made. */
+    /**
+     * What its open-source build does with `"cache":{"mode":"simple"}`: the header it answers and the calls two
+     * requests in a row made.
+     */
     cacheCheck: { config: unknown; cacheStatus: Record<string, number>; vendorCallsForTwoInARow: number | null };
   };
   oneConnection: OneConnectionRow[];
@@ -232,15 +238,31 @@ const count = (into: Record<string, number>, key: string, by = 1) => {
 };
 
 const chatBody = (content: string, stream = false, user?: string) =>
-  JSON.stringify({ model, messages: [{ role: 'user', content }], ...(stream ? { stream: true } : {}), ...(user ? { user } : {}) });
+  JSON.stringify({
+    model,
+    messages: [{ role: 'user', content }],
+    ...(stream ? { stream: true } : {}),
+    ...(user ? { user } : {}),
+  });
 
 // ---------------------------------------------------------------- Portkey
 
+const portkeyHeaders = (fake: Fake) => ({
+  'x-portkey-provider': 'openai',
+  'x-portkey-custom-host': fake.url,
+  authorization: `Bearer ${upstreamKey}`,
+});
 
-const portkeyHeaders = (fake: Fake) => ({ 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url, authorization: `Bearer ${upstreamKey}` });
-
-/** Portkey's config with its simple cache asked for (the hosted and enterprise editions serve it; the open-source build accepts it). */
-const portkeyCacheConfig = (fake: Fake) => ({ provider: 'openai', api_key: upstreamKey, custom_host: fake.url, cache: { mode: 'simple', max_age: 600 } });
+/**
+ * Portkey's config with its simple cache asked for (the hosted and enterprise editions serve it; the open-source build
+ * accepts it).
+ */
+const portkeyCacheConfig = (fake: Fake) => ({
+  provider: 'openai',
+  api_key: upstreamKey,
+  custom_host: fake.url,
+  cache: { mode: 'simple', max_age: 600 },
+});
 
 // ---------------------------------------------------------------- clients
 
@@ -253,9 +275,23 @@ interface Answer {
 }
 
 /** One request, read to its end; for a stream, the time of the first `data:` line carrying content is noted. */
-async function send(dispatcher: Dispatcher, url: string, headers: Record<string, string>, body: string, statusHeader: string, stream = false): Promise<Answer> {
+async function send(
+  dispatcher: Dispatcher,
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  statusHeader: string,
+  stream = false,
+): Promise<Answer> {
   const sent = performance.now();
-  const response = await request(url, { method: 'POST', dispatcher, headers: { 'content-type': 'application/json', ...headers }, body, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  const response = await request(url, {
+    method: 'POST',
+    dispatcher,
+    headers: { 'content-type': 'application/json', ...headers },
+    body,
+    headersTimeout: 120_000,
+    bodyTimeout: 120_000,
+  });
   let text = '';
   let ttftMs: number | undefined;
   if (stream) {
@@ -282,7 +318,13 @@ async function send(dispatcher: Dispatcher, url: string, headers: Record<string,
   } else {
     text = await response.body.text();
   }
-  return { status: response.statusCode, text, cacheStatus: statusOf(response.headers, statusHeader), ms: performance.now() - sent, ...(ttftMs === undefined ? {} : { ttftMs }) };
+  return {
+    status: response.statusCode,
+    text,
+    cacheStatus: statusOf(response.headers, statusHeader),
+    ms: performance.now() - sent,
+    ...(ttftMs === undefined ? {} : { ttftMs }),
+  };
 }
 
 /** What a good answer is: the fake's reply, as a body or a stream that ends with `data: [DONE]`. */
@@ -351,7 +393,10 @@ async function sequentialRun(t: OneTargetDef, n: number, acc?: OneAccumulator): 
       answer = undefined;
     }
     if (!acc) {
-      if (!answer || answerProblem(answer, false)) throw new Error(`${t.name}: warm-up request failed: ${answer ? `${answer.status} ${answer.text.slice(0, 200)}` : 'no answer'}`);
+      if (!answer || answerProblem(answer, false))
+        throw new Error(
+          `${t.name}: warm-up request failed: ${answer ? `${answer.status} ${answer.text.slice(0, 200)}` : 'no answer'}`,
+        );
       continue;
     }
     acc.requests += 1;
@@ -368,12 +413,27 @@ async function sequentialRun(t: OneTargetDef, n: number, acc?: OneAccumulator): 
 
 // ---------------------------------------------------------------- part 3
 
-async function atOnce(o: { url: string; headers: Record<string, string>; bodies: string[]; stream: boolean; statusHeader: string }): Promise<{ answers: Array<Answer | Error>; wallMs: number }> {
+async function atOnce(o: {
+  url: string;
+  headers: Record<string, string>;
+  bodies: string[];
+  stream: boolean;
+  statusHeader: string;
+}): Promise<{ answers: Array<Answer | Error>; wallMs: number }> {
   // One connection per request: nothing waits in the client, only in the target.
-  const agent = new Agent({ connections: o.bodies.length, keepAliveTimeout: 30_000, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  const agent = new Agent({
+    connections: o.bodies.length,
+    keepAliveTimeout: 30_000,
+    headersTimeout: 120_000,
+    bodyTimeout: 120_000,
+  });
   const started = performance.now();
   try {
-    const answers = await Promise.all(o.bodies.map((body) => send(agent, o.url, o.headers, body, o.statusHeader, o.stream).catch((error: unknown) => error as Error)));
+    const answers = await Promise.all(
+      o.bodies.map((body) =>
+        send(agent, o.url, o.headers, body, o.statusHeader, o.stream).catch((error: unknown) => error as Error),
+      ),
+    );
     return { answers, wallMs: performance.now() - started };
   } finally {
     await agent.close().catch(() => undefined);
@@ -381,33 +441,61 @@ async function atOnce(o: { url: string; headers: Record<string, string>; bodies:
 }
 
 async function waitIdle(fake: Fake): Promise<void> {
-  await waitUntil('an idle fake vendor', async () => (await fakeControl(fake, 'GET', '/__stats')).openai!.inFlight === 0, 60_000);
+  await waitUntil(
+    'an idle fake vendor',
+    async () => (await fakeControl(fake, 'GET', '/__stats')).openai!.inFlight === 0,
+    60_000,
+  );
 }
 
 // ---------------------------------------------------------------- the section
 
-async function gatewayWithKey(fake: Fake, redisUrl: string, db: number, tag: string): Promise<{ gateway: Gateway; key: string; redis: Redis; pids: Record<string, number> }> {
+async function gatewayWithKey(
+  fake: Fake,
+  redisUrl: string,
+  db: number,
+  tag: string,
+): Promise<{ gateway: Gateway; key: string; redis: Redis; pids: Record<string, number> }> {
   const url = dbUrl(redisUrl, db);
   const redis = new Redis(url, { maxRetriesPerRequest: 3 });
   await redis.flushdb();
   await resetRecordFor(url);
   // A credited account's key with a spending limit and rate limits far above the load (as the overhead section).
   const keyStore = new KeyStore(redis, await testRecord(redis));
-  const account = await keyStore.accounts.create({ email: `bench-${tag}-${randomBytes(4).toString('hex')}@example.com`, name: `bench ${tag}` });
+  const account = await keyStore.accounts.create({
+    email: `bench-${tag}-${randomBytes(4).toString('hex')}@example.com`,
+    name: `bench ${tag}`,
+  });
   await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-  const key = await keyStore.create(`bench-${tag}`, { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+  const key = await keyStore.create(`bench-${tag}`, {
+    accountId: account.id,
+    limitMicros: 10 ** 12,
+    rpm: 10 ** 8,
+    tpm: 10 ** 9,
+  });
   log(`cache: gateway ${tag} starting (Redis db ${db})`);
-  const gateway = await startGateway('start', fake.url, url, process.env.BENCH_CPU_PROF || undefined, { env: { USAGE_BUFFER_RECORDS: '1000' }, logTag: tag });
+  const gateway = await startGateway('start', fake.url, url, process.env.BENCH_CPU_PROF || undefined, {
+    env: { USAGE_BUFFER_RECORDS: '1000' },
+    logTag: tag,
+  });
   await probe(gateway.url, key.key, Object.values(gateway.children));
   const pids = discoverProcesses(gateway);
-  log(`cache: gateway ${tag} ready, processes ${Object.entries(pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
+  log(
+    `cache: gateway ${tag} ready, processes ${Object.entries(pids)
+      .map(([n, pid]) => `${n} ${pid}`)
+      .join(', ')}`,
+  );
   return { gateway, key: key.key, redis, pids };
 }
 
 const ownCpu = (cpuUs: Record<string, number | null>, own: string[]) =>
   own.length === 0 ? null : own.some((n) => cpuUs[n] == null) ? null : own.reduce((sum, n) => sum + (cpuUs[n] ?? 0), 0);
 
-export async function runCache(options: { settings: CacheSettings; redis: Redis; redisUrl: string }): Promise<CacheResults> {
+export async function runCache(options: {
+  settings: CacheSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<CacheResults> {
   const { settings, redis, redisUrl } = options;
   const [floorDb, gatewayDb, coalesceDb] = targetDbs(redisUrl, 3) as [number, number, number];
   const redisPid = await redisProcessId(redis);
@@ -448,13 +536,56 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       return a;
     };
     const defs: OneTargetDef[] = [
-      { name: 'direct', description: 'the fake OpenAI, called directly', url: `${fake.url}/chat/completions`, headers: { authorization: `Bearer ${upstreamKey}` }, body: () => plainJson, statusHeader: 'cache-status', pids: {}, dispatcher: agent(), sent: 0 },
-      { name: 'floor', description: 'bench/floor-process.ts: node:http → BullMQ → fake → PUBLISH, one process', url: `${floor.url}/v1/chat/completions`, headers: { authorization: 'Bearer sk-floor' }, body: () => plainJson, statusHeader: 'cache-status', pids: { floor: floor.child.pid }, dispatcher: agent(), sent: 0 },
-      { name: 'plain', description: 'start, no Cache-Control (the cache neither read nor written)', url: `${gateway.url}/v1/chat/completions`, headers: gwHeaders, body: () => plainJson, statusHeader: 'cache-status', pids: made.pids, dispatcher: agent(), sent: 0 },
-      { name: 'hit', description: 'start, the same body with Cache-Control: max-age=600, primed once (read from Redis, never queued)', url: `${gateway.url}/v1/chat/completions`, headers: { ...gwHeaders, ...cacheHeader }, body: () => plainJson, statusHeader: 'cache-status', pids: made.pids, dispatcher: agent(), sent: 0 },
+      {
+        name: 'direct',
+        description: 'the fake OpenAI, called directly',
+        url: `${fake.url}/chat/completions`,
+        headers: { authorization: `Bearer ${upstreamKey}` },
+        body: () => plainJson,
+        statusHeader: 'cache-status',
+        pids: {},
+        dispatcher: agent(),
+        sent: 0,
+      },
+      {
+        name: 'floor',
+        description: 'bench/floor-process.ts: node:http → BullMQ → fake → PUBLISH, one process',
+        url: `${floor.url}/v1/chat/completions`,
+        headers: { authorization: 'Bearer sk-floor' },
+        body: () => plainJson,
+        statusHeader: 'cache-status',
+        pids: { floor: floor.child.pid },
+        dispatcher: agent(),
+        sent: 0,
+      },
+      {
+        name: 'plain',
+        description: 'start, no Cache-Control (the cache neither read nor written)',
+        url: `${gateway.url}/v1/chat/completions`,
+        headers: gwHeaders,
+        body: () => plainJson,
+        statusHeader: 'cache-status',
+        pids: made.pids,
+        dispatcher: agent(),
+        sent: 0,
+      },
+      {
+        name: 'hit',
+        description:
+          'start, the same body with Cache-Control: max-age=600, primed once (read from Redis, never queued)',
+        url: `${gateway.url}/v1/chat/completions`,
+        headers: { ...gwHeaders, ...cacheHeader },
+        body: () => plainJson,
+        statusHeader: 'cache-status',
+        pids: made.pids,
+        dispatcher: agent(),
+        sent: 0,
+      },
       {
         name: 'miss',
-        description: 'start, a different body each request with Cache-Control: max-age=600 (lookup, lead claim, queue, store, lead outcome)',
+        description:
+          'start, a different body each request with Cache-Control: max-age=600 (lookup, lead claim, queue, ' +
+          'store, lead outcome)',
         url: `${gateway.url}/v1/chat/completions`,
         headers: { ...gwHeaders, ...cacheHeader },
         body: (n) => chatBody(`Say hello. ${nonce} miss ${n}`),
@@ -463,15 +594,29 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
         dispatcher: agent(),
         sent: 0,
       },
-      { name: 'portkey', description: `Portkey ${portkey.version} headless, no cache (its open-source build has none)`, url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders(fake), body: () => plainJson, statusHeader: 'x-portkey-cache-status', pids: { portkey: portkey.child.pid }, dispatcher: agent(), sent: 0 },
+      {
+        name: 'portkey',
+        description: `Portkey ${portkey.version} headless, no cache (its open-source build has none)`,
+        url: `${portkey.url}/v1/chat/completions`,
+        headers: portkeyHeaders(fake),
+        body: () => plainJson,
+        statusHeader: 'x-portkey-cache-status',
+        pids: { portkey: portkey.child.pid },
+        dispatcher: agent(),
+        sent: 0,
+      },
     ];
 
     // ---- 1. one connection
     const perRound = Math.max(1, Math.ceil(settings.requests / settings.rounds));
-    log(`cache/1: one connection, ${settings.warmup} unmeasured then ${settings.rounds} × ${perRound} sequential requests per target`);
+    log(
+      `cache/1: one connection, ${settings.warmup} unmeasured then ${settings.rounds} × ${perRound} sequential ` +
+        `requests per target`,
+    );
     for (const t of defs) await sequentialRun(t, settings.warmup);
     const quiet1 = await waitForQuiet({ maxWaitMs: settings.quietWaitMs });
-    if (!quiet1.quiet) log(`  the machine did not go quiet (${quiet1.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+    if (!quiet1.quiet)
+      log(`  the machine did not go quiet (${quiet1.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
     const acc = new Map(defs.map((t) => [t.name, new OneAccumulator()]));
     for (let round = 0; round < settings.rounds; round += 1) {
       const order = defs.map((_, i) => defs[(i + round) % defs.length]!);
@@ -495,7 +640,9 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       const latency = summarise(a.latencies);
       const per = Math.max(1, a.requests - a.failed);
       const cpuUs = Object.fromEntries([...a.cpuMs].map(([n, v]) => [n, v === null ? null : (v * 1000) / per]));
-      const commands = [...a.commands].map(([command, d]) => ({ command, perRequest: d.calls / per, usecPerRequest: d.usec / per })).sort((x, y) => y.perRequest - x.perRequest);
+      const commands = [...a.commands]
+        .map(([command, d]) => ({ command, perRequest: d.calls / per, usecPerRequest: d.usec / per }))
+        .sort((x, y) => y.perRequest - x.perRequest);
       return {
         target: t.name,
         description: t.description,
@@ -514,19 +661,29 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       };
     });
     for (const row of oneConnection) {
-      log(`  ${row.target}: p50 ${row.latency.p50.toFixed(3)} ms (+${row.addedP50.toFixed(3)}), p99 ${row.latency.p99.toFixed(3)} ms, ${row.redisCommandsPerRequest.toFixed(1)} Redis cmds/req, ${row.failed} failed, ${JSON.stringify(row.cacheStatus)}`);
+      log(
+        `  ${row.target}: p50 ${row.latency.p50.toFixed(3)} ms (+${row.addedP50.toFixed(3)}), p99 ` +
+          `${row.latency.p99.toFixed(3)} ms, ${row.redisCommandsPerRequest.toFixed(1)} Redis cmds/req, ` +
+          `${row.failed} failed, ${JSON.stringify(row.cacheStatus)}`,
+      );
     }
 
     // ---- 4. what a miss costs over a plain request (from part 1)
     const plainRow = oneConnection.find((r) => r.target === 'plain')!;
     const missRow = oneConnection.find((r) => r.target === 'miss')!;
     const names = new Set([...plainRow.redisCommands, ...missRow.redisCommands].map((c) => c.command));
-    const perReq = (row: OneConnectionRow, command: string) => row.redisCommands.find((c) => c.command === command)?.perRequest ?? 0;
+    const perReq = (row: OneConnectionRow, command: string) =>
+      row.redisCommands.find((c) => c.command === command)?.perRequest ?? 0;
     const plainCpu = plainRow.ownCpuUs;
     const missCpu = missRow.ownCpuUs;
     const missCost: MissCost = {
       commands: [...names]
-        .map((command) => ({ command, plain: perReq(plainRow, command), miss: perReq(missRow, command), added: perReq(missRow, command) - perReq(plainRow, command) }))
+        .map((command) => ({
+          command,
+          plain: perReq(plainRow, command),
+          miss: perReq(missRow, command),
+          added: perReq(missRow, command) - perReq(plainRow, command),
+        }))
         .filter((c) => Math.abs(c.added) >= 0.05 || c.miss >= 0.05)
         .sort((x, y) => y.added - x.added || y.miss - x.miss),
       plainPerRequest: plainRow.redisCommandsPerRequest,
@@ -534,12 +691,16 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       addedP50Ms: missRow.latency.p50 - plainRow.latency.p50,
       addedMeanMs: missRow.latency.mean - plainRow.latency.mean,
       addedGatewayCpuUs: plainCpu !== null && missCpu !== null ? missCpu - plainCpu : null,
-      addedRedisCpuUs: plainRow.cpuUsPerRequest.redis != null && missRow.cpuUsPerRequest.redis != null ? missRow.cpuUsPerRequest.redis - plainRow.cpuUsPerRequest.redis : null,
+      addedRedisCpuUs:
+        plainRow.cpuUsPerRequest.redis != null && missRow.cpuUsPerRequest.redis != null
+          ? missRow.cpuUsPerRequest.redis - plainRow.cpuUsPerRequest.redis
+          : null,
     };
 
     // ---- 2. 64 connections
     const quiet2 = await waitForQuiet({ maxWaitMs: settings.quietWaitMs });
-    if (!quiet2.quiet) log(`  the machine did not go quiet (${quiet2.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+    if (!quiet2.quiet)
+      log(`  the machine did not go quiet (${quiet2.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
     const loadDefs = defs.filter((t): t is OneTargetDef & { name: LoadRow['target'] } => t.name !== 'miss');
     const connections64: LoadRow[] = [];
     for (const t of loadDefs) {
@@ -555,7 +716,9 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
         settleMs: 500,
       });
       const per = Math.max(1, r.ok);
-      const cpuUs = Object.fromEntries(Object.entries(r.cpuMs).map(([n, v]) => [n, v === null ? null : (v * 1000) / per]));
+      const cpuUs = Object.fromEntries(
+        Object.entries(r.cpuMs).map(([n, v]) => [n, v === null ? null : (v * 1000) / per]),
+      );
       const row: LoadRow = {
         target: t.name,
         description: t.description,
@@ -575,10 +738,13 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       if (t.name === 'hit') {
         row.vendorMaxInFlight = (await fakeControl(fake, 'GET', '/__stats')).openai!.maxInFlight;
         const check = await send(t.dispatcher, t.url, t.headers, plainJson, 'cache-status');
-        if (!check.cacheStatus.startsWith('Switchyard; hit')) log(`  WARNING: after the hit run a request was not a hit: ${check.cacheStatus}`);
+        if (!check.cacheStatus.startsWith('Switchyard; hit'))
+          log(`  WARNING: after the hit run a request was not a hit: ${check.cacheStatus}`);
       }
       connections64.push(row);
-      log(`  ${Math.round(row.rps)} req/s, p50 ${row.latency.p50.toFixed(2)} ms, p99 ${row.latency.p99.toFixed(2)} ms, ${row.errors + row.timeouts + row.non2xx} failed${row.vendorMaxInFlight !== undefined ? `, vendor in-flight peak ${row.vendorMaxInFlight}` : ''}`);
+      log(
+        `  ${Math.round(row.rps)} req/s, p50 ${row.latency.p50.toFixed(2)} ms, p99 ${row.latency.p99.toFixed(2)} ms, ${row.errors + row.timeouts + row.non2xx} failed${row.vendorMaxInFlight !== undefined ? `, vendor in-flight peak ${row.vendorMaxInFlight}` : ''}`,
+      );
     }
 
     // ---- 3. coalescing, on a fake that takes real time and a fresh gateway
@@ -588,8 +754,15 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     floor = undefined;
     // Streams paced as a model writes them (after the same wait): a request following another's stream gets its
     // first token with that stream's, not at its end.
-    slowFake = await startFake({ latencyMs: settings.latencyMs, paceTokens: settings.paceTokens, paceMs: settings.paceMs });
-    log(`cache/3: fake OpenAI answering after ${settings.latencyMs} ms, streams ${settings.paceTokens} deltas one every ${settings.paceMs} ms (pid ${slowFake.child.pid})`);
+    slowFake = await startFake({
+      latencyMs: settings.latencyMs,
+      paceTokens: settings.paceTokens,
+      paceMs: settings.paceMs,
+    });
+    log(
+      `cache/3: fake OpenAI answering after ${settings.latencyMs} ms, streams ${settings.paceTokens} deltas one ` +
+        `every ${settings.paceMs} ms (pid ${slowFake.child.pid})`,
+    );
     const slow = await gatewayWithKey(slowFake, redisUrl, coalesceDb, 'cache-coalesce');
     slowGateway = slow.gateway;
     connections.push(slow.redis);
@@ -598,7 +771,8 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     const slowUrl = `${slowGateway.url}/v1/chat/completions`;
     const slowHeaders = { authorization: `Bearer ${slow.key}`, ...cacheHeader };
 
-    // Portkey's simple cache, asked for as its docs say: what its open-source build answers, and whether a repeat reaches the vendor.
+    // Portkey's simple cache, asked for as its docs say: what its open-source build answers, and whether a repeat
+    // reaches the vendor.
     const pkConfig = portkeyCacheConfig(slowFake);
     const pkHeaders = { 'x-portkey-config': JSON.stringify(pkConfig) };
     const pkUrl = `${portkey.url}/v1/chat/completions`;
@@ -607,18 +781,39 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     const pkStatus: Record<string, number> = {};
     const pkAgent = agent();
     for (let i = 0; i < 2; i += 1) {
-      const answer = await send(pkAgent, pkUrl, pkHeaders, chatBody(`Say hello. ${nonce} portkey repeat`), 'x-portkey-cache-status');
+      const answer = await send(
+        pkAgent,
+        pkUrl,
+        pkHeaders,
+        chatBody(`Say hello. ${nonce} portkey repeat`),
+        'x-portkey-cache-status',
+      );
       const problem = answerProblem(answer, false);
       if (problem) throw new Error(`Portkey with its cache config: ${problem}: ${answer.text.slice(0, 300)}`);
       count(pkStatus, answer.cacheStatus);
     }
     const pkCalls = (await fakeControl(slowFake, 'GET', '/__stats')).openai!.requests;
-    log(`cache/3: Portkey with {"cache":{"mode":"simple"}}: two identical requests in a row made ${pkCalls} vendor calls, x-portkey-cache-status ${JSON.stringify(pkStatus)}`);
+    log(
+      `cache/3: Portkey with {"cache":{"mode":"simple"}}: two identical requests in a row made ${pkCalls} vendor ` +
+        `calls, x-portkey-cache-status ${JSON.stringify(pkStatus)}`,
+    );
 
     // Unmeasured: the new gateway's first burst (JIT, connections to the fake).
     log('cache/3: warm-up, 20 identical and 20 different requests at once');
-    await atOnce({ url: slowUrl, headers: slowHeaders, bodies: Array.from({ length: 20 }, () => chatBody(`Say hello. ${nonce} warm-up`)), stream: false, statusHeader: 'cache-status' });
-    await atOnce({ url: slowUrl, headers: slowHeaders, bodies: Array.from({ length: 20 }, (_, i) => chatBody(`Say hello. ${nonce} warm-up ${i}`)), stream: false, statusHeader: 'cache-status' });
+    await atOnce({
+      url: slowUrl,
+      headers: slowHeaders,
+      bodies: Array.from({ length: 20 }, () => chatBody(`Say hello. ${nonce} warm-up`)),
+      stream: false,
+      statusHeader: 'cache-status',
+    });
+    await atOnce({
+      url: slowUrl,
+      headers: slowHeaders,
+      bodies: Array.from({ length: 20 }, (_, i) => chatBody(`Say hello. ${nonce} warm-up ${i}`)),
+      stream: false,
+      statusHeader: 'cache-status',
+    });
 
     const sittings: Array<{ name: string; target: Sitting['target']; identical: boolean; stream: boolean }> = [
       { name: 'gateway, identical, plain', target: 'gateway', identical: true, stream: false },
@@ -637,19 +832,28 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       // The first sitting waits for a quiet second as the other parts do; the rest note the last second's use only.
       const before = index === 0 ? quiet3 : await waitForQuiet({ maxWaitMs: Math.min(settings.quietWaitMs, 1000) });
       await fakeControl(slowFake, 'POST', '/__reset');
-      // The fake notes when a request with each id reaches it: one id for a sitting of identical requests (the gateway's
-      // identical sittings should make one call; Portkey's are byte for byte identical too, so only its last call is
-      // noted and not shown), one per request otherwise (direct: the fake has no cache, the id changes nothing).
+      // The fake notes when a request with each id reaches it: one id for a sitting of identical requests (the
+      // gateway's identical sittings should make one call; Portkey's are byte for byte identical too, so only its last
+      // call is noted and not shown), one per request otherwise (direct: the fake has no cache, the id changes
+      // nothing).
       const mark = `${nonce}-${index}`;
       const sameUser = s.identical && s.target !== 'direct';
       const bodies = Array.from({ length: settings.burst }, (_, i) =>
-        chatBody(s.identical ? `Say hello. ${nonce} sitting ${index}` : `Say hello. ${nonce} sitting ${index} #${i}`, s.stream, `bench-mark:${sameUser ? mark : `${mark}-${i}`}`),
+        chatBody(
+          s.identical ? `Say hello. ${nonce} sitting ${index}` : `Say hello. ${nonce} sitting ${index} #${i}`,
+          s.stream,
+          `bench-mark:${sameUser ? mark : `${mark}-${i}`}`,
+        ),
       );
       const target =
         s.target === 'gateway'
           ? { url: slowUrl, headers: slowHeaders, statusHeader: 'cache-status' }
           : s.target === 'direct'
-            ? { url: `${slowFake.url}/chat/completions`, headers: { authorization: `Bearer ${upstreamKey}` }, statusHeader: 'cache-status' }
+            ? {
+                url: `${slowFake.url}/chat/completions`,
+                headers: { authorization: `Bearer ${upstreamKey}` },
+                statusHeader: 'cache-status',
+              }
             : { url: pkUrl, headers: pkHeaders, statusHeader: 'x-portkey-cache-status' };
       log(`cache/3: ${s.name}: ${settings.burst} at once`);
       const statsBefore = await commandStats(redis);
@@ -657,7 +861,12 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
       const { answers, wallMs } = await atOnce({ ...target, bodies, stream: s.stream });
       const delta = diffCommandStats(statsBefore, await commandStats(redis));
       const vendor = (await fakeControl(slowFake, 'GET', '/__stats')).openai!;
-      const marks = Object.entries((await (await fetch(`${slowFake.controlUrl}/__marks`, { signal: AbortSignal.timeout(5000) })).json()) as Record<string, number>)
+      const marks = Object.entries(
+        (await (await fetch(`${slowFake.controlUrl}/__marks`, { signal: AbortSignal.timeout(5000) })).json()) as Record<
+          string,
+          number
+        >,
+      )
         .filter(([id]) => id === mark || id.startsWith(`${mark}-`))
         .map(([, at]) => at - firedAt);
       const latencies: number[] = [];
@@ -692,7 +901,10 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
         vendorCalls: vendor.requests,
         vendorMaxInFlight: vendor.maxInFlight,
         wallMs,
-        vendorCallAtMs: marks.length > 0 && !(sameUser && (vendor.requests ?? 0) > 1) ? { first: Math.min(...marks), last: Math.max(...marks) } : null,
+        vendorCallAtMs:
+          marks.length > 0 && !(sameUser && (vendor.requests ?? 0) > 1)
+            ? { first: Math.min(...marks), last: Math.max(...marks) }
+            : null,
         latency: summariseSorted(new Float64Array(latencies).sort()),
         ...(s.stream ? { ttft: summariseSorted(new Float64Array(ttfts).sort()) } : {}),
         cacheStatus,
@@ -707,13 +919,21 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     }
 
     for (const [name, child] of [...Object.entries(made.gateway.children), ...Object.entries(slowGateway.children)]) {
-      if (child.warnings > 0) log(`cache: gateway ${name} logged ${child.warnings} line(s) at warn or above (bench/results/logs/cache*.log)`);
+      if (child.warnings > 0)
+        log(`cache: gateway ${name} logged ${child.warnings} line(s) at warn or above (bench/results/logs/cache*.log)`);
     }
 
     const results: CacheResults = {
       settings,
       processes,
-      portkey: { version: portkey.version, cacheCheck: { config: { ...pkConfig, custom_host: '<the fake>' }, cacheStatus: pkStatus, vendorCallsForTwoInARow: pkCalls } },
+      portkey: {
+        version: portkey.version,
+        cacheCheck: {
+          config: { ...pkConfig, custom_host: '<the fake>' },
+          cacheStatus: pkStatus,
+          vendorCallsForTwoInARow: pkCalls,
+        },
+      },
       oneConnection,
       connections64,
       coalescing,
@@ -724,8 +944,12 @@ export async function runCache(options: { settings: CacheSettings; redis: Redis;
     return results;
   } finally {
     for (const a of agents) await a.close().catch(() => undefined);
-    if (slowGateway) await stopGateway(slowGateway).catch((error: Error) => log(`cache: stopping the gateway failed: ${error.message}`));
-    if (gateway) await stopGateway(gateway).catch((error: Error) => log(`cache: stopping the gateway failed: ${error.message}`));
+    if (slowGateway)
+      await stopGateway(slowGateway).catch((error: Error) =>
+        log(`cache: stopping the gateway failed: ${error.message}`),
+      );
+    if (gateway)
+      await stopGateway(gateway).catch((error: Error) => log(`cache: stopping the gateway failed: ${error.message}`));
     await floor?.child.stop();
     await portkey?.child.stop();
     await slowFake?.child.stop();
@@ -760,20 +984,37 @@ function cacheBars(r: CacheResults): Bar[] {
     pass: hit64.rps >= floor64.rps,
     informational: true,
   });
-  bars.push({ name: 'no vendor call during the hit run at 64 connections', target: '0', actual: `in-flight peak ${hit64.vendorMaxInFlight ?? '-'}`, pass: hit64.vendorMaxInFlight === 0 });
+  bars.push({
+    name: 'no vendor call during the hit run at 64 connections',
+    target: '0',
+    actual: `in-flight peak ${hit64.vendorMaxInFlight ?? '-'}`,
+    pass: hit64.vendorMaxInFlight === 0,
+  });
   for (const s of r.coalescing.filter((x) => x.target === 'gateway' && x.identical)) {
-    bars.push({ name: `${s.name}: vendor calls for ${s.requests} at once`, target: '1', actual: String(s.vendorCalls), pass: s.vendorCalls === 1 });
+    bars.push({
+      name: `${s.name}: vendor calls for ${s.requests} at once`,
+      target: '1',
+      actual: String(s.vendorCalls),
+      pass: s.vendorCalls === 1,
+    });
   }
-  const failed = r.oneConnection.reduce((sum, x) => sum + (x.target === 'portkey' ? 0 : x.failed), 0) +
+  const failed =
+    r.oneConnection.reduce((sum, x) => sum + (x.target === 'portkey' ? 0 : x.failed), 0) +
     r.connections64.reduce((sum, x) => sum + (x.target === 'portkey' ? 0 : x.errors + x.timeouts + x.non2xx), 0) +
     r.coalescing.reduce((sum, x) => sum + (x.target === 'portkey' ? 0 : x.failed), 0);
-  bars.push({ name: 'no failed answer (direct, floor, gateway; every part)', target: '0', actual: String(failed), pass: failed === 0 });
+  bars.push({
+    name: 'no failed answer (direct, floor, gateway; every part)',
+    target: '0',
+    actual: String(failed),
+    pass: failed === 0,
+  });
   return bars;
 }
 
 const int = (value: number) => Math.round(value).toLocaleString('en-US');
 const f2 = (value: number | null | undefined) => (value == null || Number.isNaN(value) ? '-' : value.toFixed(2));
-const f0 = (value: number | null | undefined) => (value == null || Number.isNaN(value) ? '-' : Math.round(value).toLocaleString('en-US'));
+const f0 = (value: number | null | undefined) =>
+  value == null || Number.isNaN(value) ? '-' : Math.round(value).toLocaleString('en-US');
 const signedMs = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(3)} ms`;
 const statuses = (counts: Record<string, number>) =>
   Object.entries(counts)
@@ -788,14 +1029,31 @@ export function renderCache(r: CacheResults): string {
   const one = r.oneConnection;
   const floorOne = one.find((x) => x.target === 'floor')!;
   out.push(
-    `Response cache, 1 connection: zero-latency fake OpenAI; ${s.warmup} unmeasured then ${s.rounds} rounds of ${Math.ceil(s.requests / s.rounds)} sequential requests per target, ` +
-      `the order rotated each round (undici, one keep-alive connection). Added: over direct. Redis commands: INFO commandstats delta ÷ requests (whole server, ` +
-      `commands inside scripts counted too). CPU: µs per request of the target's own processes (gateway: api + worker); others %: what every other process ` +
-      `on the machine used meanwhile (other tenants, and PostgreSQL, which the gateway writes its record to), % of one core.`,
+    `Response cache, 1 connection: zero-latency fake OpenAI; ${s.warmup} unmeasured then ${s.rounds} rounds of ` +
+      `${Math.ceil(s.requests / s.rounds)} sequential requests per target, ` +
+      (`the order rotated each round (undici, one keep-alive connection). Added: over direct. Redis commands: ` +
+        `INFO commandstats delta ÷ requests (whole server, `) +
+      (`commands inside scripts counted too). CPU: µs per request of the target's own processes (gateway: api + ` +
+        `worker); others %: what every other process `) +
+      (`on the machine used meanwhile (other tenants, and PostgreSQL, which the gateway writes its record to), % ` +
+        `of one core.`),
   );
   out.push(
     table(
-      ['target', 'p50 ms', 'p99 ms', 'added p50', 'added p99', 'added p50 ÷ floor', 'Redis cmds/req', 'own CPU µs/req', 'Redis CPU µs/req', 'others %', 'failed', 'status'],
+      [
+        'target',
+        'p50 ms',
+        'p99 ms',
+        'added p50',
+        'added p99',
+        'added p50 ÷ floor',
+        'Redis cmds/req',
+        'own CPU µs/req',
+        'Redis CPU µs/req',
+        'others %',
+        'failed',
+        'status',
+      ],
       one.map((x) => [
         x.target,
         x.latency.p50.toFixed(3),
@@ -813,13 +1071,28 @@ export function renderCache(r: CacheResults): string {
     ),
   );
   out.push('');
-  out.push(`Response cache, 64 connections: autocannon, ${s.warmupS} s warm-up then ${s.durationS} s per target, one target at a time; Portkey without a cache (its open-source build has none).`);
+  out.push(
+    `Response cache, 64 connections: autocannon, ${s.warmupS} s warm-up then ${s.durationS} s per target, one ` +
+      `target at a time; Portkey without a cache (its open-source build has none).`,
+  );
   const load = r.connections64;
   const floor64 = load.find((x) => x.target === 'floor')!;
   const plain64 = load.find((x) => x.target === 'plain')!;
   out.push(
     table(
-      ['target', 'req/s', '× floor', '× plain', 'p50 ms', 'p99 ms', 'failed', 'Redis cmds/req', 'own CPU µs/req', 'others %', 'vendor in-flight peak'],
+      [
+        'target',
+        'req/s',
+        '× floor',
+        '× plain',
+        'p50 ms',
+        'p99 ms',
+        'failed',
+        'Redis cmds/req',
+        'own CPU µs/req',
+        'others %',
+        'vendor in-flight peak',
+      ],
       load.map((x) => [
         x.target,
         int(x.rps),
@@ -837,20 +1110,42 @@ export function renderCache(r: CacheResults): string {
   );
   out.push('');
   out.push(
-    `Coalescing: a fake answering after ${s.latencyMs} ms (streams then paced: ${s.paceTokens} deltas, one every ${s.paceMs} ms), ${s.burst} requests at once per sitting (one connection each), Cache-Control: max-age=600 through the gateway, ` +
-      `a fresh body per sitting; vendor calls from the fake's /__stats; call at: when the first and last vendor calls reached the fake, after the first send ` +
-      `(each request carries user: bench-mark:<id>, one id per identical sitting: user is not in the cache's hash); time: send → end of the answer; TTFT: send → first data: line with content. ` +
-      `Portkey ${r.portkey.version} with ${JSON.stringify(r.portkey.cacheCheck.config)}: two identical requests in a row made ${r.portkey.cacheCheck.vendorCallsForTwoInARow} vendor calls, ` +
+    `Coalescing: a fake answering after ${s.latencyMs} ms (streams then paced: ${s.paceTokens} deltas, one every ` +
+      `${s.paceMs} ms), ${s.burst} requests at once per sitting (one connection each), Cache-Control: max-age=600 ` +
+      `through the gateway, ` +
+      (`a fresh body per sitting; vendor calls from the fake's /__stats; call at: when the first and last vendor ` +
+        `calls reached the fake, after the first send `) +
+      (`(each request carries user: bench-mark:<id>, one id per identical sitting: user is not in the cache's ` +
+        `hash); time: send → end of the answer; TTFT: send → first data: line with content. `) +
+      (`Portkey ${r.portkey.version} with ${JSON.stringify(r.portkey.cacheCheck.config)}: two identical requests ` +
+        `in a row made ${r.portkey.cacheCheck.vendorCallsForTwoInARow} vendor calls, `) +
       `x-portkey-cache-status ${statuses(r.portkey.cacheCheck.cacheStatus)}.`,
   );
   out.push(
     table(
-      ['sitting', 'ok', 'vendor calls', 'call at ms', 'p50 ms', 'p99 ms', 'TTFT p50', 'TTFT p99', 'wall ms', 'Redis cmds/req', 'busy before %', 'status'],
+      [
+        'sitting',
+        'ok',
+        'vendor calls',
+        'call at ms',
+        'p50 ms',
+        'p99 ms',
+        'TTFT p50',
+        'TTFT p99',
+        'wall ms',
+        'Redis cmds/req',
+        'busy before %',
+        'status',
+      ],
       r.coalescing.map((x) => [
         x.name,
         `${x.ok}/${x.requests}`,
         x.vendorCalls === null ? '-' : String(x.vendorCalls),
-        !x.vendorCallAtMs ? '-' : x.vendorCallAtMs.first === x.vendorCallAtMs.last ? `+${x.vendorCallAtMs.first}` : `+${x.vendorCallAtMs.first}…${x.vendorCallAtMs.last}`,
+        !x.vendorCallAtMs
+          ? '-'
+          : x.vendorCallAtMs.first === x.vendorCallAtMs.last
+            ? `+${x.vendorCallAtMs.first}`
+            : `+${x.vendorCallAtMs.first}…${x.vendorCallAtMs.last}`,
         f0(x.latency.p50),
         f0(x.latency.p99),
         x.ttft ? f0(x.ttft.p50) : '',
@@ -869,9 +1164,24 @@ export function renderCache(r: CacheResults): string {
       `Redis CPU ${m.addedRedisCpuUs === null ? '-' : `${m.addedRedisCpuUs >= 0 ? '+' : ''}${m.addedRedisCpuUs.toFixed(0)} µs`} per request; Redis commands per request ${m.missPerRequest.toFixed(1)} vs ${m.plainPerRequest.toFixed(1)} ` +
       `(${m.missPerRequest - m.plainPerRequest >= 0 ? '+' : ''}${(m.missPerRequest - m.plainPerRequest).toFixed(1)}), by command:`,
   );
-  out.push(table(['command', 'plain /req', 'miss /req', 'added'], m.commands.map((c) => [c.command, c.plain.toFixed(2), c.miss.toFixed(2), `${c.added >= 0 ? '+' : ''}${c.added.toFixed(2)}`])));
+  out.push(
+    table(
+      ['command', 'plain /req', 'miss /req', 'added'],
+      m.commands.map((c) => [
+        c.command,
+        c.plain.toFixed(2),
+        c.miss.toFixed(2),
+        `${c.added >= 0 ? '+' : ''}${c.added.toFixed(2)}`,
+      ]),
+    ),
+  );
   out.push('');
   out.push('Bars of the cache section (in parentheses: informational)');
-  out.push(table(['bar', 'target', 'actual', 'result'], r.bars.map((b) => [b.name, b.target, b.actual, result(b)])));
+  out.push(
+    table(
+      ['bar', 'target', 'actual', 'result'],
+      r.bars.map((b) => [b.name, b.target, b.actual, result(b)]),
+    ),
+  );
   return out.join('\n');
 }

@@ -23,25 +23,37 @@ redis.disconnect();
 const gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: email, ADMIN_PASSWORD: password } });
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM_PATH ?? '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+  args: [
+    '--no-sandbox',
+    '--disable-gpu',
+    '--disable-quic',
+    '--no-first-run',
+    '--disable-background-networking',
+    '--disable-component-update',
+    '--disable-sync',
+  ],
 });
 
 const pages: Array<{ path: string; ready: (page: Page) => Promise<unknown> }> = [
   { path: '/console', ready: (page) => page.getByRole('button', { name: 'Sign in' }).waitFor() },
   { path: '/console/pricing', ready: (page) => page.getByRole('cell', { name: 'gpt-4o', exact: true }).waitFor() },
   { path: '/console/keys', ready: (page) => page.getByRole('button', { name: 'Create key' }).waitFor() },
-  // The account has no usage yet: its tables say so once the report arrived, and the chart (its own chunk) has drawn its canvas.
+  // The account has no usage yet: its tables say so once the report arrived, and the chart (its own chunk) has drawn
+  // its canvas.
   {
     path: '/console/usage',
     ready: (page) =>
       Promise.all([
         page.getByText('No usage in this range.').first().waitFor(),
-        page.waitForFunction(() => [...document.querySelectorAll('canvas')].some((c) => c.width > 0 && c.getContext('2d') !== null)),
+        page.waitForFunction(() =>
+          [...document.querySelectorAll('canvas')].some((c) => c.width > 0 && c.getContext('2d') !== null),
+        ),
       ]),
   },
 ];
 
-const percentile = (values: number[], p: number) => [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor((p / 100) * values.length))]!;
+const percentile = (values: number[], p: number) =>
+  [...values].sort((a, b) => a - b)[Math.min(values.length - 1, Math.floor((p / 100) * values.length))]!;
 const rows: string[] = [];
 let scriptBytes = 0;
 
@@ -64,7 +76,8 @@ for (const { path, ready } of pages) {
     let bytes = 0;
     let counting = true;
     page.on('response', (response) => {
-      if (counting && response.url().endsWith('.js')) void response.headerValue('content-length').then((length) => (bytes += Number(length ?? 0)));
+      if (counting && response.url().endsWith('.js'))
+        void response.headerValue('content-length').then((length) => (bytes += Number(length ?? 0)));
     });
     for (const into of [cold, warm]) {
       if (into === warm) counting = false;
@@ -76,7 +89,10 @@ for (const { path, ready } of pages) {
     if (path === '/console/usage') scriptBytes = Math.max(scriptBytes, bytes);
     await context.close();
   }
-  rows.push(`| \`${path}\` | ${percentile(cold, 50).toFixed(0)} | ${percentile(cold, 90).toFixed(0)} | ${percentile(warm, 50).toFixed(0)} | ${percentile(warm, 90).toFixed(0)} |`);
+  rows.push(
+    `| \`${path}\` | ${percentile(cold, 50).toFixed(0)} | ${percentile(cold, 90).toFixed(0)} | ` +
+      `${percentile(warm, 50).toFixed(0)} | ${percentile(warm, 90).toFixed(0)} |`,
+  );
 }
 
 await browser.close();

@@ -92,7 +92,12 @@ function buildPng(bytes: number): Buffer {
   ihdr[8] = 8; // bit depth
   ihdr[9] = 2; // colour type: RGB
   const signature = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]);
-  return Buffer.concat([signature, chunk('IHDR', ihdr), chunk('IDAT', deflateSync(raw, { level: 6 })), chunk('IEND', Buffer.alloc(0))]);
+  return Buffer.concat([
+    signature,
+    chunk('IHDR', ihdr),
+    chunk('IDAT', deflateSync(raw, { level: 6 })),
+    chunk('IEND', Buffer.alloc(0)),
+  ]);
 }
 
 const png = buildPng(targetBytes);
@@ -123,7 +128,14 @@ const MAX_ARRIVALS = 100_000;
 const rateLimited: FakeResponse = {
   status: 429,
   headers: { 'retry-after': '1' },
-  json: { error: { message: `Rate limit reached: more than ${cap} image requests in flight.`, type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+  json: {
+    error: {
+      message: `Rate limit reached: more than ${cap} image requests in flight.`,
+      type: 'requests',
+      param: null,
+      code: 'rate_limit_exceeded',
+    },
+  },
 };
 
 /** The checked answer, with each image replaced by the big PNG, sent after the latency. */
@@ -181,13 +193,22 @@ openai.setDefault(handler);
  */
 function slotUse() {
   if (cap === 0 || latencyMs === 0 || arrivals.length <= cap) return null;
-  const gaps = arrivals.slice(cap).map((at, i) => Math.max(0, at - arrivals[i]! - latencyMs)).sort((a, b) => a - b);
+  const gaps = arrivals
+    .slice(cap)
+    .map((at, i) => Math.max(0, at - arrivals[i]! - latencyMs))
+    .sort((a, b) => a - b);
   const at = (q: number) => gaps[Math.min(gaps.length - 1, Math.max(0, Math.ceil(q * gaps.length) - 1))]!;
   const round = (v: number) => Math.round(v * 10) / 10;
   const span = arrivals[arrivals.length - 1]! + latencyMs - arrivals[0]!;
   return {
     handoffs: gaps.length,
-    gapMs: { p50: round(at(0.5)), p90: round(at(0.9)), p99: round(at(0.99)), max: round(gaps[gaps.length - 1]!), mean: round(gaps.reduce((a, b) => a + b, 0) / gaps.length) },
+    gapMs: {
+      p50: round(at(0.5)),
+      p90: round(at(0.9)),
+      p99: round(at(0.99)),
+      max: round(gaps[gaps.length - 1]!),
+      mean: round(gaps.reduce((a, b) => a + b, 0) / gaps.length),
+    },
     /** From the first arrival to the last answer's latency ending. */
     spanMs: Math.round(span),
     utilisation: Math.round(((arrivals.length * latencyMs) / (cap * span)) * 1000) / 1000,
@@ -243,6 +264,8 @@ const controlServer = createServer(control);
 await new Promise<void>((resolve) => controlServer.listen(0, '127.0.0.1', resolve));
 const controlUrl = `http://127.0.0.1:${(controlServer.address() as AddressInfo).port}`;
 
-process.stdout.write(`${JSON.stringify({ url: openai.url, controlUrl, pid: process.pid, imageBytes: png.length, latencyMs, cap })}\n`);
+process.stdout.write(
+  `${JSON.stringify({ url: openai.url, controlUrl, pid: process.pid, imageBytes: png.length, latencyMs, cap })}\n`,
+);
 
 closeWithParent(controlServer, () => [openai.close()]);

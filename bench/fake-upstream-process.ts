@@ -29,7 +29,8 @@
  * A control server on a port of its own (not counted by the fakes):
  *   GET  /__stats                      per fake: requests, inFlight, maxInFlight, overCap (429s), aborted;
  *                                      with a cap and a latency, how long slots sat idle between answers (slotUse);
- *                                      with --pace-tokens, `paced`: streams started, completed, left by their client, most at once
+ *                                      with --pace-tokens, `paced`: streams started, completed, left by their client,
+ *                                      most at once
  *   GET  /__marks                      when each request whose `user` is `bench-mark:<id>` reached the fake OpenAI
  *                                      (wall clock ms, by id): the bench's measure of a request's wait before its call
  *   POST /__reset                      zeroes those counters, the marks (and the queued Anthropic streams)
@@ -67,9 +68,16 @@ const streamChunks = intOption('stream-chunks');
 const anthropicLatencyMs = intOption('anthropic-latency-ms');
 const paceTokens = intOption('pace-tokens');
 const paceMs = option('pace-ms') === undefined ? 20 : intOption('pace-ms');
-if (paceTokens > 0 && streamChunks > 0) throw new Error('--pace-tokens and --stream-chunks are two ways to answer a stream: give one');
-const vendors = new Set((option('vendors') ?? 'openai').split(',').map((v) => v.trim()).filter(Boolean));
-for (const vendor of vendors) if (!['openai', 'anthropic', 'gemini'].includes(vendor)) throw new Error(`--vendors: unknown vendor "${vendor}"`);
+if (paceTokens > 0 && streamChunks > 0)
+  throw new Error('--pace-tokens and --stream-chunks are two ways to answer a stream: give one');
+const vendors = new Set(
+  (option('vendors') ?? 'openai')
+    .split(',')
+    .map((v) => v.trim())
+    .filter(Boolean),
+);
+for (const vendor of vendors)
+  if (!['openai', 'anthropic', 'gemini'].includes(vendor)) throw new Error(`--vendors: unknown vendor "${vendor}"`);
 const customised = latencyMs > 0 || cap > 0 || streamChunks > 0;
 
 const openai = await startFakeOpenAI({ record: false, ...(latencyMs > 0 ? { latencyMs } : {}) });
@@ -88,10 +96,14 @@ async function delayingFront(target: string, delayMs: number) {
     req.on('end', () => {
       setTimeout(() => {
         if (res.destroyed) return;
-        const out = httpRequest(`${target}${req.url ?? '/'}`, { method: req.method, headers: req.headers, agent }, (answer) => {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-        });
+        const out = httpRequest(
+          `${target}${req.url ?? '/'}`,
+          { method: req.method, headers: req.headers, agent },
+          (answer) => {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+          },
+        );
         out.on('error', () => res.destroy());
         out.end(Buffer.concat(chunks));
       }, delayMs);
@@ -107,7 +119,8 @@ async function delayingFront(target: string, delayMs: number) {
     },
   };
 }
-const anthropicFront = anthropic && anthropicLatencyMs > 0 ? await delayingFront(anthropic.url, anthropicLatencyMs) : undefined;
+const anthropicFront =
+  anthropic && anthropicLatencyMs > 0 ? await delayingFront(anthropic.url, anthropicLatencyMs) : undefined;
 
 /** Streams answered by the paced front (bench/paced-streams.ts reads them in its checks). */
 const paced = { started: 0, completed: 0, aborted: 0, active: 0, maxActive: 0 };
@@ -121,7 +134,10 @@ const paced = { started: 0, completed: 0, aborted: 0, active: 0, maxActive: 0 };
 async function pacedFront(target: string, tokens: number, everyMs: number) {
   const agent = new Agent({ keepAlive: true, maxSockets: Infinity });
   // role, N deltas, finish, usage, [DONE]: each `data: …\n\n`.
-  const events = longStream('openai', tokens).split('\n\n').filter(Boolean).map((event) => `${event}\n\n`);
+  const events = longStream('openai', tokens)
+    .split('\n\n')
+    .filter(Boolean)
+    .map((event) => `${event}\n\n`);
   const [role, ...rest] = events;
   const deltas = rest.slice(0, tokens).map((event) => Buffer.from(event));
   const [finish, usage, done] = rest.slice(tokens);
@@ -166,26 +182,32 @@ async function pacedFront(target: string, tokens: number, everyMs: number) {
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       const body = Buffer.concat(chunks);
-      const out = httpRequest(`${target}${req.url ?? '/'}`, { method: req.method, headers: req.headers, agent }, (answer) => {
-        const isStream =
-          answer.statusCode === 200 &&
-          req.method === 'POST' &&
-          (req.url ?? '').split('?')[0] === '/v1/chat/completions' &&
-          String(answer.headers['content-type'] ?? '').startsWith('text/event-stream');
-        if (!isStream) {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
-          answer.pipe(res);
-          return;
-        }
-        answer.resume();
-        let includeUsage = false;
-        try {
-          includeUsage = (JSON.parse(body.toString('utf8')) as { stream_options?: { include_usage?: unknown } }).stream_options?.include_usage === true;
-        } catch {
-          // the fake accepted it, so it was JSON; without usage if not
-        }
-        pace(res, includeUsage);
-      });
+      const out = httpRequest(
+        `${target}${req.url ?? '/'}`,
+        { method: req.method, headers: req.headers, agent },
+        (answer) => {
+          const isStream =
+            answer.statusCode === 200 &&
+            req.method === 'POST' &&
+            (req.url ?? '').split('?')[0] === '/v1/chat/completions' &&
+            String(answer.headers['content-type'] ?? '').startsWith('text/event-stream');
+          if (!isStream) {
+            res.writeHead(answer.statusCode ?? 502, answer.headers);
+            answer.pipe(res);
+            return;
+          }
+          answer.resume();
+          let includeUsage = false;
+          try {
+            includeUsage =
+              (JSON.parse(body.toString('utf8')) as { stream_options?: { include_usage?: unknown } }).stream_options
+                ?.include_usage === true;
+          } catch {
+            // the fake accepted it, so it was JSON; without usage if not
+          }
+          pace(res, includeUsage);
+        },
+      );
       out.on('error', () => res.destroy());
       out.end(body);
     });
@@ -222,7 +244,14 @@ const MAX_MARKS = 100_000;
 const rateLimited = {
   status: 429,
   headers: { 'retry-after': '1' },
-  json: { error: { message: `Rate limit reached: more than ${cap} requests in flight.`, type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+  json: {
+    error: {
+      message: `Rate limit reached: more than ${cap} requests in flight.`,
+      type: 'requests',
+      param: null,
+      code: 'rate_limit_exceeded',
+    },
+  },
 };
 
 const openaiHandler: FakeHandler = (request) => {
@@ -234,7 +263,8 @@ const openaiHandler: FakeHandler = (request) => {
   }
   if (latencyMs > 0 && arrivals.length < MAX_ARRIVALS) arrivals.push(performance.now());
   const user = (request.body as { user?: unknown } | undefined)?.user;
-  if (typeof user === 'string' && user.startsWith('bench-mark:') && marks.size < MAX_MARKS) marks.set(user.slice('bench-mark:'.length), Date.now());
+  if (typeof user === 'string' && user.startsWith('bench-mark:') && marks.size < MAX_MARKS)
+    marks.set(user.slice('bench-mark:'.length), Date.now());
   if (streamChunks > 0 && request.method === 'POST' && request.path.split('?')[0] === '/v1/chat/completions') {
     // The fake's own checks first: only a request it would stream gets the long stream.
     if (buildDefaultResponse(request, {}).kind === 'sse') return { sse: bodies.openai };
@@ -260,12 +290,21 @@ installHandlers();
  */
 function slotUse() {
   if (cap === 0 || latencyMs === 0 || arrivals.length <= cap) return null;
-  const gaps = arrivals.slice(cap).map((at, i) => Math.max(0, at - arrivals[i]! - latencyMs)).sort((a, b) => a - b);
+  const gaps = arrivals
+    .slice(cap)
+    .map((at, i) => Math.max(0, at - arrivals[i]! - latencyMs))
+    .sort((a, b) => a - b);
   const at = (q: number) => gaps[Math.min(gaps.length - 1, Math.max(0, Math.ceil(q * gaps.length) - 1))]!;
   const span = arrivals[arrivals.length - 1]! + latencyMs - arrivals[0]!;
   return {
     handoffs: gaps.length,
-    gapMs: { p50: at(0.5), p90: at(0.9), p99: at(0.99), max: gaps[gaps.length - 1]!, mean: gaps.reduce((a, b) => a + b, 0) / gaps.length },
+    gapMs: {
+      p50: at(0.5),
+      p90: at(0.9),
+      p99: at(0.99),
+      max: gaps[gaps.length - 1]!,
+      mean: gaps.reduce((a, b) => a + b, 0) / gaps.length,
+    },
     /** From the first arrival to the last answer. */
     spanMs: span,
     utilisation: (arrivals.length * latencyMs) / (cap * span),
@@ -286,9 +325,20 @@ function stats() {
     },
   };
   if (anthropic) {
-    out.anthropic = { requests: anthropic.requests.length, inFlight: anthropic.inFlight, maxInFlight: anthropic.maxInFlight, aborted: anthropic.abortedRequests };
+    out.anthropic = {
+      requests: anthropic.requests.length,
+      inFlight: anthropic.inFlight,
+      maxInFlight: anthropic.maxInFlight,
+      aborted: anthropic.abortedRequests,
+    };
   }
-  if (gemini) out.gemini = { requests: geminiRequests, inFlight: gemini.inFlight, maxInFlight: gemini.maxInFlight, aborted: gemini.abortedRequests };
+  if (gemini)
+    out.gemini = {
+      requests: geminiRequests,
+      inFlight: gemini.inFlight,
+      maxInFlight: gemini.maxInFlight,
+      aborted: gemini.abortedRequests,
+    };
   return out;
 }
 
@@ -316,8 +366,17 @@ function control(req: IncomingMessage, res: ServerResponse): void {
   }
   if (req.method === 'POST' && url.pathname === '/__enqueue') {
     const count = Number(url.searchParams.get('count') ?? '1');
-    if (url.searchParams.get('vendor') !== 'anthropic' || !anthropic || streamChunks === 0 || !Number.isInteger(count) || count < 1 || count > 100_000) {
-      return reply(400, { error: 'POST /__enqueue?vendor=anthropic&count=K needs --vendors with anthropic and --stream-chunks' });
+    if (
+      url.searchParams.get('vendor') !== 'anthropic' ||
+      !anthropic ||
+      streamChunks === 0 ||
+      !Number.isInteger(count) ||
+      count < 1 ||
+      count > 100_000
+    ) {
+      return reply(400, {
+        error: 'POST /__enqueue?vendor=anthropic&count=K needs --vendors with anthropic and --stream-chunks',
+      });
     }
     // The same string each time: the queue holds references, not copies.
     for (let i = 0; i < count; i += 1) anthropic.enqueue({ sse: bodies.anthropic });
@@ -340,4 +399,10 @@ process.stdout.write(
   })}\n`,
 );
 
-closeWithParent(controlServer, () => [openaiFront?.close(), openai.close(), anthropicFront?.close(), anthropic?.close(), gemini?.close()]);
+closeWithParent(controlServer, () => [
+  openaiFront?.close(),
+  openai.close(),
+  anthropicFront?.close(),
+  anthropic?.close(),
+  gemini?.close(),
+]);

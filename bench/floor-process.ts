@@ -43,8 +43,8 @@ interface FloorJob {
 
 const replyTo = `floor:reply:${randomUUID()}`;
 const isStream = (body: string) => /"stream"\s*:\s*true/.test(body);
-// As a gateway has them: the HTTP side's connection, the worker's (which BullMQ duplicates for its blocking reads), a subscriber.
-// They speak the gateway's RESP version, so the two are compared on one protocol.
+// As a gateway has them: the HTTP side's connection, the worker's (which BullMQ duplicates for its blocking reads), a
+// subscriber. They speak the gateway's RESP version, so the two are compared on one protocol.
 const producer = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
 const redis = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
 const subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
@@ -76,7 +76,10 @@ const worker = new Worker<FloorJob>(
       for await (const piece of answer.body) void redis.publish(channel, frame(id, 'c', piece as Buffer));
       await redis.publish(channel, frame(id, 'e'));
     } catch (error) {
-      await redis.publish(channel, frame(id, '502', Buffer.from(JSON.stringify({ error: { message: String(error) } }))));
+      await redis.publish(
+        channel,
+        frame(id, '502', Buffer.from(JSON.stringify({ error: { message: String(error) } }))),
+      );
     }
   },
   { connection: redis, concurrency },
@@ -118,11 +121,13 @@ const server = createServer((req, res) => {
     if (isStream(body)) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
     waiting.set(id, res);
     res.on('close', () => waiting.delete(id));
-    queue.add('chat', { id, replyTo, body }, { jobId: id, removeOnComplete: true, removeOnFail: true }).catch((error: Error) => {
-      waiting.delete(id);
-      if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' });
-      res.end(JSON.stringify({ error: { message: error.message } }));
-    });
+    queue
+      .add('chat', { id, replyTo, body }, { jobId: id, removeOnComplete: true, removeOnFail: true })
+      .catch((error: Error) => {
+        waiting.delete(id);
+        if (!res.headersSent) res.writeHead(503, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ error: { message: error.message } }));
+      });
   });
 });
 await worker.waitUntilReady();

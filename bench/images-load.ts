@@ -49,7 +49,13 @@ export interface Outcome {
 }
 
 export function createAgent(): Agent {
-  return new Agent({ connections: 512, pipelining: 1, keepAliveTimeout: 30_000, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  return new Agent({
+    connections: 512,
+    pipelining: 1,
+    keepAliveTimeout: 30_000,
+    headersTimeout: 120_000,
+    bodyTimeout: 120_000,
+  });
 }
 
 const b64Marker = Buffer.from('"b64_json":"');
@@ -87,7 +93,12 @@ export async function fireImages(options: FireOptions): Promise<FireResult> {
   const started = performance.now();
   const one = async (index: number): Promise<Outcome> => {
     const t0 = performance.now();
-    const body = JSON.stringify({ model: 'dall-e-2', prompt: `A lighthouse on a cliff at dusk, oil painting (${tag} #${index})`, size: '1024x1024', response_format: format });
+    const body = JSON.stringify({
+      model: 'dall-e-2',
+      prompt: `A lighthouse on a cliff at dusk, oil painting (${tag} #${index})`,
+      size: '1024x1024',
+      response_format: format,
+    });
     try {
       const response = await request(`${gatewayUrl}/v1/images/generations`, {
         method: 'POST',
@@ -170,5 +181,16 @@ export async function fetchAll(urls: string[], agent: Agent, expected: Buffer): 
       }
     }),
   );
-  return { requested: urls.length, ok, wrongBytes, non200, errors, statusCodes, wallMs: performance.now() - started, latency: summarise(latencies), bytes, samples };
+  return {
+    requested: urls.length,
+    ok,
+    wrongBytes,
+    non200,
+    errors,
+    statusCodes,
+    wallMs: performance.now() - started,
+    latency: summarise(latencies),
+    bytes,
+    samples,
+  };
 }

@@ -100,7 +100,8 @@ export interface Machine {
   date: string;
 }
 
-const mib = (bytes: number | null | undefined) => (bytes == null || Number.isNaN(bytes) ? '–' : `${Math.round(bytes / MiB)}`);
+const mib = (bytes: number | null | undefined) =>
+  bytes == null || Number.isNaN(bytes) ? '–' : `${Math.round(bytes / MiB)}`;
 const sec = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 const gatewayProcesses = (run: RunResult) => Object.keys(run.rss).filter((name) => name !== 'fake' && name !== 'bench');
 
@@ -118,10 +119,16 @@ export function checksOf(run: RunResult, settings: Settings): Check[] {
   const queueLeft = run.queue.waiting + run.queue.active + run.queue.delayed;
   checks.push({
     name: 'none lost',
-    pass: run.completed + run.invalid2xx + run.failed + run.non2xx === run.requests && run.failed === 0 && queueLeft === 0 && run.queue.failed === 0 && fetchOk,
+    pass:
+      run.completed + run.invalid2xx + run.failed + run.non2xx === run.requests &&
+      run.failed === 0 &&
+      queueLeft === 0 &&
+      run.queue.failed === 0 &&
+      fetchOk,
     detail:
       `every request answered: ${run.failed === 0 ? 'yes' : `no (${run.failed} without an answer)`}; ` +
-      `queue after: ${queueLeft} waiting/active/delayed, ${run.queue.failed} failed; vendor produced ${run.vendor.served} images for ${run.requests} requests`,
+      (`queue after: ${queueLeft} waiting/active/delayed, ${run.queue.failed} failed; vendor produced ` +
+        `${run.vendor.served} images for ${run.requests} requests`),
   });
   checks.push({
     name: `vendor never above ${settings.cap}`,
@@ -170,9 +177,12 @@ export function resultsTable(runs: RunResult[]): string {
     `${run.vendor.maxInFlight} (${run.vendor.status429})`,
     `${sec(run.wallMs)} (${sec(run.idealMs)})`,
     latencyCell(run.latency),
-    run.fetch ? `${run.fetch.ok}/${run.fetch.requested} (${sec(run.fetch.wallMs)}, ${latencyCell(run.fetch.latency)})` : '–',
+    run.fetch
+      ? `${run.fetch.ok}/${run.fetch.requested} (${sec(run.fetch.wallMs)}, ${latencyCell(run.fetch.latency)})`
+      : '–',
     rssCell(run),
-    `${mib(run.redis.usedBefore)} → ${mib(run.redis.usedPeak)} → ${mib(run.redis.usedAfter)} (${run.redis.dbKeysAfter})`,
+    `${mib(run.redis.usedBefore)} → ${mib(run.redis.usedPeak)} → ${mib(run.redis.usedAfter)} ` +
+      `(${run.redis.dbKeysAfter})`,
   ]);
   return [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
 }
@@ -181,7 +191,10 @@ export function checksTable(runs: RunResult[], settings: Settings): string {
   const perRun = runs.map((run) => checksOf(run, settings));
   const names = perRun[0]?.map((c) => c.name) ?? [];
   const head = ['check', ...runs.map((run) => `${run.config === 'all' ? 'one process' : 'split'} / ${run.format}`)];
-  const rows = names.map((name, i) => [name, ...perRun.map((checks) => `${checks[i]!.pass ? 'PASS' : '**FAIL**'}: ${checks[i]!.detail}`)]);
+  const rows = names.map((name, i) => [
+    name,
+    ...perRun.map((checks) => `${checks[i]!.pass ? 'PASS' : '**FAIL**'}: ${checks[i]!.detail}`),
+  ]);
   return [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`).join('\n');
 }
 
@@ -208,7 +221,8 @@ export function detailsTable(runs: RunResult[]): string {
       .join(', '),
     `${run.vendor.requests} / ${run.vendor.served} / ${run.vendor.connections}`,
     run.vendor.slotUse
-      ? `${Math.round(run.vendor.slotUse.gapMs.p50)} / ${Math.round(run.vendor.slotUse.gapMs.p90)} / ${Math.round(run.vendor.slotUse.gapMs.max)} ms (${Math.round(run.vendor.slotUse.utilisation * 100)}%)`
+      ? `${Math.round(run.vendor.slotUse.gapMs.p50)} / ${Math.round(run.vendor.slotUse.gapMs.p90)} / ` +
+        `${Math.round(run.vendor.slotUse.gapMs.max)} ms (${Math.round(run.vendor.slotUse.utilisation * 100)}%)`
       : '–',
     `${run.gatewaySlotsPeak ?? '–'} / ${run.slotsLeft}`,
     `${(run.responseBytes / MiB).toFixed(1)} MiB`,

@@ -61,7 +61,13 @@ export class Sampler {
   private tick(): void {
     const rss: Record<string, number | null> = {};
     for (const [name, pid] of Object.entries(this.pids)) rss[name] = rssBytes(pid) ?? null;
-    this.samples.push({ t: Math.round(performance.now() - this.started), phase: this.phase, rss, redisUsed: this.redisUsed, slots: this.slots });
+    this.samples.push({
+      t: Math.round(performance.now() - this.started),
+      phase: this.phase,
+      rss,
+      redisUsed: this.redisUsed,
+      slots: this.slots,
+    });
     if (!this.pending) {
       this.pending = true;
       Promise.all([redisUsedMemory(this.redis), this.redis.zcard(slotsKey)])
@@ -83,17 +89,23 @@ export class Sampler {
 
   /** Highest RSS of `name` over the samples of these phases. */
   peakRss(name: string, ...phases: string[]): number | null {
-    const values = this.of(...phases).map((s) => s.rss[name]).filter((v): v is number => typeof v === 'number');
+    const values = this.of(...phases)
+      .map((s) => s.rss[name])
+      .filter((v): v is number => typeof v === 'number');
     return values.length ? Math.max(...values) : null;
   }
 
   peakRedis(...phases: string[]): number | null {
-    const values = this.of(...phases).map((s) => s.redisUsed).filter((v): v is number => typeof v === 'number');
+    const values = this.of(...phases)
+      .map((s) => s.redisUsed)
+      .filter((v): v is number => typeof v === 'number');
     return values.length ? Math.max(...values) : null;
   }
 
   peakSlots(...phases: string[]): number | null {
-    const values = this.of(...phases).map((s) => s.slots).filter((v): v is number => typeof v === 'number');
+    const values = this.of(...phases)
+      .map((s) => s.slots)
+      .filter((v): v is number => typeof v === 'number');
     return values.length ? Math.max(...values) : null;
   }
 }

@@ -15,7 +15,8 @@ import { recordUrlFor } from '../test/support/record.js';
 export const logDir = join(root, 'bench', 'results', 'logs');
 export const upstreamKey = 'sk-bench';
 
-export const log = (message: string) => process.stderr.write(`[images ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+export const log = (message: string) =>
+  process.stderr.write(`[images ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 
 const baseEnv = (): Record<string, string> => ({ PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' });
 
@@ -50,7 +51,11 @@ export interface SlotUse {
   utilisation: number;
 }
 
-export async function startFakeImages(options: { latencyMs: number; cap: number; imageBytes: number }): Promise<FakeImages> {
+export async function startFakeImages(options: {
+  latencyMs: number;
+  cap: number;
+  imageBytes: number;
+}): Promise<FakeImages> {
   mkdirSync(logDir, { recursive: true });
   const env = {
     ...baseEnv(),
@@ -59,7 +64,12 @@ export async function startFakeImages(options: { latencyMs: number; cap: number;
     BENCH_IMAGE_BYTES: String(options.imageBytes),
     BENCH_IMAGE_API_KEY: upstreamKey,
   };
-  const child = spawnChild('fake', ['--import', 'tsx', 'bench/fake-images-process.ts'], env, join(logDir, 'images-fake.log'));
+  const child = spawnChild(
+    'fake',
+    ['--import', 'tsx', 'bench/fake-images-process.ts'],
+    env,
+    join(logDir, 'images-fake.log'),
+  );
   const line = await Promise.race([
     child.firstLine,
     sleep(20_000).then(() => {
@@ -94,7 +104,13 @@ export interface Gateway {
   env: Record<string, string>;
 }
 
-export async function startGateway(config: ConfigName, fakeUrl: string, redisUrl: string, blobDir: string, maxConcurrency: number): Promise<Gateway> {
+export async function startGateway(
+  config: ConfigName,
+  fakeUrl: string,
+  redisUrl: string,
+  blobDir: string,
+  maxConcurrency: number,
+): Promise<Gateway> {
   const port = await freePort();
   const env = {
     ...baseEnv(),

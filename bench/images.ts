@@ -37,9 +37,29 @@ import { Redis } from 'ioredis';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { benchRedisUrl } from '../test/support/redis-server.js';
 import { createAgent, fetchAll, fireImages, summarise, type ImageFormat } from './images-load.js';
-import { checksOf, checksTable, detailsTable, resultsTable, type Machine, type RssFigures, type RunResult, type Settings } from './images-report.js';
+import {
+  checksOf,
+  checksTable,
+  detailsTable,
+  resultsTable,
+  type Machine,
+  type RssFigures,
+  type RunResult,
+  type Settings,
+} from './images-report.js';
 import { MiB, redisUsedMemory, Sampler, slotsKey } from './images-sampler.js';
-import { fakeImage, fakeStats, log, logDir, startFakeImages, startGateway, stopGateway, type ConfigName, type FakeImages, type Gateway } from './images-stack.js';
+import {
+  fakeImage,
+  fakeStats,
+  log,
+  logDir,
+  startFakeImages,
+  startGateway,
+  stopGateway,
+  type ConfigName,
+  type FakeImages,
+  type Gateway,
+} from './images-stack.js';
 import { cpuTimeMs, root, rssBytes, sleep, waitForQuiet, type Child } from './procs.js';
 import { testRecord } from '../test/support/record.js';
 
@@ -63,7 +83,8 @@ const settings: Settings = {
   redisUrl: process.env.BENCH_IMAGE_REDIS_URL || '',
 };
 const configs = (process.env.BENCH_IMAGE_CONFIGS || 'all,split').split(',').map((c) => c.trim()) as ConfigName[];
-for (const config of configs) if (config !== 'all' && config !== 'split') throw new Error(`BENCH_IMAGE_CONFIGS: unknown configuration "${config}"`);
+for (const config of configs)
+  if (config !== 'all' && config !== 'split') throw new Error(`BENCH_IMAGE_CONFIGS: unknown configuration "${config}"`);
 const formats: ImageFormat[] = ['b64_json', 'url'];
 const redisDb = settings.redisUrl ? Number(/\/(\d+)$/.exec(settings.redisUrl)?.[1] ?? 0) : 13;
 const resultsDir = join(root, 'bench', 'results');
@@ -125,7 +146,12 @@ async function flushOwnDb(redis: Redis, when: string, waitMs: number): Promise<b
     others = await otherClients(redis);
   }
   if (others.length > 0) {
-    log(`${when}: ${others.length} other client(s) on db ${redisDb}, not flushing it:\n  ${others.slice(0, 5).map((l) => l.slice(0, 200)).join('\n  ')}`);
+    log(
+      `${when}: ${others.length} other client(s) on db ${redisDb}, not flushing it:\n  ${others
+        .slice(0, 5)
+        .map((l) => l.slice(0, 200))
+        .join('\n  ')}`,
+    );
     return false;
   }
   await redis.flushdb();
@@ -235,10 +261,16 @@ async function runOnce(ctx: RunContext, format: ImageFormat): Promise<{ run: Run
   pids.fake = fake.child.pid;
   pids.bench = process.pid;
   const sampler = new Sampler(pids, redis, settings.sampleMs);
-  const warningsBefore = Object.fromEntries(Object.entries(gateway.children).map(([name, child]) => [name, child.warnings]));
+  const warningsBefore = Object.fromEntries(
+    Object.entries(gateway.children).map(([name, child]) => [name, child.warnings]),
+  );
 
   const quiet = await waitForQuiet({ thresholdPct: 40, maxWaitMs: 5000 });
-  if (!quiet.quiet) log(`${ctx.config} / ${format}: the machine is busy (${Math.round(quiet.busyPct ?? 0)}% of one core in the last second): figures will be noisier`);
+  if (!quiet.quiet)
+    log(
+      `${ctx.config} / ${format}: the machine is busy (${Math.round(quiet.busyPct ?? 0)}% of one core in the ` +
+        `last second): figures will be noisier`,
+    );
   await fakeStats(fake, 'POST');
   sampler.start();
   sampler.mark('idle');
@@ -250,7 +282,15 @@ async function runOnce(ctx: RunContext, format: ImageFormat): Promise<{ run: Run
   const agent = createAgent();
   log(`${ctx.config} / ${format}: ${settings.requests} generations at once`);
   sampler.mark('burst');
-  const fired = await fireImages({ gatewayUrl: gateway.url, apiKey: ctx.apiKey, count: settings.requests, format, agent, expectedB64: ctx.pngB64, tag: `${ctx.config}-${format}` });
+  const fired = await fireImages({
+    gatewayUrl: gateway.url,
+    apiKey: ctx.apiKey,
+    count: settings.requests,
+    format,
+    agent,
+    expectedB64: ctx.pngB64,
+    tag: `${ctx.config}-${format}`,
+  });
   sampler.mark('burst');
   const vendor = await fakeStats(fake);
 
@@ -296,7 +336,11 @@ async function runOnce(ctx: RunContext, format: ImageFormat): Promise<{ run: Run
   const errorSamples = outcomes
     .filter((o) => !o.valid)
     .slice(0, 5)
-    .map((o) => (o.status === 0 ? `#${o.index} no answer after ${Math.round(o.ms)} ms: ${o.error}` : `#${o.index} ${o.status}: ${o.sample ?? ''}`));
+    .map((o) =>
+      o.status === 0
+        ? `#${o.index} no answer after ${Math.round(o.ms)} ms: ${o.error}`
+        : `#${o.index} ${o.status}: ${o.sample ?? ''}`,
+    );
   const run: RunResult = {
     config: ctx.config,
     format,
@@ -326,16 +370,30 @@ async function runOnce(ctx: RunContext, format: ImageFormat): Promise<{ run: Run
     fetch: fetched,
     blobDirBytes: dirBytes(ctx.blobDir),
     rss,
-    cpuMs: Object.fromEntries(Object.keys(pids).map((name) => [name, cpuBefore[name] != null && cpuAfter[name] != null ? cpuAfter[name]! - cpuBefore[name]! : null])),
-    redis: { usedBefore: redisBefore, usedPeak: sampler.peakRedis('burst', 'fetch', 'pause'), usedAfter: redisAfter, dbKeysAfter, byFamily },
+    cpuMs: Object.fromEntries(
+      Object.keys(pids).map((name) => [
+        name,
+        cpuBefore[name] != null && cpuAfter[name] != null ? cpuAfter[name]! - cpuBefore[name]! : null,
+      ]),
+    ),
+    redis: {
+      usedBefore: redisBefore,
+      usedPeak: sampler.peakRedis('burst', 'fetch', 'pause'),
+      usedAfter: redisAfter,
+      dbKeysAfter,
+      byFamily,
+    },
     queue,
-    warnings: Object.fromEntries(Object.entries(gateway.children).map(([name, child]) => [name, child.warnings - (warningsBefore[name] ?? 0)])),
+    warnings: Object.fromEntries(
+      Object.entries(gateway.children).map(([name, child]) => [name, child.warnings - (warningsBefore[name] ?? 0)]),
+    ),
     pauseMs: settings.pauseMs,
     before: { quiet: quiet.quiet, busyPct: quiet.busyPct === null ? null : Math.round(quiet.busyPct) },
   };
   const checks = checksOf(run, settings);
   log(
-    `${ctx.config} / ${format}: ${run.completed}/${run.failed}/${run.non2xx} completed/failed/non-2xx in ${run.wallMs} ms (ideal ${run.idealMs}); ` +
+    `${ctx.config} / ${format}: ${run.completed}/${run.failed}/${run.non2xx} completed/failed/non-2xx in ` +
+      `${run.wallMs} ms (ideal ${run.idealMs}); ` +
       `vendor max in flight ${run.vendor.maxInFlight}, 429s ${run.vendor.status429}; ` +
       checks.map((c) => `${c.name}: ${c.pass ? 'PASS' : 'FAIL'}`).join('; '),
   );
@@ -347,15 +405,35 @@ async function warmUp(ctx: RunContext): Promise<void> {
   const agent = createAgent();
   try {
     for (const format of formats) {
-      const fired = await fireImages({ gatewayUrl: ctx.gateway.url, apiKey: ctx.apiKey, count: settings.cap, format, agent, expectedB64: ctx.pngB64, tag: 'warm-up' });
+      const fired = await fireImages({
+        gatewayUrl: ctx.gateway.url,
+        apiKey: ctx.apiKey,
+        count: settings.cap,
+        format,
+        agent,
+        expectedB64: ctx.pngB64,
+        tag: 'warm-up',
+      });
       const bad = fired.outcomes.filter((o) => !o.valid);
       if (bad.length > 0) {
-        const tails = Object.values(ctx.gateway.children).map((c) => `--- ${c.name} ---\n${c.tail.slice(-15).join('\n')}`).join('\n');
-        throw new Error(`warm-up (${format}) failed for ${bad.length}/${fired.outcomes.length}: ${bad.slice(0, 3).map((o) => `${o.status} ${o.error ?? o.sample}`).join(' | ')}\n${tails}`);
+        const tails = Object.values(ctx.gateway.children)
+          .map((c) => `--- ${c.name} ---\n${c.tail.slice(-15).join('\n')}`)
+          .join('\n');
+        throw new Error(
+          `warm-up (${format}) failed for ${bad.length}/${fired.outcomes.length}: ${bad
+            .slice(0, 3)
+            .map((o) => `${o.status} ${o.error ?? o.sample}`)
+            .join(' | ')}\n${tails}`,
+        );
       }
       if (format === 'url') {
-        const fetched = await fetchAll(fired.outcomes.map((o) => o.url!), agent, ctx.png);
-        if (fetched.ok !== fired.outcomes.length) throw new Error(`warm-up: signed links failed: ${fetched.samples.join(' | ')}`);
+        const fetched = await fetchAll(
+          fired.outcomes.map((o) => o.url!),
+          agent,
+          ctx.png,
+        );
+        if (fetched.ok !== fired.outcomes.length)
+          throw new Error(`warm-up: signed links failed: ${fetched.samples.join(' | ')}`);
       }
     }
   } finally {
@@ -376,20 +454,37 @@ interface ConfigResult {
 }
 
 async function runConfig(config: ConfigName, fake: FakeImages, redis: Redis, png: Buffer): Promise<ConfigResult> {
-  if (!(await flushOwnDb(redis, `before ${config}`, 15_000))) throw new Error(`db ${redisDb} is in use by another client; stopping`);
+  if (!(await flushOwnDb(redis, `before ${config}`, 15_000)))
+    throw new Error(`db ${redisDb} is in use by another client; stopping`);
   const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-images');
   const blobDir = mkdtempSync(join(blobRoot!, `${config}-`));
   log(`starting the gateway (${config}), blobs in ${blobDir}`);
   const gateway = track(await startGateway(config, fake.url, settings.redisUrl, blobDir, settings.cap));
   // Let a freshly started process settle (the split worker may still be connecting) before its RSS at start is read.
   await sleep(1000);
-  const ctx: RunContext = { config, gateway, fake, redis, apiKey: key, png, pngB64: Buffer.from(png.toString('base64')), blobDir };
+  const ctx: RunContext = {
+    config,
+    gateway,
+    fake,
+    redis,
+    apiKey: key,
+    png,
+    pngB64: Buffer.from(png.toString('base64')),
+    blobDir,
+  };
   const result: ConfigResult = {
     config,
-    description: config === 'all' ? 'one process: node dist/bin/start.js' : 'node dist/bin/start.js --role=api + one --role=worker',
+    description:
+      config === 'all'
+        ? 'one process: node dist/bin/start.js'
+        : 'node dist/bin/start.js --role=api + one --role=worker',
     processes: Object.fromEntries(Object.entries(gateway.children).map(([name, child]) => [name, child.pid])),
-    rssAtStart: Object.fromEntries(Object.entries(gateway.children).map(([name, child]) => [name, rssBytes(child.pid) ?? null])),
-    logFiles: Object.fromEntries(Object.entries(gateway.logFiles).map(([name, file]) => [name, file.slice(root.length)])),
+    rssAtStart: Object.fromEntries(
+      Object.entries(gateway.children).map(([name, child]) => [name, rssBytes(child.pid) ?? null]),
+    ),
+    logFiles: Object.fromEntries(
+      Object.entries(gateway.logFiles).map(([name, file]) => [name, file.slice(root.length)]),
+    ),
     runs: [],
     logExcerpts: {},
     samples: {},
@@ -422,47 +517,82 @@ function reading(results: ConfigResult[]): string[] {
   const all = runs.flatMap((run) => checksOf(run, settings));
   lines.push(
     all.every((c) => c.pass)
-      ? `Every check passed in every run: ${settings.requests} of ${settings.requests} generations completed with the vendor's exact bytes, none failed or came back non-2xx, and the vendor never saw more than ${settings.cap} at once (no 429).`
+      ? `Every check passed in every run: ${settings.requests} of ${settings.requests} generations completed with ` +
+          `the vendor's exact bytes, none failed or came back non-2xx, and the vendor never saw more than ` +
+          `${settings.cap} at once (no 429).`
       : `Failed checks: ${runs
-          .flatMap((run) => checksOf(run, settings).filter((c) => !c.pass).map((c) => `${run.config}/${run.format} "${c.name}" (${c.detail})`))
+          .flatMap((run) =>
+            checksOf(run, settings)
+              .filter((c) => !c.pass)
+              .map((c) => `${run.config}/${run.format} "${c.name}" (${c.detail})`),
+          )
           .join('; ')}.`,
   );
   const reached = runs.filter((run) => run.vendor.maxInFlight >= settings.cap).length;
-  lines.push(`The vendor reached its cap of ${settings.cap} in ${reached} of ${runs.length} runs (max in flight per run: ${runs.map((r) => r.vendor.maxInFlight).join(', ')}).`);
+  lines.push(
+    `The vendor reached its cap of ${settings.cap} in ${reached} of ${runs.length} runs (max in flight per run: ${runs.map((r) => r.vendor.maxInFlight).join(', ')}).`,
+  );
   for (const run of runs) {
     const use = Math.round((run.idealMs / run.wallMs) * 100);
     lines.push(
       `${run.config === 'all' ? 'One process' : 'Split'}, ${run.format}: ${(run.wallMs / 1000).toFixed(2)} s against an ideal ${(run.idealMs / 1000).toFixed(2)} s ` +
-        `(ideal / wall ${use}%); p50 ${Math.round(run.latency?.p50 ?? 0)} ms, p99 ${Math.round(run.latency?.p99 ?? 0)} ms` +
-        (run.fetch ? `; the ${run.fetch.requested} signed links (${(run.fetch.bytes / MiB).toFixed(0)} MiB) downloaded in ${(run.fetch.wallMs / 1000).toFixed(2)} s` : '') +
+        (`(ideal / wall ${use}%); p50 ${Math.round(run.latency?.p50 ?? 0)} ms, p99 ` +
+          `${Math.round(run.latency?.p99 ?? 0)} ms`) +
+        (run.fetch
+          ? `; the ${run.fetch.requested} signed links (${(run.fetch.bytes / MiB).toFixed(0)} MiB) downloaded in ` +
+            `${(run.fetch.wallMs / 1000).toFixed(2)} s`
+          : '') +
         '.',
     );
   }
   const gatewayPeaks = runs.flatMap((run) =>
     Object.entries(run.rss)
       .filter(([name]) => name !== 'fake' && name !== 'bench')
-      .map(([name, r]) => ({ where: `${run.config}/${run.format} ${name}`, peak: r.peak ?? 0, idle: r.idleBefore ?? 0, after: r.after ?? 0 })),
+      .map(([name, r]) => ({
+        where: `${run.config}/${run.format} ${name}`,
+        peak: r.peak ?? 0,
+        idle: r.idleBefore ?? 0,
+        after: r.after ?? 0,
+      })),
   );
   const top = gatewayPeaks.sort((a, b) => b.peak - a.peak)[0];
   const b64Bytes = runs.find((r) => r.format === 'b64_json')?.responseBytes ?? 0;
   if (top) {
     const atStart = results
-      .flatMap((r) => Object.entries(r.rssAtStart).map(([name, bytes]) => `${r.config === 'all' ? 'one process' : name} ${Math.round((bytes ?? 0) / MiB)} MiB`))
+      .flatMap((r) =>
+        Object.entries(r.rssAtStart).map(
+          ([name, bytes]) => `${r.config === 'all' ? 'one process' : name} ${Math.round((bytes ?? 0) / MiB)} MiB`,
+        ),
+      )
       .join(', ');
     lines.push(
-      `Memory: the highest gateway RSS sampled was ${Math.round(top.peak / MiB)} MiB (${top.where}; ${Math.round(top.idle / MiB)} MiB before the run, ${Math.round(top.after / MiB)} MiB 5 s after), ` +
-        `under the ${settings.rssBoundMiB} MiB bound used here; once ready and before any request the processes held ${atStart}. ` +
-        `With b64_json the ${settings.requests} answers carry ${(b64Bytes / MiB).toFixed(0)} MiB of base64 through the process that holds the client connections, yet its RSS rose by ${Math.round((top.peak - top.idle) / MiB)} MiB at most: the answers are not all held at once. ` +
-        `RSS after the pause is what V8 kept, not necessarily live data; a ${settings.sampleMs} ms sample can miss a shorter spike.`,
+      `Memory: the highest gateway RSS sampled was ${Math.round(top.peak / MiB)} MiB (${top.where}; ` +
+        `${Math.round(top.idle / MiB)} MiB before the run, ${Math.round(top.after / MiB)} MiB 5 s after), ` +
+        (`under the ${settings.rssBoundMiB} MiB bound used here; once ready and before any request the processes ` +
+          `held ${atStart}. `) +
+        (`With b64_json the ${settings.requests} answers carry ${(b64Bytes / MiB).toFixed(0)} MiB of base64 ` +
+          `through the process that holds the client connections, yet its RSS rose by ` +
+          `${Math.round((top.peak - top.idle) / MiB)} MiB at most: the answers are not all held at once. `) +
+        (`RSS after the pause is what V8 kept, not necessarily live data; a ${settings.sampleMs} ms sample can ` +
+          `miss a shorter spike.`),
     );
   }
   const slot = runs.filter((r) => r.vendor.slotUse);
   if (slot.length > 0) {
     lines.push(
-      `Why the wall time exceeds the ideal: between the vendor sending an answer and the next request reaching it, a slot sat idle ` +
-        slot.map((r) => `${Math.round(r.vendor.slotUse!.gapMs.p50)} ms (p50; p90 ${Math.round(r.vendor.slotUse!.gapMs.p90)}) in ${r.config}/${r.format}`).join(', ') +
-        `. The vendor slot is freed as soon as the vendor's answer is in (rendering and storing happen after), and the release is announced so a waiting job tries at once; ` +
-        `what remains is the answer's trip back to the worker, the lease release and the next job's acquire and request, more so when several answers land together on the worker's one event loop. ` +
+      `Why the wall time exceeds the ideal: between the vendor sending an answer and the next request reaching ` +
+        `it, a slot sat idle ` +
+        slot
+          .map(
+            (r) =>
+              `${Math.round(r.vendor.slotUse!.gapMs.p50)} ms (p50; p90 ` +
+              `${Math.round(r.vendor.slotUse!.gapMs.p90)}) in ${r.config}/${r.format}`,
+          )
+          .join(', ') +
+        (`. The vendor slot is freed as soon as the vendor's answer is in (rendering and storing happen after), ` +
+          `and the release is announced so a waiting job tries at once; `) +
+        (`what remains is the answer's trip back to the worker, the lease release and the next job's acquire and ` +
+          `request, more so when several answers land together on the worker's one event loop. `) +
         `The gateway never let a 9th call through, so the cost is idle vendor capacity (the slots were busy ${slot.map((r) => `${Math.round(r.vendor.slotUse!.utilisation * 100)}%`).join(' / ')} of the time), not errors.`,
     );
   }
@@ -471,15 +601,23 @@ function reading(results: ConfigResult[]): string[] {
     const results = run.redis.byFamily['sy:result:*'];
     if (results) {
       lines.push(
-        `Redis (${run.config}, b64_json): answers over 512 KiB travel from the worker to the api as \`sy:result:*\` keys that expire after 300 s; ` +
-          `5 s after the run ${results.keys} such keys (the run's ${settings.requests} and the warm-up's ${settings.cap}) still held ${(results.bytes / MiB).toFixed(0)} MiB, about ${(results.bytes / results.keys / MiB).toFixed(1)} MiB per ${((run.responseBytes / run.requests) / MiB).toFixed(1)} MiB answer (used_memory ${Math.round(run.redis.usedBefore / MiB)} → ${Math.round(run.redis.usedAfter / MiB)} MiB). ` +
+        `Redis (${run.config}, b64_json): answers over 512 KiB travel from the worker to the api as ` +
+          `\`sy:result:*\` keys that expire after 300 s; ` +
+          (`5 s after the run ${results.keys} such keys (the run's ${settings.requests} and the warm-up's ` +
+            `${settings.cap}) still held ${(results.bytes / MiB).toFixed(0)} MiB, about ` +
+            `${(results.bytes / results.keys / MiB).toFixed(1)} MiB per ` +
+            `${(run.responseBytes / run.requests / MiB).toFixed(1)} MiB answer (used_memory ` +
+            `${Math.round(run.redis.usedBefore / MiB)} → ${Math.round(run.redis.usedAfter / MiB)} MiB). `) +
           `A burst of large b64 answers therefore costs Redis memory for five minutes after it is served.`,
       );
     }
   }
   for (const run of runs.filter((r) => r.format === 'url')) {
     lines.push(
-      `Redis (${run.config}, url): used_memory ${Math.round(run.redis.usedBefore / MiB)} → ${Math.round(run.redis.usedAfter / MiB)} MiB (the \`sy:result:*\` keys left are the b64_json run's); the images went to the blob directory (${(run.blobDirBytes / MiB).toFixed(0)} MiB after the run), and the db held ${run.redis.dbKeysAfter} keys: both runs' finished jobs, kept 60 s as designed.`,
+      `Redis (${run.config}, url): used_memory ${Math.round(run.redis.usedBefore / MiB)} → ` +
+        `${Math.round(run.redis.usedAfter / MiB)} MiB (the \`sy:result:*\` keys left are the b64_json run's); the ` +
+        `images went to the blob directory (${(run.blobDirBytes / MiB).toFixed(0)} MiB after the run), and the db ` +
+        `held ${run.redis.dbKeysAfter} keys: both runs' finished jobs, kept 60 s as designed.`,
     );
   }
   const busy = runs.filter((r) => !r.before.quiet);
@@ -489,8 +627,10 @@ function reading(results: ConfigResult[]): string[] {
     );
   }
   lines.push(
-    `Caveats: one 2-core machine runs the load generator, the fake vendor, the gateway and Redis (shared with other tenants, so used_memory is the whole server's; the per-key figures are this database's); ` +
-      `the fake answers after a fixed ${settings.latencyMs} ms, where real image generation takes seconds, which makes this a test of the gateway's hand-off overhead and memory, not of throughput.`,
+    `Caveats: one 2-core machine runs the load generator, the fake vendor, the gateway and Redis (shared with ` +
+      `other tenants, so used_memory is the whole server's; the per-key figures are this database's); ` +
+      (`the fake answers after a fixed ${settings.latencyMs} ms, where real image generation takes seconds, which ` +
+        `makes this a test of the gateway's hand-off overhead and memory, not of throughput.`),
   );
   return lines;
 }
@@ -501,15 +641,24 @@ function markdown(machine: Machine, results: ConfigResult[]): string {
   out.push(`## Images: ${settings.requests} concurrent generations against a vendor capped at ${settings.cap}`);
   out.push('');
   out.push(
-    `A fake OpenAI image vendor in its own process answers each \`POST /v1/images/generations\` after ${settings.latencyMs} ms with a ` +
-      `${(settings.imageBytes / MiB).toFixed(1)} MiB PNG (1024x1024, valid) as \`b64_json\`, and answers 429 to any request beyond ${settings.cap} in flight. ` +
-      `The gateway (\`node dist/bin/start.js\`, \`OPENAI_MAX_CONCURRENCY=${settings.cap}\`, local blob store) runs as one process, then as \`--role=api\` + one \`--role=worker\`. ` +
-      `${settings.requests} generations (\`dall-e-2\`, \`1024x1024\`) are fired at once with undici, once with \`response_format=b64_json\` and once with \`url\` ` +
-      `(then all ${settings.requests} signed links are downloaded). Every answer is compared byte for byte with the vendor's PNG. ` +
-      `RSS is read from /proc every ${settings.sampleMs} ms; "after" is ${settings.pauseMs / 1000} s after the last answer.`,
+    `A fake OpenAI image vendor in its own process answers each \`POST /v1/images/generations\` after ` +
+      `${settings.latencyMs} ms with a ` +
+      (`${(settings.imageBytes / MiB).toFixed(1)} MiB PNG (1024x1024, valid) as \`b64_json\`, and answers 429 to ` +
+        `any request beyond ${settings.cap} in flight. `) +
+      (`The gateway (\`node dist/bin/start.js\`, \`OPENAI_MAX_CONCURRENCY=${settings.cap}\`, local blob store) ` +
+        `runs as one process, then as \`--role=api\` + one \`--role=worker\`. `) +
+      (`${settings.requests} generations (\`dall-e-2\`, \`1024x1024\`) are fired at once with undici, once with ` +
+        `\`response_format=b64_json\` and once with \`url\` `) +
+      (`(then all ${settings.requests} signed links are downloaded). Every answer is compared byte for byte with ` +
+        `the vendor's PNG. `) +
+      (`RSS is read from /proc every ${settings.sampleMs} ms; "after" is ${settings.pauseMs / 1000} s after the ` +
+        `last answer.`),
   );
   out.push('');
-  out.push(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB; Node ${machine.node}; Redis ${machine.redis}; ${machine.kernel}; ${machine.date}.`);
+  out.push(
+    `Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB} GiB; Node ${machine.node}; Redis ` +
+      `${machine.redis}; ${machine.kernel}; ${machine.date}.`,
+  );
   out.push('');
   out.push('```sh');
   out.push(command);
@@ -521,10 +670,19 @@ function markdown(machine: Machine, results: ConfigResult[]): string {
   out.push('');
   out.push(detailsTable(runs));
   out.push('');
-  out.push(`Ideal wall time: ceil(${settings.requests} / ${settings.cap}) × ${settings.latencyMs} ms. Latency: from sending a request to the end of its answer, at the client. RSS "idle" is read just before the burst: after a warm-up of ${settings.cap} generations in each format and, for url, after the b64_json run; "peak" covers the generations and the link downloads. RSS bound used for PASS/FAIL: ${settings.rssBoundMiB} MiB per gateway process. Full figures: \`bench/results/images.json\`; process output: \`bench/results/logs/images-*.log\`.`);
+  out.push(
+    `Ideal wall time: ceil(${settings.requests} / ${settings.cap}) × ${settings.latencyMs} ms. Latency: from ` +
+      `sending a request to the end of its answer, at the client. RSS "idle" is read just before the burst: after ` +
+      `a warm-up of ${settings.cap} generations in each format and, for url, after the b64_json run; "peak" covers ` +
+      `the generations and the link downloads. RSS bound used for PASS/FAIL: ${settings.rssBoundMiB} MiB per ` +
+      `gateway process. Full figures: \`bench/results/images.json\`; process output: ` +
+      `\`bench/results/logs/images-*.log\`.`,
+  );
   out.push('');
   for (const line of reading(results)) out.push(`- ${line}`);
-  const excerpts = results.flatMap((r) => Object.entries(r.logExcerpts).map(([name, lines]) => ({ where: `${r.config}/${name}`, lines })));
+  const excerpts = results.flatMap((r) =>
+    Object.entries(r.logExcerpts).map(([name, lines]) => ({ where: `${r.config}/${name}`, lines })),
+  );
   if (excerpts.length > 0) {
     out.push('');
     out.push('Gateway log lines at warn or above (first few per process):');
@@ -550,14 +708,25 @@ async function main(): Promise<void> {
   let failed = false;
   try {
     if (!(await flushOwnDb(redis, 'start', 30_000))) {
-      throw new Error(`db ${redisDb} of ${settings.redisUrl} is in use by another client (a test run?); set BENCH_IMAGE_REDIS_URL to a free database or wait`);
+      throw new Error(
+        `db ${redisDb} of ${settings.redisUrl} is in use by another client (a test run?); set ` +
+          `BENCH_IMAGE_REDIS_URL to a free database or wait`,
+      );
     }
     const machine = await machineFacts(redis);
-    log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; db ${redisDb} flushed`);
-    const fake = track(await startFakeImages({ latencyMs: settings.latencyMs, cap: settings.cap, imageBytes: settings.imageBytes }));
+    log(
+      `machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; db ` +
+        `${redisDb} flushed`,
+    );
+    const fake = track(
+      await startFakeImages({ latencyMs: settings.latencyMs, cap: settings.cap, imageBytes: settings.imageBytes }),
+    );
     const png = await fakeImage(fake);
     settings.imageBytes = png.length;
-    log(`fake vendor at ${fake.url}: ${settings.latencyMs} ms per image, ${(png.length / MiB).toFixed(2)} MiB PNG, 429 beyond ${settings.cap} in flight`);
+    log(
+      `fake vendor at ${fake.url}: ${settings.latencyMs} ms per image, ${(png.length / MiB).toFixed(2)} MiB PNG, ` +
+        `429 beyond ${settings.cap} in flight`,
+    );
 
     const results: ConfigResult[] = [];
     for (const config of configs) results.push(await runConfig(config, fake, redis, png));
@@ -574,7 +743,9 @@ async function main(): Promise<void> {
     writeFileSync(join(root, 'bench', 'results', 'images.md'), md);
     process.stdout.write(`\n${resultsTable(runs)}\n\n${checksTable(runs, settings)}\n\n${detailsTable(runs)}\n\n`);
     for (const line of reading(results)) process.stdout.write(`- ${line}\n`);
-    process.stdout.write(`\n${failed ? 'FAIL' : 'PASS'}: wrote bench/results/images.json and bench/results/images.md\n`);
+    process.stdout.write(
+      `\n${failed ? 'FAIL' : 'PASS'}: wrote bench/results/images.json and bench/results/images.md\n`,
+    );
   } finally {
     clearTimeout(timeout);
     killChildren();

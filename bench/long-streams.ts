@@ -27,7 +27,24 @@ export const protocolModels: Record<Protocol, string> = {
 export const protocolVendors: Record<Protocol, string> = { openai: 'openai', anthropic: 'anthropic', gemini: 'google' };
 
 /** Token-sized text deltas, with a newline, quotes and non-ASCII so JSON escaping is exercised too. */
-const PIECES = [' The', ' quick', ' brown', ' fox', ' jumps', ' over', ' the', ' lazy', ' dog', '.', '\n', ' "Quoted"', ' café', ' naïve', ' 42', ','];
+const PIECES = [
+  ' The',
+  ' quick',
+  ' brown',
+  ' fox',
+  ' jumps',
+  ' over',
+  ' the',
+  ' lazy',
+  ' dog',
+  '.',
+  '\n',
+  ' "Quoted"',
+  ' café',
+  ' naïve',
+  ' 42',
+  ',',
+];
 
 export function streamPieces(count: number): string[] {
   return Array.from({ length: count }, (_, i) => PIECES[i % PIECES.length]!);
@@ -41,13 +58,25 @@ const PROMPT_TOKENS = 12;
 const CREATED = 1_730_000_000;
 
 function openaiStream(count: number, model: string): string {
-  const base = { id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model, system_fingerprint: 'fp_bench' };
-  const choice = (delta: unknown, finishReason: string | null) => [{ index: 0, delta, logprobs: null, finish_reason: finishReason }];
+  const base = {
+    id: 'chatcmpl-bench',
+    object: 'chat.completion.chunk',
+    created: CREATED,
+    model,
+    system_fingerprint: 'fp_bench',
+  };
+  const choice = (delta: unknown, finishReason: string | null) => [
+    { index: 0, delta, logprobs: null, finish_reason: finishReason },
+  ];
   const chunks: unknown[] = [
     { ...base, choices: choice({ role: 'assistant', content: '', refusal: null }, null), usage: null },
     ...streamPieces(count).map((content) => ({ ...base, choices: choice({ content }, null), usage: null })),
     { ...base, choices: choice({}, 'stop'), usage: null },
-    { ...base, choices: [], usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: count, total_tokens: PROMPT_TOKENS + count } },
+    {
+      ...base,
+      choices: [],
+      usage: { prompt_tokens: PROMPT_TOKENS, completion_tokens: count, total_tokens: PROMPT_TOKENS + count },
+    },
   ];
   return `${chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`).join('')}data: [DONE]\n\n`;
 }
@@ -57,13 +86,28 @@ function anthropicStream(count: number, model: string): string {
     {
       type: 'message_start',
       message: {
-        id: 'msg_bench_01', type: 'message', role: 'assistant', model, content: [], stop_reason: null, stop_sequence: null,
-        usage: { input_tokens: PROMPT_TOKENS, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 },
+        id: 'msg_bench_01',
+        type: 'message',
+        role: 'assistant',
+        model,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: {
+          input_tokens: PROMPT_TOKENS,
+          cache_creation_input_tokens: 0,
+          cache_read_input_tokens: 0,
+          output_tokens: 1,
+        },
       },
     },
     { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
     { type: 'ping' },
-    ...streamPieces(count).map((text) => ({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text } })),
+    ...streamPieces(count).map((text) => ({
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'text_delta', text },
+    })),
     { type: 'content_block_stop', index: 0 },
     { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: count } },
     { type: 'message_stop' },
@@ -77,8 +121,20 @@ function geminiStream(count: number, model: string): string {
   return pieces
     .map((text, index) => {
       const last = index === pieces.length - 1;
-      const candidate = { content: { role: 'model', parts: [{ text }] }, ...(last ? { finishReason: 'STOP' } : {}), index: 0 };
-      const usage = last ? { usageMetadata: { promptTokenCount: PROMPT_TOKENS, candidatesTokenCount: count, totalTokenCount: PROMPT_TOKENS + count } } : {};
+      const candidate = {
+        content: { role: 'model', parts: [{ text }] },
+        ...(last ? { finishReason: 'STOP' } : {}),
+        index: 0,
+      };
+      const usage = last
+        ? {
+            usageMetadata: {
+              promptTokenCount: PROMPT_TOKENS,
+              candidatesTokenCount: count,
+              totalTokenCount: PROMPT_TOKENS + count,
+            },
+          }
+        : {};
       return `data: ${JSON.stringify({ candidates: [candidate], ...usage, ...envelope })}\r\n\r\n`;
     })
     .join('');
@@ -93,20 +149,34 @@ export function longStream(protocol: Protocol, count: number): string {
 }
 
 /** What a client sends each vendor directly for the same stream (for the direct-to-fake baseline). */
-export function directRequest(protocol: Protocol, baseUrl: string, apiKey: string): { url: string; headers: Record<string, string>; body: string } {
+export function directRequest(
+  protocol: Protocol,
+  baseUrl: string,
+  apiKey: string,
+): { url: string; headers: Record<string, string>; body: string } {
   const model = protocolModels[protocol];
   if (protocol === 'openai') {
     return {
       url: `${baseUrl}/chat/completions`,
       headers: { authorization: `Bearer ${apiKey}` },
-      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Say hello.' }], stream: true, stream_options: { include_usage: true } }),
+      body: JSON.stringify({
+        model,
+        messages: [{ role: 'user', content: 'Say hello.' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      }),
     };
   }
   if (protocol === 'anthropic') {
     return {
       url: `${baseUrl}/v1/messages`,
       headers: { 'x-api-key': apiKey, 'anthropic-version': '2023-06-01' },
-      body: JSON.stringify({ model, max_tokens: 4096, messages: [{ role: 'user', content: 'Say hello.' }], stream: true }),
+      body: JSON.stringify({
+        model,
+        max_tokens: 4096,
+        messages: [{ role: 'user', content: 'Say hello.' }],
+        stream: true,
+      }),
     };
   }
   return {

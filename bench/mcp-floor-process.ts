@@ -42,7 +42,11 @@ const redis = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisP
 const subscriber = new Redis(redisUrl, { maxRetriesPerRequest: null, protocol: redisProtocol });
 const queue = new Queue<FloorCall>('mcp-floor', { connection: producer });
 const upstream = new Client({ name: 'mcp-floor', version: '1' });
-await upstream.connect(new StreamableHTTPClientTransport(new URL(upstreamUrl), { requestInit: { headers: { authorization: `Bearer ${upstreamToken}` } } }));
+await upstream.connect(
+  new StreamableHTTPClientTransport(new URL(upstreamUrl), {
+    requestInit: { headers: { authorization: `Bearer ${upstreamToken}` } },
+  }),
+);
 
 const worker = new Worker<FloorCall>(
   'mcp-floor',
@@ -52,7 +56,10 @@ const worker = new Worker<FloorCall>(
       const result = await upstream.callTool({ name, arguments: args });
       await redis.publish(channel, `${id}\n${JSON.stringify({ jsonrpc: '2.0', id: rpcId, result })}`);
     } catch (error) {
-      await redis.publish(channel, `${id}\n${JSON.stringify({ jsonrpc: '2.0', id: rpcId, error: { code: -32603, message: String(error) } })}`);
+      await redis.publish(
+        channel,
+        `${id}\n${JSON.stringify({ jsonrpc: '2.0', id: rpcId, error: { code: -32603, message: String(error) } })}`,
+      );
     }
   },
   { connection: redis, concurrency: 256 },
@@ -70,7 +77,8 @@ subscriber.on('message', (_channel: string, message: string) => {
 });
 await subscriber.subscribe(replyTo);
 
-const json = (res: ServerResponse, body: unknown, headers: Record<string, string> = {}) => res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
+const json = (res: ServerResponse, body: unknown, headers: Record<string, string> = {}) =>
+  res.writeHead(200, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(body));
 
 const server = createServer((req, res) => {
   if (req.url !== '/mcp' || req.method !== 'POST') {
@@ -81,14 +89,26 @@ const server = createServer((req, res) => {
   const parts: Buffer[] = [];
   req.on('data', (part: Buffer) => parts.push(part));
   req.on('end', () => {
-    const message = JSON.parse(Buffer.concat(parts).toString('utf8')) as { id?: string | number; method: string; params?: Record<string, unknown> };
+    const message = JSON.parse(Buffer.concat(parts).toString('utf8')) as {
+      id?: string | number;
+      method: string;
+      params?: Record<string, unknown>;
+    };
     if (message.id === undefined) {
       res.writeHead(202).end();
       return;
     }
     if (message.method === 'initialize') {
       const protocolVersion = String(message.params?.protocolVersion ?? '2025-06-18');
-      json(res, { jsonrpc: '2.0', id: message.id, result: { protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'mcp-floor', version: '1' } } }, { 'mcp-session-id': randomUUID() });
+      json(
+        res,
+        {
+          jsonrpc: '2.0',
+          id: message.id,
+          result: { protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'mcp-floor', version: '1' } },
+        },
+        { 'mcp-session-id': randomUUID() },
+      );
       return;
     }
     if (message.method !== 'tools/call') {
@@ -99,10 +119,16 @@ const server = createServer((req, res) => {
     waiting.set(id, res);
     res.on('close', () => waiting.delete(id));
     const params = message.params as { name: string; arguments?: Record<string, unknown> };
-    queue.add('call', { id, replyTo, rpcId: message.id, name: params.name, arguments: params.arguments ?? {} }, { jobId: id, removeOnComplete: true, removeOnFail: true }).catch((error: Error) => {
-      waiting.delete(id);
-      json(res, { jsonrpc: '2.0', id: message.id, error: { code: -32603, message: error.message } });
-    });
+    queue
+      .add(
+        'call',
+        { id, replyTo, rpcId: message.id, name: params.name, arguments: params.arguments ?? {} },
+        { jobId: id, removeOnComplete: true, removeOnFail: true },
+      )
+      .catch((error: Error) => {
+        waiting.delete(id);
+        json(res, { jsonrpc: '2.0', id: message.id, error: { code: -32603, message: error.message } });
+      });
   });
 });
 await worker.waitUntilReady();

@@ -42,18 +42,37 @@ export function mcpSettings(env: NodeJS.ProcessEnv): McpSettings {
     const raw = env[name];
     if (raw === undefined || raw === '') return fallback;
     const value = Number(raw);
-    if (!Number.isInteger(value) || value < min) throw new Error(`${name} must be an integer of at least ${min}, got "${raw}"`);
+    if (!Number.isInteger(value) || value < min)
+      throw new Error(`${name} must be an integer of at least ${min}, got "${raw}"`);
     return value;
   };
-  return { calls: int('BENCH_MCP_CALLS', 200, 1), toolMs: int('BENCH_MCP_TOOL_MS', 1000, 1), cap: int('BENCH_MCP_CAP', 20, 1), fast: int('BENCH_MCP_FAST', 500, 10) };
+  return {
+    calls: int('BENCH_MCP_CALLS', 200, 1),
+    toolMs: int('BENCH_MCP_TOOL_MS', 1000, 1),
+    cap: int('BENCH_MCP_CAP', 20, 1),
+    fast: int('BENCH_MCP_FAST', 500, 10),
+  };
 }
 
 export interface McpResults {
   settings: McpSettings;
-  flood: { answered: number; failed: number; upstreamStarts: number; mostAtOnce: number; seconds: number; leastSeconds: number };
+  flood: {
+    answered: number;
+    failed: number;
+    upstreamStarts: number;
+    mostAtOnce: number;
+    seconds: number;
+    leastSeconds: number;
+  };
   /** The other account's call: its whole time, and what it waited beyond the tool's own run. */
   other: { ms: number; waitedMs: number };
-  fast: { gateway: { p50: number; p99: number }; direct: { p50: number; p99: number }; floor: { p50: number; p99: number }; addedP50: number; floorAddedP50: number };
+  fast: {
+    gateway: { p50: number; p99: number };
+    direct: { p50: number; p99: number };
+    floor: { p50: number; p99: number };
+    addedP50: number;
+    floorAddedP50: number;
+  };
 }
 
 const quantile = (sorted: number[], q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -74,7 +93,11 @@ async function timed(client: Client, name: string, args: Record<string, unknown>
   return times.sort((a, b) => a - b);
 }
 
-export async function runMcpBench(options: { redis: Redis; redisUrl: string; settings: McpSettings }): Promise<McpResults> {
+export async function runMcpBench(options: {
+  redis: Redis;
+  redisUrl: string;
+  settings: McpSettings;
+}): Promise<McpResults> {
   const { redis, redisUrl, settings } = options;
   const upstreamToken = 'bench-upstream';
   const upstream = await startFakeMcp({ token: upstreamToken, json: true });
@@ -82,16 +105,31 @@ export async function runMcpBench(options: { redis: Redis; redisUrl: string; set
   const file = join(dir, 'mcp.json');
   writeFileSync(
     file,
-    JSON.stringify({ servers: { tools: { url: upstream.url, headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: settings.cap, timeout_ms: 60_000, price_per_call_usd: '0.001' } } }),
+    JSON.stringify({
+      servers: {
+        tools: {
+          url: upstream.url,
+          headers: { Authorization: `Bearer ${upstreamToken}` },
+          max_concurrency: settings.cap,
+          timeout_ms: 60_000,
+          price_per_call_usd: '0.001',
+        },
+      },
+    }),
   );
   const keyStore = new KeyStore(redis, await testRecord(redis));
   const keyOf = async (email: string) => {
     const account = await keyStore.accounts.create({ email, name: email });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    return (await keyStore.create('bench-mcp', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 })).key;
+    return (
+      await keyStore.create('bench-mcp', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 })
+    ).key;
   };
   const [floodKey, otherKey] = [await keyOf('bench-mcp-flood@example.com'), await keyOf('bench-mcp-other@example.com')];
-  const gateway = await startGateway('start', 'http://127.0.0.1:9', redisUrl, undefined, { env: { MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '2000', MOCK_VENDOR: 'on' }, logTag: 'mcp' });
+  const gateway = await startGateway('start', 'http://127.0.0.1:9', redisUrl, undefined, {
+    env: { MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '2000', MOCK_VENDOR: 'on' },
+    logTag: 'mcp',
+  });
   const clients: Client[] = [];
   let floorChild: { stop(): Promise<void> } | undefined;
   try {
@@ -103,23 +141,39 @@ export async function runMcpBench(options: { redis: Redis; redisUrl: string; set
       if (i > 100) throw new Error('the MCP server was never checked');
       await sleep(200);
     }
-    log(`mcp: ${settings.calls} calls of a ${settings.toolMs} ms tool at once, capped at ${settings.cap}; another account's one call a second in`);
-    const floodClients = await Promise.all(Array.from({ length: 8 }, () => connect(mcpUrl, { authorization: `Bearer ${floodKey}` })));
+    log(
+      `mcp: ${settings.calls} calls of a ${settings.toolMs} ms tool at once, capped at ${settings.cap}; another ` +
+        `account's one call a second in`,
+    );
+    const floodClients = await Promise.all(
+      Array.from({ length: 8 }, () => connect(mcpUrl, { authorization: `Bearer ${floodKey}` })),
+    );
     const otherClient = await connect(mcpUrl, { authorization: `Bearer ${otherKey}` });
     clients.push(...floodClients, otherClient);
     upstream.slow.most = 0;
     const startsBefore = upstream.slow.started;
     const floodStarted = performance.now();
-    const flood = Array.from({ length: settings.calls }, (_, i) => floodClients[i % floodClients.length]!.callTool({ name: 'tools__slow', arguments: { ms: settings.toolMs } }, undefined, { timeout: 600_000 }));
+    const flood = Array.from({ length: settings.calls }, (_, i) =>
+      floodClients[i % floodClients.length]!.callTool(
+        { name: 'tools__slow', arguments: { ms: settings.toolMs } },
+        undefined,
+        { timeout: 600_000 },
+      ),
+    );
     await sleep(1000);
     const otherStarted = performance.now();
-    await otherClient.callTool({ name: 'tools__slow', arguments: { ms: settings.toolMs } }, undefined, { timeout: 600_000 });
+    await otherClient.callTool({ name: 'tools__slow', arguments: { ms: settings.toolMs } }, undefined, {
+      timeout: 600_000,
+    });
     const otherMs = performance.now() - otherStarted;
     const settled = await Promise.allSettled(flood);
     const floodSeconds = (performance.now() - floodStarted) / 1000;
     const answered = settled.filter((s) => s.status === 'fulfilled').length;
 
-    log(`mcp: ${settings.fast} calls of a fast tool, one after another, through the gateway, directly and through the floor`);
+    log(
+      `mcp: ${settings.fast} calls of a fast tool, one after another, through the gateway, directly and through ` +
+        `the floor`,
+    );
     const floor = await startMcpFloor(upstream.url, upstreamToken, redisUrl);
     floorChild = floor.child;
     const direct = await connect(upstream.url, { authorization: `Bearer ${upstreamToken}` });
@@ -137,10 +191,16 @@ export async function runMcpBench(options: { redis: Redis; redisUrl: string; set
     for (let round = 0; round < rounds; round += 1) {
       for (let i = 0; i < targets.length; i += 1) {
         const target = targets[(round + i) % targets.length]!;
-        target.times.push(...(await timed(target.client, target.tool, { word: 'bench' }, Math.ceil(settings.fast / rounds))));
+        target.times.push(
+          ...(await timed(target.client, target.tool, { word: 'bench' }, Math.ceil(settings.fast / rounds))),
+        );
       }
     }
-    const [gatewayTimes, directTimes, floorTimes] = targets.map((target) => target.times.sort((a, b) => a - b)) as [number[], number[], number[]];
+    const [gatewayTimes, directTimes, floorTimes] = targets.map((target) => target.times.sort((a, b) => a - b)) as [
+      number[],
+      number[],
+      number[],
+    ];
     const p = (times: number[]) => ({ p50: quantile(times, 0.5), p99: quantile(times, 0.99) });
     return {
       settings,
@@ -174,18 +234,43 @@ export function renderMcp(results: McpResults): string {
   const { settings, flood, other, fast } = results;
   const ms = (value: number) => value.toFixed(2);
   return [
-    `MCP tool calls (bench/mcp.ts): ${settings.calls} calls of a ${settings.toolMs} ms tool from one account at once, the server capped at ${settings.cap}; another account's call a second in`,
+    `MCP tool calls (bench/mcp.ts): ${settings.calls} calls of a ${settings.toolMs} ms tool from one account at ` +
+      `once, the server capped at ${settings.cap}; another account's call a second in`,
     table(
-      ['calls', 'answered', 'failed', 'upstream starts', 'most at once (cap)', 'flood s (least)', "other account's call ms", 'it waited beyond its run ms (bar: one call)'],
-      [[String(settings.calls + 1), String(flood.answered + 1), String(flood.failed), String(flood.upstreamStarts), `${flood.mostAtOnce} (${settings.cap})`, `${flood.seconds.toFixed(2)} (${flood.leastSeconds.toFixed(2)})`, ms(other.ms), `${ms(other.waitedMs)} (${settings.toolMs})`]],
+      [
+        'calls',
+        'answered',
+        'failed',
+        'upstream starts',
+        'most at once (cap)',
+        'flood s (least)',
+        "other account's call ms",
+        'it waited beyond its run ms (bar: one call)',
+      ],
+      [
+        [
+          String(settings.calls + 1),
+          String(flood.answered + 1),
+          String(flood.failed),
+          String(flood.upstreamStarts),
+          `${flood.mostAtOnce} (${settings.cap})`,
+          `${flood.seconds.toFixed(2)} (${flood.leastSeconds.toFixed(2)})`,
+          ms(other.ms),
+          `${ms(other.waitedMs)} (${settings.toolMs})`,
+        ],
+      ],
     ),
     '',
-    `A fast tool, ${settings.fast} calls one after another with a connected client: through the gateway and through the floor (a bare BullMQ loop) against straight to the upstream`,
-    table(['path', 'p50 ms', 'p99 ms', 'added p50 ms'], [
-      ['direct', ms(fast.direct.p50), ms(fast.direct.p99), ''],
-      ['floor', ms(fast.floor.p50), ms(fast.floor.p99), ms(fast.floorAddedP50)],
-      ['gateway', ms(fast.gateway.p50), ms(fast.gateway.p99), `${ms(fast.addedP50)} (bar: 2)`],
-    ]),
+    `A fast tool, ${settings.fast} calls one after another with a connected client: through the gateway and ` +
+      `through the floor (a bare BullMQ loop) against straight to the upstream`,
+    table(
+      ['path', 'p50 ms', 'p99 ms', 'added p50 ms'],
+      [
+        ['direct', ms(fast.direct.p50), ms(fast.direct.p99), ''],
+        ['floor', ms(fast.floor.p50), ms(fast.floor.p99), ms(fast.floorAddedP50)],
+        ['gateway', ms(fast.gateway.p50), ms(fast.gateway.p99), `${ms(fast.addedP50)} (bar: 2)`],
+      ],
+    ),
   ].join('\n');
 }
 

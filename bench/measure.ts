@@ -134,7 +134,8 @@ export async function redisDbBytes(redis: Redis): Promise<number> {
     if (keys.length > 0) {
       const pipeline = redis.pipeline();
       for (const key of keys) pipeline.call('MEMORY', 'USAGE', key, 'SAMPLES', '0');
-      for (const [error, bytes] of (await pipeline.exec()) ?? []) if (!error && typeof bytes === 'number') total += bytes;
+      for (const [error, bytes] of (await pipeline.exec()) ?? [])
+        if (!error && typeof bytes === 'number') total += bytes;
     }
     seen += keys.length;
   } while (cursor !== '0' && seen < 100_000);
@@ -291,7 +292,8 @@ export async function measureLoad(options: {
   const redisAfter = await redisUsedMemory(redis);
   const dbAfter = await redisDbBytes(redis);
   const rss: Record<string, RssStats> = {};
-  for (const name of Object.keys(pids)) rss[name] = { before: before[name] ?? null, peak: peaks[name] ?? null, after: after[name] ?? null };
+  for (const name of Object.keys(pids))
+    rss[name] = { before: before[name] ?? null, peak: peaks[name] ?? null, after: after[name] ?? null };
   const statusCodes: Record<string, number> = {};
   for (const [code, stat] of Object.entries(result.statusCodeStats ?? {})) statusCodes[code] = stat.count ?? 0;
   return {
@@ -388,7 +390,9 @@ export async function soak(options: {
       ours += a === undefined || b === undefined ? 0 : b - a;
     }
     const othersCpuPct =
-      lastCpu.busy === undefined || cpu.busy === undefined ? null : Math.max(0, Math.round(((cpu.busy - lastCpu.busy - ours) / elapsed) * 100));
+      lastCpu.busy === undefined || cpu.busy === undefined
+        ? null
+        : Math.max(0, Math.round(((cpu.busy - lastCpu.busy - ours) / elapsed) * 100));
     lastCpu = cpu;
     const sample: SoakSample = {
       cpuPct,
@@ -475,7 +479,12 @@ function streamOnce(url: URL, headers: Record<string, string>, body: string, age
       {
         method: 'POST',
         agent,
-        headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length), accept: 'text/event-stream' },
+        headers: {
+          ...headers,
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+          accept: 'text/event-stream',
+        },
       },
       (res) => {
         let buffer = '';
@@ -567,7 +576,10 @@ export function machineFacts(redisVersionText: string) {
   };
 }
 
-/** What became of a set of requests: how many were sent, answered and failed, by status and by echoed tier, and the first failure. */
+/**
+ * What became of a set of requests: how many were sent, answered and failed, by status and by echoed tier, and the
+ * first failure.
+ */
 export interface Outcomes {
   sent: number;
   ok: number;
@@ -578,7 +590,9 @@ export interface Outcomes {
 }
 
 /** Counts requests' outcomes (`status` 0: no answer at all). */
-export function outcomes(done: ReadonlyArray<{ status: number; ok: boolean; tier?: string; failure?: string }>): Outcomes {
+export function outcomes(
+  done: ReadonlyArray<{ status: number; ok: boolean; tier?: string; failure?: string }>,
+): Outcomes {
   const statusCodes: Record<string, number> = {};
   const tiers: Record<string, number> = {};
   let ok = 0;
@@ -590,5 +604,12 @@ export function outcomes(done: ReadonlyArray<{ status: number; ok: boolean; tier
     tiers[d.tier ?? '(none)'] = (tiers[d.tier ?? '(none)'] ?? 0) + 1;
   }
   const firstFailure = done.find((d) => !d.ok)?.failure;
-  return { sent: done.length, ok, failed: done.length - ok, statusCodes, ...(firstFailure ? { firstFailure } : {}), tiers };
+  return {
+    sent: done.length,
+    ok,
+    failed: done.length - ok,
+    statusCodes,
+    ...(firstFailure ? { firstFailure } : {}),
+    tiers,
+  };
 }

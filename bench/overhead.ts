@@ -16,9 +16,27 @@ import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { defaultAccountId } from '../shared/accounts.js';
-import { measureLoad, measureTtft, Samples, soak, summarise, type CommandDelta, type LoadResult, type SoakSample } from './measure.js';
+import {
+  measureLoad,
+  measureTtft,
+  Samples,
+  soak,
+  summarise,
+  type CommandDelta,
+  type LoadResult,
+  type SoakSample,
+} from './measure.js';
 import { rssBytes, type Child } from './procs.js';
-import type { CellStats, KeysSideBySide, OverheadBar, OverheadCell, OverheadMemory, OverheadResults, OverheadTarget, TtftStats } from './report.js';
+import type {
+  CellStats,
+  KeysSideBySide,
+  OverheadBar,
+  OverheadCell,
+  OverheadMemory,
+  OverheadResults,
+  OverheadTarget,
+  TtftStats,
+} from './report.js';
 import { testRecord } from '../test/support/record.js';
 import {
   discoverProcesses,
@@ -56,7 +74,9 @@ export interface OverheadOptions {
 
 const descriptions: Record<OverheadConfig, string> = {
   start: 'node dist/bin/start.js, nothing added (what npm start runs)',
-  unlimited: 'node dist/bin/start.js, the Default account\'s key (POST /admin/keys with no account: unlimited, no limits; start\'s is a credited account\'s, with a limit, rpm and tpm)',
+  unlimited:
+    "node dist/bin/start.js, the Default account's key (POST /admin/keys with no account: unlimited, no limits; " +
+    "start's is a credited account's, with a limit, rpm and tpm)",
   'log-off': 'node dist/bin/start.js with REQUEST_LOG=off (the same build without the request log)',
   'one-loop': 'node dist/bin/start.js with WORKER_PROCESS=off (api and workers on one event loop)',
   split: 'node dist/bin/start.js --role=api + --role=worker',
@@ -97,7 +117,11 @@ export function targetDbs(redisUrl: string, count: number): number[] {
 }
 
 /** A key made through a gateway's admin API (`POST /admin/keys`), as an operator makes one. */
-async function adminKey(gatewayUrl: string, adminToken: string, body: Record<string, unknown>): Promise<{ id: string; key: string; account_id: string }> {
+async function adminKey(
+  gatewayUrl: string,
+  adminToken: string,
+  body: Record<string, unknown>,
+): Promise<{ id: string; key: string; account_id: string }> {
   const response = await fetch(`${gatewayUrl}/admin/keys`, {
     method: 'POST',
     headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
@@ -158,7 +182,9 @@ class CellAccumulator {
       errors: this.errors,
       timeouts: this.timeouts,
       non2xx: this.non2xx,
-      cpuUsPerRequest: Object.fromEntries([...this.cpuMs].map(([n, used]) => [n, used === null ? null : (used * 1000) / per])),
+      cpuUsPerRequest: Object.fromEntries(
+        [...this.cpuMs].map(([n, used]) => [n, used === null ? null : (used * 1000) / per]),
+      ),
       redisCommandsPerRequest: redisCommands.reduce((sum, d) => sum + d.calls, 0) / per,
       redisCommands,
     };
@@ -173,7 +199,19 @@ const cellDefs = [
 ] as const;
 
 export async function runOverhead(options: OverheadOptions): Promise<OverheadResults> {
-  const { redis, redisUrl, rounds, durationS, warmupS, soakS, ttftRequests, ttftWarmup, keyRounds, configNames, cpuProfDir } = options;
+  const {
+    redis,
+    redisUrl,
+    rounds,
+    durationS,
+    warmupS,
+    soakS,
+    ttftRequests,
+    ttftWarmup,
+    keyRounds,
+    configNames,
+    cpuProfDir,
+  } = options;
   // The gateways' admin API, for the keys made as an operator makes them.
   const adminToken = `bench-${randomBytes(12).toString('hex')}`;
   const plainJson = JSON.stringify(plainBody);
@@ -233,26 +271,48 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       const db = dbs[i + 1]!;
       const gatewayRedis = await openDb(db);
       // Quota and limits on: an account with a balance, a key with a spending limit, rpm and tpm far above the load.
-      // `unlimited`: the Default account's key instead, made once the gateway runs as the issue made it (POST /admin/keys
-      // with no account: unlimited, no limits), the way a first key is commonly made.
+      // `unlimited`: the Default account's key instead, made once the gateway runs as the issue made it (POST
+      // /admin/keys with no account: unlimited, no limits), the way a first key is commonly made.
       const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
       const unlimited = name === 'unlimited';
       let key: { id: string; key: string } | undefined;
       if (!unlimited) {
         const account = await keyStore.accounts.create({ email: `bench-${name}@example.com`, name: `bench ${name}` });
         await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-        key = await keyStore.create('bench-limited', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+        key = await keyStore.create('bench-limited', {
+          accountId: account.id,
+          limitMicros: 10 ** 12,
+          rpm: 10 ** 8,
+          tpm: 10 ** 9,
+        });
       }
       log(`gateway ${name}: starting (Redis db ${db})`);
-      // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes each):
-      // capped at its minimum here, so that the soak shows whether anything else grows.
-      const gateway = await startGateway(name === 'log-off' || name === 'unlimited' ? 'start' : (name satisfies GatewayConfig), fake.url, dbUrl(redisUrl, db), cpuProfDir, {
-        env: { USAGE_BUFFER_RECORDS: '1000', ADMIN_TOKEN: adminToken, ...(name === 'log-off' ? { REQUEST_LOG: 'off' } : {}) },
-        logTag: name,
-      });
-      // The Default account's key, as `POST /admin/keys {"name":"perf"}` makes it: `unlimited`'s own, and `start`'s second.
-      const defaultKey = unlimited || (name === 'start' && keyRounds > 0) ? await adminKey(gateway.url, adminToken, { name: 'perf' }) : undefined;
-      if (defaultKey && defaultKey.account_id !== defaultAccountId) throw new Error(`POST /admin/keys with no account made a key of ${defaultKey.account_id}, not ${defaultAccountId}`);
+      // The per-request usage log is kept by design up to USAGE_RETENTION_RECORDS (default 10 million, about 250 bytes
+      // each): capped at its minimum here, so that the soak shows whether anything else grows.
+      const gateway = await startGateway(
+        name === 'log-off' || name === 'unlimited' ? 'start' : (name satisfies GatewayConfig),
+        fake.url,
+        dbUrl(redisUrl, db),
+        cpuProfDir,
+        {
+          env: {
+            USAGE_BUFFER_RECORDS: '1000',
+            ADMIN_TOKEN: adminToken,
+            ...(name === 'log-off' ? { REQUEST_LOG: 'off' } : {}),
+          },
+          logTag: name,
+        },
+      );
+      // The Default account's key, as `POST /admin/keys {"name":"perf"}` makes it: `unlimited`'s own, and `start`'s
+      // second.
+      const defaultKey =
+        unlimited || (name === 'start' && keyRounds > 0)
+          ? await adminKey(gateway.url, adminToken, { name: 'perf' })
+          : undefined;
+      if (defaultKey && defaultKey.account_id !== defaultAccountId)
+        throw new Error(
+          `POST /admin/keys with no account made a key of ${defaultKey.account_id}, not ${defaultAccountId}`,
+        );
       key ??= defaultKey!;
       const made = key;
       const target: Target = {
@@ -276,10 +336,16 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
       target.pids = discoverProcesses(gateway);
       if (name === 'start' || name === 'log-off' || name === 'unlimited') {
         const forked = Object.keys(target.pids).length > 1;
-        target.description += forked ? `: api + ${Object.keys(target.pids).length - 1} forked worker process(es)` : ': one process (nothing forked)';
+        target.description += forked
+          ? `: api + ${Object.keys(target.pids).length - 1} forked worker process(es)`
+          : ': one process (nothing forked)';
       }
       target.idleRss = Object.fromEntries(Object.entries(target.pids).map(([n, pid]) => [n, rssBytes(pid) ?? null]));
-      log(`gateway ${name}: ready, processes ${Object.entries(target.pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
+      log(
+        `gateway ${name}: ready, processes ${Object.entries(target.pids)
+          .map(([n, pid]) => `${n} ${pid}`)
+          .join(', ')}`,
+      );
     }
 
     const lineup = (turn: number) => targets.map((_, i) => targets[(i + turn) % targets.length]!);
@@ -307,20 +373,41 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
             latencies: a.latencies,
           });
           a.add(r);
-          log(`  ${t.name}: ${Math.round(r.rps)} req/s, p50 ${r.latency.p50.toFixed(2)} ms, p99 ${r.latency.p99.toFixed(2)} ms${failuresOf(r) ? `, ${failuresOf(r)} failed` : ''}`);
+          log(
+            `  ${t.name}: ${Math.round(r.rps)} req/s, p50 ${r.latency.p50.toFixed(2)} ms, p99 ${r.latency.p99.toFixed(2)} ms${failuresOf(r) ? `, ${failuresOf(r)} failed` : ''}`,
+          );
         }
       }
-      cells.push({ name: def.name, stream: def.stream, connections: def.connections, targets: Object.fromEntries([...acc].map(([n, a]) => [n, a.result()])) });
+      cells.push({
+        name: def.name,
+        stream: def.stream,
+        connections: def.connections,
+        targets: Object.fromEntries([...acc].map(([n, a]) => [n, a.result()])),
+      });
     }
 
     // ---- time to first token
-    const pools = new Map(targets.map((t) => [t.name, { ttft: new Samples(), total: new Samples(), failures: 0, p50ByRound: [] as number[] }]));
+    const pools = new Map(
+      targets.map((t) => [
+        t.name,
+        { ttft: new Samples(), total: new Samples(), failures: 0, p50ByRound: [] as number[] },
+      ]),
+    );
     for (let round = 1; round <= rounds; round += 1) {
       const order = lineup(turn++);
-      log(`time to first token, round ${round}/${rounds} (${ttftWarmup} + ${ttftRequests} stream requests each): ${order.map((t) => t.name).join(', ')}`);
+      log(
+        `time to first token, round ${round}/${rounds} (${ttftWarmup} + ${ttftRequests} stream requests each): ${order.map((t) => t.name).join(', ')}`,
+      );
       for (const t of order) {
         const pool = pools.get(t.name)!;
-        const r = await measureTtft({ url: t.url, headers: t.headers, body: streamJson, warmup: ttftWarmup, count: ttftRequests, pool });
+        const r = await measureTtft({
+          url: t.url,
+          headers: t.headers,
+          body: streamJson,
+          warmup: ttftWarmup,
+          count: ttftRequests,
+          pool,
+        });
         pool.failures += r.failures;
         pool.p50ByRound.push(r.ttft.p50);
       }
@@ -328,13 +415,28 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const ttft: Record<string, TtftStats> = Object.fromEntries(
       [...pools].map(([n, p]) => [
         n,
-        { rounds, requests: rounds * ttftRequests, failures: p.failures, ttft: summarise(p.ttft), total: summarise(p.total), p50ByRound: p.p50ByRound },
+        {
+          rounds,
+          requests: rounds * ttftRequests,
+          failures: p.failures,
+          ttft: summarise(p.ttft),
+          total: summarise(p.total),
+          p50ByRound: p.p50ByRound,
+        },
       ]),
     );
 
     // ---- two keys side by side on the one `start` gateway
     const start = targets.find((t) => t.name === 'start');
-    const keys = start?.defaultKey ? await keysSideBySide(start, start.defaultKey, { rounds: keyRounds, durationS, warmupS, fakePid, body: plainJson }) : undefined;
+    const keys = start?.defaultKey
+      ? await keysSideBySide(start, start.defaultKey, {
+          rounds: keyRounds,
+          durationS,
+          warmupS,
+          fakePid,
+          body: plainJson,
+        })
+      : undefined;
 
     // ---- memory of `start`
     let memory: OverheadMemory | undefined;
@@ -352,8 +454,13 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
           pids: start.pids,
           cpuOnlyPids: { fake: fakePid },
           onSample: (s) =>
-            log(`  soak t=${s.t}s ${s.phase}: redis ${(s.redisUsedMemory / 1048576).toFixed(1)} MiB (db ${start.db}: ${(s.redisDbBytes / 1048576).toFixed(2)} MiB, ${s.redisKeys} keys), ` +
-              Object.entries(s.rss).map(([n, v]) => `${n} ${v === null ? '-' : (v / 1048576).toFixed(1)} MiB`).join(', ')),
+            log(
+              `  soak t=${s.t}s ${s.phase}: redis ${(s.redisUsedMemory / 1048576).toFixed(1)} MiB (db ` +
+                `${start.db}: ${(s.redisDbBytes / 1048576).toFixed(2)} MiB, ${s.redisKeys} keys), ` +
+                Object.entries(s.rss)
+                  .map(([n, v]) => `${n} ${v === null ? '-' : (v / 1048576).toFixed(1)} MiB`)
+                  .join(', '),
+            ),
         });
         const reference = referenceSample(memory.soak.samples);
         if (reference) memory.referenceT = reference.t;
@@ -364,7 +471,10 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
     const info: OverheadTarget[] = [];
     for (const t of targets) {
       const intact = t.intact ? await t.intact().catch(() => false) : undefined;
-      if (intact === false) log(`WARNING: the bench API key of ${t.name} vanished from db ${t.db}: another client flushed it during the run`);
+      if (intact === false)
+        log(
+          `WARNING: the bench API key of ${t.name} vanished from db ${t.db}: another client flushed it during the run`,
+        );
       info.push({
         name: t.name,
         description: t.description,
@@ -374,11 +484,23 @@ export async function runOverhead(options: OverheadOptions): Promise<OverheadRes
         warnings: Object.fromEntries(t.children.map((c) => [c.name, c.warnings])),
         ...(intact === undefined ? {} : { databaseIntact: intact }),
       });
-      for (const c of t.children) if (c.warnings > 0) log(`${t.name}: ${c.name} logged ${c.warnings} line(s) at warn or above (bench/results/logs/)`);
+      for (const c of t.children)
+        if (c.warnings > 0)
+          log(`${t.name}: ${c.name} logged ${c.warnings} line(s) at warn or above (bench/results/logs/)`);
     }
 
     return {
-      settings: { targets: targets.map((t) => t.name), rounds, durationS, warmupS, soakS, ttftRequests, ttftWarmup, body: plainBody, streamBody },
+      settings: {
+        targets: targets.map((t) => t.name),
+        rounds,
+        durationS,
+        warmupS,
+        soakS,
+        ttftRequests,
+        ttftWarmup,
+        body: plainBody,
+        streamBody,
+      },
       targets: info,
       cells,
       ttft,
@@ -419,7 +541,9 @@ async function keysSideBySide(
   for (let round = 1; round <= settings.rounds; round += 1) {
     const order = round % 2 === 1 ? [...sideBySideKeys] : [...sideBySideKeys].reverse();
     orders.push(order);
-    log(`keys side by side on start, non-stream, 64 connections, round ${round}/${settings.rounds}: ${order.join(', ')}`);
+    log(
+      `keys side by side on start, non-stream, 64 connections, round ${round}/${settings.rounds}: ${order.join(', ')}`,
+    );
     for (const k of order) {
       const a = acc.get(k)!;
       const r = await measureLoad({
@@ -433,7 +557,9 @@ async function keysSideBySide(
         latencies: a.latencies,
       });
       a.add(r);
-      log(`  ${k} key: ${Math.round(r.rps)} req/s, p50 ${r.latency.p50.toFixed(2)} ms${failuresOf(r) ? `, ${failuresOf(r)} failed` : ''}`);
+      log(
+        `  ${k} key: ${Math.round(r.rps)} req/s, p50 ${r.latency.p50.toFixed(2)} ms${failuresOf(r) ? `, ${failuresOf(r)} failed` : ''}`,
+      );
     }
   }
   return {
@@ -444,13 +570,18 @@ async function keysSideBySide(
   };
 }
 
-/** CPU µs per request of the gateway's own processes (api and worker, or the one process), null if one was unreadable. */
+/**
+ * CPU µs per request of the gateway's own processes (api and worker, or the one process), null if one was unreadable.
+ */
 function gatewayCpuUs(c: CellStats): number | null {
   const own = Object.entries(c.cpuUsPerRequest).filter(([n]) => !['fake', 'redis', 'loadgen', 'others'].includes(n));
   return own.some(([, v]) => v === null) ? null : own.reduce((sum, [, v]) => sum + (v ?? 0), 0);
 }
 
-/** The soak sample the Redis bars compare the end with: the first under load at ≥ 60 s (after warm-up), else the last under load. */
+/**
+ * The soak sample the Redis bars compare the end with: the first under load at ≥ 60 s (after warm-up), else the last
+ * under load.
+ */
 function referenceSample(samples: SoakSample[]): SoakSample | undefined {
   const load = samples.filter((s) => s.phase === 'load');
   return load.find((s) => s.t >= 59) ?? load[load.length - 1];
@@ -459,7 +590,13 @@ function referenceSample(samples: SoakSample[]): SoakSample | undefined {
 const int = (value: number) => Math.round(value).toLocaleString('en-US');
 const signedMs = (value: number) => `${value >= 0 ? '+' : ''}${value.toFixed(2)} ms`;
 
-function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record<string, TtftStats>, memory: OverheadMemory | undefined, keys?: KeysSideBySide): OverheadBar[] {
+function bars(
+  configNames: OverheadConfig[],
+  cells: OverheadCell[],
+  ttft: Record<string, TtftStats>,
+  memory: OverheadMemory | undefined,
+  keys?: KeysSideBySide,
+): OverheadBar[] {
   const out: OverheadBar[] = [];
   // The Default account's key costs what a credited key costs (or less: it checks no balance), on the same gateway.
   // Held to the gateway's own CPU and Redis commands per request: on a machine shared with other tenants req/s
@@ -562,7 +699,9 @@ function bars(configNames: OverheadConfig[], cells: OverheadCell[], ttft: Record
           config: 'start',
           name: 'request log: Redis commands per request added',
           target: '≤ 2',
-          actual: `+${added.toFixed(2)} (${on.redisCommandsPerRequest.toFixed(1)} vs ${off.redisCommandsPerRequest.toFixed(1)})`,
+          actual:
+            `+${added.toFixed(2)} (${on.redisCommandsPerRequest.toFixed(1)} vs ` +
+            `${off.redisCommandsPerRequest.toFixed(1)})`,
           pass: added <= 2,
         });
       }

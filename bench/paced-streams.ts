@@ -25,10 +25,31 @@ import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { KeyStore } from '../api/accounts/key-store.js';
 import { testRecord } from '../test/support/record.js';
-import { commandStats, diffCommandStats, redisProcessId, redisUsedMemory, RssSampler, Samples, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
+import {
+  commandStats,
+  diffCommandStats,
+  redisProcessId,
+  redisUsedMemory,
+  RssSampler,
+  Samples,
+  summariseSorted,
+  type CommandDelta,
+  type LatencySummary,
+} from './measure.js';
 import { dbUrl, targetDbs } from './overhead.js';
 import { cpuWindow, sleep, spawnChild, waitForQuiet } from './procs.js';
-import { discoverProcesses, fakeControl, log, probe, startGateway, stopGateway, streamBody, upstreamKey, type Fake, type Gateway } from './stack.js';
+import {
+  discoverProcesses,
+  fakeControl,
+  log,
+  probe,
+  startGateway,
+  stopGateway,
+  streamBody,
+  upstreamKey,
+  type Fake,
+  type Gateway,
+} from './stack.js';
 import { table, type Bar } from './table.js';
 
 export interface StreamsSettings {
@@ -61,7 +82,10 @@ export interface WaveStats {
   waveMs: number;
   /** Whether the machine was quiet before the wave (busy share of one core in the last second). */
   quiet: { quiet: boolean; busyPct: number | null };
-  /** CPU ms (user + system) by process during the wave; `loadgen` is this process (the clients), `others` the rest of the machine. */
+  /**
+   * CPU ms (user + system) by process during the wave; `loadgen` is this process (the clients), `others` the rest of
+   * the machine.
+   */
   cpuMs: Record<string, number | null>;
   /** CPU ms per 1,000 tokens the clients got, by process. */
   cpuMsPer1000Tokens: Record<string, number | null>;
@@ -71,7 +95,10 @@ export interface WaveStats {
   redisCommands: number;
   redisCommandsPerToken: number;
   redisTop: CommandDelta[];
-  /** Redis used_memory before the wave and right after its last stream ended, bytes (replay logs are kept a while after a stream ends). */
+  /**
+   * Redis used_memory before the wave and right after its last stream ended, bytes (replay logs are kept a while after
+   * a stream ends).
+   */
   redisUsedMemory: { before: number; after: number };
   /** The fake's count of paced streams in the wave: started, completed, left by their client. */
   fake: { started: number; completed: number; aborted: number; maxActive: number } | null;
@@ -113,7 +140,13 @@ const TOKEN = '"content":"';
  * minimal (the client shares the machine): a content token is a `data:` line with a non-empty
  * `"content":"…"`; the end is the `data: [DONE]` line.
  */
-async function readStream(agent: Agent, target: Target, body: string, expected: number, gaps: Samples): Promise<Outcome> {
+async function readStream(
+  agent: Agent,
+  target: Target,
+  body: string,
+  expected: number,
+  gaps: Samples,
+): Promise<Outcome> {
   const opened = performance.now();
   let tokens = 0;
   let ttft = Number.NaN;
@@ -132,7 +165,13 @@ async function readStream(agent: Agent, target: Target, body: string, expected: 
     if (response.statusCode !== 200) {
       const text = await response.body.text().catch(() => '');
       const code = /"code":"([^"]+)"/.exec(text)?.[1];
-      return { ok: false, reason: `HTTP ${response.statusCode}${code ? ` ${code}` : ''}`, tokens, ttft, end: performance.now() };
+      return {
+        ok: false,
+        reason: `HTTP ${response.statusCode}${code ? ` ${code}` : ''}`,
+        tokens,
+        ttft,
+        end: performance.now(),
+      };
     }
     // A read may end inside a UTF-8 character: the decoder keeps its bytes for the next.
     const decoder = new StringDecoder('utf8');
@@ -163,7 +202,13 @@ async function readStream(agent: Agent, target: Target, body: string, expected: 
       carry = start < text.length ? text.slice(start) : '';
     }
   } catch (error) {
-    return { ok: false, reason: (error as { code?: string }).code ?? (error as Error).message.slice(0, 60), tokens, ttft, end: performance.now() };
+    return {
+      ok: false,
+      reason: (error as { code?: string }).code ?? (error as Error).message.slice(0, 60),
+      tokens,
+      ttft,
+      end: performance.now(),
+    };
   }
   const end = performance.now();
   if (!done) return { ok: false, reason: errorCode ? `error event ${errorCode}` : 'no [DONE]', tokens, ttft, end };
@@ -178,7 +223,9 @@ async function wave(target: Target, streams: number, expected: number) {
   const gaps = new Samples();
   const started = performance.now();
   try {
-    const outcomes = await Promise.all(Array.from({ length: streams }, () => readStream(agent, target, body, expected, gaps)));
+    const outcomes = await Promise.all(
+      Array.from({ length: streams }, () => readStream(agent, target, body, expected, gaps)),
+    );
     const ended = Math.max(...outcomes.map((o) => o.end));
     return { outcomes, gaps, waveMs: ended - started };
   } finally {
@@ -187,10 +234,14 @@ async function wave(target: Target, streams: number, expected: number) {
 }
 
 function startPacedFake(tokens: number, paceMs: number): Promise<Fake> {
-  const child = spawnChild('fake', ['--import', 'tsx', 'bench/fake-upstream-process.ts', `--pace-tokens=${tokens}`, `--pace-ms=${paceMs}`], {
-    PATH: process.env.PATH ?? '',
-    HOME: process.env.HOME ?? '/root',
-  });
+  const child = spawnChild(
+    'fake',
+    ['--import', 'tsx', 'bench/fake-upstream-process.ts', `--pace-tokens=${tokens}`, `--pace-ms=${paceMs}`],
+    {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+    },
+  );
   return Promise.race([
     child.firstLine.then((line) => ({ child, ...(JSON.parse(line) as Omit<Fake, 'child'>) })),
     sleep(20_000).then(() => {
@@ -212,7 +263,8 @@ async function probeOne(target: Target, tokens: number): Promise<void> {
 
 type Paced = NonNullable<WaveStats['fake']>;
 async function pacedStats(fake: Fake): Promise<Paced | null> {
-  const stats = (await fakeControl(fake, 'GET', '/__stats').catch(() => undefined)) as Record<string, { paced?: Paced }> | undefined;
+  const stats = (await fakeControl(fake, 'GET', '/__stats').catch(() => undefined)) as
+    Record<string, { paced?: Paced }> | undefined;
   return stats?.openai?.paced ?? null;
 }
 
@@ -242,7 +294,8 @@ async function measureWave(options: {
   const tokens = outcomes.reduce((sum, o) => sum + o.tokens, 0);
   const ttft = new Float64Array(outcomes.filter((o) => o.tokens > 0).map((o) => o.ttft)).sort();
   const brokenReasons: Record<string, number> = {};
-  for (const o of outcomes) if (!o.ok) brokenReasons[o.reason ?? 'unknown'] = (brokenReasons[o.reason ?? 'unknown'] ?? 0) + 1;
+  for (const o of outcomes)
+    if (!o.ok) brokenReasons[o.reason ?? 'unknown'] = (brokenReasons[o.reason ?? 'unknown'] ?? 0) + 1;
   const per1000 = Math.max(1, tokens) / 1000;
   const redisCommands = commands.reduce((sum, d) => sum + d.calls, 0);
   return {
@@ -266,30 +319,58 @@ async function measureWave(options: {
   };
 }
 
-export async function runPacedStreams(options: { settings: StreamsSettings; redis: Redis; redisUrl: string }): Promise<StreamsResults> {
+export async function runPacedStreams(options: {
+  settings: StreamsSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<StreamsResults> {
   const { settings, redis, redisUrl } = options;
   const fake = await startPacedFake(settings.tokens, settings.paceMs);
-  log(`streams: paced fake at ${fake.url} (pid ${fake.child.pid}): ${settings.tokens} tokens, one write every ${settings.paceMs} ms`);
+  log(
+    `streams: paced fake at ${fake.url} (pid ${fake.child.pid}): ${settings.tokens} tokens, one write every ` +
+      `${settings.paceMs} ms`,
+  );
   const [db] = targetDbs(redisUrl, 1);
   const gatewayRedis = new Redis(dbUrl(redisUrl, db!), { maxRetriesPerRequest: 3 });
   let gateway: Gateway | undefined;
   try {
     await gatewayRedis.flushdb();
-    const direct: Target = { name: 'direct', url: `${fake.url}/chat/completions`, headers: { authorization: `Bearer ${upstreamKey}` }, pids: {} };
+    const direct: Target = {
+      name: 'direct',
+      url: `${fake.url}/chat/completions`,
+      headers: { authorization: `Bearer ${upstreamKey}` },
+      pids: {},
+    };
     await probeOne(direct, settings.tokens);
 
     // A credited account's key with a spending limit and rate limits far above the load (as the overhead section).
     const keyStore = new KeyStore(gatewayRedis, await testRecord(gatewayRedis));
     const account = await keyStore.accounts.create({ email: 'bench-streams@example.com', name: 'bench streams' });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    const key = await keyStore.create('bench-streams', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+    const key = await keyStore.create('bench-streams', {
+      accountId: account.id,
+      limitMicros: 10 ** 12,
+      rpm: 10 ** 8,
+      tpm: 10 ** 9,
+    });
     log(`streams: gateway starting (Redis db ${db})`);
-    gateway = await startGateway('start', fake.url, dbUrl(redisUrl, db!), process.env.BENCH_CPU_PROF || undefined, { logTag: 'streams' });
+    gateway = await startGateway('start', fake.url, dbUrl(redisUrl, db!), process.env.BENCH_CPU_PROF || undefined, {
+      logTag: 'streams',
+    });
     await probe(gateway.url, key.key, Object.values(gateway.children));
-    const target: Target = { name: 'gateway', url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key.key}` }, pids: {} };
+    const target: Target = {
+      name: 'gateway',
+      url: `${gateway.url}/v1/chat/completions`,
+      headers: { authorization: `Bearer ${key.key}` },
+      pids: {},
+    };
     await probeOne(target, settings.tokens);
     target.pids = discoverProcesses(gateway);
-    log(`streams: gateway ready, processes ${Object.entries(target.pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
+    log(
+      `streams: gateway ready, processes ${Object.entries(target.pids)
+        .map(([n, pid]) => `${n} ${pid}`)
+        .join(', ')}`,
+    );
     const targets = [direct, target];
     const redisPid = await redisProcessId(redis);
 
@@ -298,7 +379,11 @@ export async function runPacedStreams(options: { settings: StreamsSettings; redi
         log(`streams: warm-up, ${t.name}, ${settings.warmupStreams} streams`);
         const { outcomes } = await wave(t, settings.warmupStreams, settings.tokens);
         const broken = outcomes.filter((o) => !o.ok);
-        if (broken.length > 0) throw new Error(`streams: ${broken.length} warm-up stream(s) of ${t.name} broke (${broken[0]!.reason}); see bench/results/logs/streams-*.log`);
+        if (broken.length > 0)
+          throw new Error(
+            `streams: ${broken.length} warm-up stream(s) of ${t.name} broke (${broken[0]!.reason}); see ` +
+              `bench/results/logs/streams-*.log`,
+          );
       }
     }
 
@@ -310,16 +395,25 @@ export async function runPacedStreams(options: { settings: StreamsSettings; redi
         const s = await measureWave({ target: t, streams, settings, redis, fake, redisPid });
         row.targets[t.name] = s;
         log(
-          `  ${t.name}: TTFT p50 ${s.ttft.p50.toFixed(1)} ms, p99 ${s.ttft.p99.toFixed(1)} ms; gap p50 ${s.gap.p50.toFixed(1)}, p99 ${s.gap.p99.toFixed(1)}, max ${s.gap.max.toFixed(1)} ms; ` +
+          `  ${t.name}: TTFT p50 ${s.ttft.p50.toFixed(1)} ms, p99 ${s.ttft.p99.toFixed(1)} ms; gap p50 ` +
+            `${s.gap.p50.toFixed(1)}, p99 ${s.gap.p99.toFixed(1)}, max ${s.gap.max.toFixed(1)} ms; ` +
             `wave ${(s.waveMs / 1000).toFixed(2)} s; ${s.broken} broken${s.broken ? ` (${JSON.stringify(s.brokenReasons)})` : ''}`,
         );
       }
       waves.push(row);
     }
-    for (const c of Object.values(gateway.children)) if (c.warnings > 0) log(`streams: ${c.name} logged ${c.warnings} line(s) at warn or above (bench/results/logs/streams-*.log)`);
-    return { settings, processes: { direct: { fake: fake.child.pid }, gateway: { ...target.pids, fake: fake.child.pid } }, waves, bars: streamBars(waves) };
+    for (const c of Object.values(gateway.children))
+      if (c.warnings > 0)
+        log(`streams: ${c.name} logged ${c.warnings} line(s) at warn or above (bench/results/logs/streams-*.log)`);
+    return {
+      settings,
+      processes: { direct: { fake: fake.child.pid }, gateway: { ...target.pids, fake: fake.child.pid } },
+      waves,
+      bars: streamBars(waves),
+    };
   } finally {
-    if (gateway) await stopGateway(gateway).catch((error: Error) => log(`streams: gateway stop failed: ${error.message}`));
+    if (gateway)
+      await stopGateway(gateway).catch((error: Error) => log(`streams: gateway stop failed: ${error.message}`));
     await fake.child.stop();
     await gatewayRedis.flushdb().catch(() => undefined);
     gatewayRedis.disconnect();
@@ -355,7 +449,9 @@ export function streamBars(waves: StreamsWave[]): Bar[] {
     out.push({
       name: `${at}: wave time, gateway ÷ direct`,
       target: '≤ 1.20×',
-      actual: `${(g.waveMs / d.waveMs).toFixed(2)}× (${(g.waveMs / 1000).toFixed(2)} vs ${(d.waveMs / 1000).toFixed(2)} s)`,
+      actual:
+        `${(g.waveMs / d.waveMs).toFixed(2)}× (${(g.waveMs / 1000).toFixed(2)} vs ${(d.waveMs / 1000).toFixed(2)} ` +
+        `s)`,
       pass: g.waveMs <= 1.2 * d.waveMs,
       informational,
     });
@@ -377,9 +473,15 @@ export function renderStreams(results: StreamsResults): string {
   const { settings, waves } = results;
   const out: string[] = [];
   out.push(
-    `Streams as real traffic sends them: a fake OpenAI pacing ${settings.tokens} tokens ${settings.paceMs} ms apart; each wave opens every stream at once ` +
-      `(new connections), direct to the fake, then through a default \`start\` (${Object.entries(results.processes.gateway ?? {}).map(([n, pid]) => `${n} ${pid}`).join(', ')}). ` +
-      `Gaps: between consecutive content tokens of a stream, pooled. CPU per 1,000 tokens the clients got; Redis: whole server, commandstats delta.`,
+    `Streams as real traffic sends them: a fake OpenAI pacing ${settings.tokens} tokens ${settings.paceMs} ms ` +
+      `apart; each wave opens every stream at once ` +
+      `(new connections), direct to the fake, then through a default \`start\` (${Object.entries(
+        results.processes.gateway ?? {},
+      )
+        .map(([n, pid]) => `${n} ${pid}`)
+        .join(', ')}). ` +
+      (`Gaps: between consecutive content tokens of a stream, pooled. CPU per 1,000 tokens the clients got; ` +
+        `Redis: whole server, commandstats delta.`),
   );
   out.push('');
   const rows: string[][] = [];
@@ -395,15 +497,32 @@ export function renderStreams(results: StreamsResults): string {
         f1(s.gap.max),
         (s.waveMs / 1000).toFixed(2),
         `${s.broken}`,
-        Object.entries(s.cpuMsPer1000Tokens).map(([n, v]) => `${n} ${v === null ? '-' : v.toFixed(0)}`).join(', '),
-        Object.entries(s.rssPeak).map(([n, v]) => `${n} ${mib(v)}`).join(', '),
+        Object.entries(s.cpuMsPer1000Tokens)
+          .map(([n, v]) => `${n} ${v === null ? '-' : v.toFixed(0)}`)
+          .join(', '),
+        Object.entries(s.rssPeak)
+          .map(([n, v]) => `${n} ${mib(v)}`)
+          .join(', '),
         s.redisCommandsPerToken.toFixed(2),
       ]);
     }
   }
   out.push(
     table(
-      ['streams', 'target', 'TTFT p50', 'TTFT p99', 'gap p50', 'gap p99', 'gap max', 'wave s', 'broken', 'CPU ms per 1,000 tokens by process', 'RSS peak MiB', 'Redis cmds/token'],
+      [
+        'streams',
+        'target',
+        'TTFT p50',
+        'TTFT p99',
+        'gap p50',
+        'gap p99',
+        'gap max',
+        'wave s',
+        'broken',
+        'CPU ms per 1,000 tokens by process',
+        'RSS peak MiB',
+        'Redis cmds/token',
+      ],
       rows,
     ),
   );
@@ -417,10 +536,20 @@ export function renderStreams(results: StreamsResults): string {
         `; Redis used_memory ${mib(g.redisUsedMemory.before)} → ${mib(g.redisUsedMemory.after)} MiB`,
     );
     const broken = Object.entries(w.targets).filter(([, s]) => s.broken > 0);
-    for (const [name, s] of broken) out.push(`  ${name} broken: ${Object.entries(s.brokenReasons).map(([r, n]) => `${r} × ${n}`).join(', ')}`);
+    for (const [name, s] of broken)
+      out.push(
+        `  ${name} broken: ${Object.entries(s.brokenReasons)
+          .map(([r, n]) => `${r} × ${n}`)
+          .join(', ')}`,
+      );
   }
   out.push('');
   out.push('Streams bars (in parentheses: informational, not counted)');
-  out.push(table(['bar', 'target', 'actual', 'result'], results.bars.map((b) => [b.name, b.target, b.actual, result(b)])));
+  out.push(
+    table(
+      ['bar', 'target', 'actual', 'result'],
+      results.bars.map((b) => [b.name, b.target, b.actual, result(b)]),
+    ),
+  );
   return out.join('\n');
 }

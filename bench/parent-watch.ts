@@ -15,8 +15,9 @@ export function stopWithParent(stop: () => void): void {
 }
 
 /**
- * A bench child's stop (a fake vendor, a floor), once, when its parent goes: its control server's connections cut, its servers closed (each
- * `closers` entry; undefined for one it did not start), then the process exits, at the latest 2 s later.
+ * A bench child's stop (a fake vendor, a floor), once, when its parent goes: its control server's connections cut, its
+ * servers closed (each `closers` entry; undefined for one it did not start), then the process exits, at the latest 2 s
+ * later.
  */
 export function closeWithParent(control: Server, closers: () => ReadonlyArray<Promise<unknown> | undefined>): void {
   let closing = false;

@@ -185,7 +185,9 @@ export async function waitUntil(
  * measurement. Returns the last second's busy share (% of one core) and
  * whether it was quiet; never throws.
  */
-export async function waitForQuiet(options: { thresholdPct?: number; maxWaitMs?: number } = {}): Promise<{ quiet: boolean; busyPct: number | null; waitedMs: number }> {
+export async function waitForQuiet(
+  options: { thresholdPct?: number; maxWaitMs?: number } = {},
+): Promise<{ quiet: boolean; busyPct: number | null; waitedMs: number }> {
   const threshold = options.thresholdPct ?? 25;
   const maxWaitMs = options.maxWaitMs ?? 10_000;
   // Not asked to check: reported as quiet, with no figure.
@@ -197,7 +199,8 @@ export async function waitForQuiet(options: { thresholdPct?: number; maxWaitMs?:
     const t0 = Date.now();
     await sleep(1000);
     const after = systemBusyMs();
-    if (before === undefined || after === undefined) return { quiet: false, busyPct: null, waitedMs: Date.now() - started };
+    if (before === undefined || after === undefined)
+      return { quiet: false, busyPct: null, waitedMs: Date.now() - started };
     busyPct = ((after - before) / Math.max(1, Date.now() - t0)) * 100;
     if (busyPct < threshold) return { quiet: true, busyPct, waitedMs: Date.now() - started };
   } while (Date.now() - started < maxWaitMs);

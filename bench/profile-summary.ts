@@ -45,9 +45,14 @@ export interface ProfileSummary {
   selfByCategory: Row[];
   inclusiveByCategory: Row[];
   inclusiveByFunction: Row[];
-  /** Self time charged to the nearest package or gateway frame on the stack (Node core and V8 natives charged to their caller). */
+  /**
+   * Self time charged to the nearest package or gateway frame on the stack (Node core and V8 natives charged to their
+   * caller).
+   */
   selfByOwner: Row[];
-  /** Time of the socket-write natives (writeBuffer, writeUtf8String, writev) by the package that asked for the write. */
+  /**
+   * Time of the socket-write natives (writeBuffer, writeUtf8String, writev) by the package that asked for the write.
+   */
   socketWritesByOwner: Row[];
 }
 
@@ -78,7 +83,12 @@ function frameName(frame: CallFrame): string {
   if (!frame.url) return name;
   const nm = frame.url.lastIndexOf('node_modules/');
   const dist = frame.url.indexOf('/dist/');
-  const short = nm >= 0 ? frame.url.slice(nm + 'node_modules/'.length) : dist >= 0 ? frame.url.slice(dist + 1) : frame.url.replace(/^file:\/\//, '');
+  const short =
+    nm >= 0
+      ? frame.url.slice(nm + 'node_modules/'.length)
+      : dist >= 0
+        ? frame.url.slice(dist + 1)
+        : frame.url.replace(/^file:\/\//, '');
   return `${name} ${short}:${frame.lineNumber + 1}`;
 }
 
@@ -136,7 +146,12 @@ export function summariseProfile(file: string, top = 25): ProfileSummary {
     }
     const ownerName = owner ?? cat;
     selfByOwner.set(ownerName, (selfByOwner.get(ownerName) ?? 0) + ms);
-    if (['writeBuffer', 'writeUtf8String', 'writev', 'writeLatin1String', 'writeAsciiString'].includes(node.callFrame.functionName) && node.callFrame.url === '') {
+    if (
+      ['writeBuffer', 'writeUtf8String', 'writev', 'writeLatin1String', 'writeAsciiString'].includes(
+        node.callFrame.functionName,
+      ) &&
+      node.callFrame.url === ''
+    ) {
       socketWritesByOwner.set(ownerName, (socketWritesByOwner.get(ownerName) ?? 0) + ms);
     }
     for (const c of seenCats) inclusiveByCategory.set(c, (inclusiveByCategory.get(c) ?? 0) + ms);
@@ -158,12 +173,19 @@ export function summariseProfile(file: string, top = 25): ProfileSummary {
 
 export function renderSummary(summary: ProfileSummary): string {
   const rows = (title: string, list: Row[]) =>
-    [title, ...list.map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${String(r.ms).padStart(6)} ms  ${r.name}`)].join('\n');
+    [title, ...list.map((r) => `  ${r.pct.toFixed(1).padStart(5)}%  ${String(r.ms).padStart(6)} ms  ${r.name}`)].join(
+      '\n',
+    );
   return [
-    `${summary.file}: ${summary.wallMs} ms profiled, ${summary.busyMs} ms busy, ${summary.idleMs} ms idle (percentages are of busy time)`,
+    `${summary.file}: ${summary.wallMs} ms profiled, ${summary.busyMs} ms busy, ${summary.idleMs} ms idle ` +
+      `(percentages are of busy time)`,
     rows('Top functions by self time:', summary.topSelf),
     rows('Self time by package:', summary.selfByCategory),
-    rows('Self time charged to the nearest package or gateway code on the stack (Node core and natives go to their caller):', summary.selfByOwner),
+    rows(
+      'Self time charged to the nearest package or gateway code on the stack (Node core and natives go to their ' +
+        'caller):',
+      summary.selfByOwner,
+    ),
     rows('Socket writes (writeBuffer/writeUtf8String/writev) by the package that wrote:', summary.socketWritesByOwner),
     rows('Inclusive time by package (on the stack):', summary.inclusiveByCategory),
     rows('Inclusive time of gateway functions (dist/):', summary.inclusiveByFunction),

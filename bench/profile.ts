@@ -37,18 +37,33 @@ async function main(): Promise<void> {
   await redis.flushdb();
   try {
     const fake = await startFake();
-    // Quota and limits on, as the overhead section measures: an account with a balance, a key with a limit, rpm and tpm.
+    // Quota and limits on, as the overhead section measures: an account with a balance, a key with a limit, rpm and
+    // tpm.
     const keyStore = new KeyStore(redis, await testRecord(redis));
     const account = await keyStore.accounts.create({ email: 'bench-profile@example.com', name: 'bench profile' });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    const { key } = await keyStore.create('bench-profile', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+    const { key } = await keyStore.create('bench-profile', {
+      accountId: account.id,
+      limitMicros: 10 ** 12,
+      rpm: 10 ** 8,
+      tpm: 10 ** 9,
+    });
     const split = Boolean(process.env.BENCH_PROFILE_SPLIT);
     const gateway = await startGateway(split ? 'split' : 'all', fake.url, redisUrl, outDir);
     const children = Object.values(gateway.children);
     await probe(gateway.url, key, children);
-    log(`profiling ${children.map((c) => `${c.name} (pid ${c.pid})`).join(' and ')} under ${connections} connections for ${durationS} s`);
+    log(
+      `profiling ${children.map((c) => `${c.name} (pid ${c.pid})`).join(' and ')} under ${connections} connections for ${durationS} s`,
+    );
     const result = await measureLoad({
-      target: { url: `${gateway.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}`, ...(process.env.BENCH_PROFILE_CACHE ? { 'cache-control': 'max-age=600' } : {}) }, body: JSON.stringify(process.env.BENCH_PROFILE_STREAM ? { ...plainBody, stream: true } : plainBody) },
+      target: {
+        url: `${gateway.url}/v1/chat/completions`,
+        headers: {
+          authorization: `Bearer ${key}`,
+          ...(process.env.BENCH_PROFILE_CACHE ? { 'cache-control': 'max-age=600' } : {}),
+        },
+        body: JSON.stringify(process.env.BENCH_PROFILE_STREAM ? { ...plainBody, stream: true } : plainBody),
+      },
       connections,
       durationS,
       warmupS: 2,
@@ -56,16 +71,21 @@ async function main(): Promise<void> {
       pids: { ...Object.fromEntries(children.map((c) => [c.name, c.pid])), fake: fake.child.pid },
       settleMs: 500,
     });
-    log(`${Math.round(result.rps)} req/s, p50 ${result.latency.p50.toFixed(2)} ms, errors ${result.errors + result.non2xx + result.timeouts}`);
+    log(
+      `${Math.round(result.rps)} req/s, p50 ${result.latency.p50.toFixed(2)} ms, errors ` +
+        `${result.errors + result.non2xx + result.timeouts}`,
+    );
     for (const child of children) await child.stop();
     const files = readdirSync(outDir).filter((f) => f.endsWith('.cpuprofile'));
-    if (files.length !== children.length) throw new Error(`${files.length} .cpuprofile files were written to ${outDir}, not ${children.length}`);
+    if (files.length !== children.length)
+      throw new Error(`${files.length} .cpuprofile files were written to ${outDir}, not ${children.length}`);
     const summaries = files.map((file) => summariseProfile(join(outDir, file), 30));
     const cpu = Object.entries(result.cpuMs)
       .map(([n, ms]) => `${n} ${ms === null ? '-' : `${Math.round((ms * 1000) / Math.max(1, result.ok))} µs/request`}`)
       .join(', ');
     const text = [
-      `${connections} connections, ${result.durationS} s: ${Math.round(result.rps)} req/s (profiler on), p50 ${result.latency.p50.toFixed(2)} ms`,
+      `${connections} connections, ${result.durationS} s: ${Math.round(result.rps)} req/s (profiler on), p50 ` +
+        `${result.latency.p50.toFixed(2)} ms`,
       `CPU per request: ${cpu}`,
       `Redis commands per request: ${result.redisCommands
         .slice(0, 12)

@@ -1,12 +1,13 @@
 /**
  * Prompt-cache affinity (`node --import tsx bench/prompt-cache.ts`, or `BENCH_ONLY=prompt-cache npm run bench`): four
- * channels of one vendor (four keys of the fake OpenAI, whose prompt cache is per key: test/support/fake-prompt-cache.ts)
- * and `BENCH_CACHE_AGENTS` (200) agents of five kinds, each kind with its long system prompt (about 1,500 tokens),
- * each agent a conversation of `BENCH_CACHE_TURNS` (4) turns whose every turn brings a tool's output (about 750
- * tokens), the agents' turns 50 at a time through a default `npm start`. Measured: the share of each call's prefix
- * (its prompt before its last message: what an earlier call could have cached) read from the vendor's cache, with
- * affinity and with it off (PROMPT_CACHE_AFFINITY_OFF=openai); then a burst of 50 calls with one new prefix, with
- * affinity (and its wait) and without: the cache writes, and the slowest call against the first's time.
+ * channels of one vendor (four keys of the fake OpenAI, whose prompt cache is per key:
+ * test/support/fake-prompt-cache.ts) and `BENCH_CACHE_AGENTS` (200) agents of five kinds, each kind with its long
+ * system prompt (about 1,500 tokens), each agent a conversation of `BENCH_CACHE_TURNS` (4) turns whose every turn
+ * brings a tool's output (about 750 tokens), the agents' turns 50 at a time through a default `npm start`. Measured:
+ * the share of each call's prefix (its prompt before its last message: what an earlier call could have cached) read
+ * from the vendor's cache, with affinity and with it off (PROMPT_CACHE_AFFINITY_OFF=openai); then a burst of 50 calls
+ * with one new prefix, with affinity (and its wait) and without: the cache writes, and the slowest call against the
+ * first's time.
  */
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
@@ -30,12 +31,27 @@ const int = (name: string, fallback: number) => {
 export interface PromptCacheResults {
   agents: number;
   turns: number;
-  runs: Array<{ affinity: boolean; requests: number; prefixShare: number; promptShare: number; p50Ms: number; seconds: number; burstWrites: number; burstSlowestMs: number; burstFirstMs: number }>;
+  runs: Array<{
+    affinity: boolean;
+    requests: number;
+    prefixShare: number;
+    promptShare: number;
+    p50Ms: number;
+    seconds: number;
+    burstWrites: number;
+    burstSlowestMs: number;
+    burstFirstMs: number;
+  }>;
 }
 
-const systems = Array.from({ length: 5 }, (_, i) => `You are agent kind ${i}. ${'Keep to the house rules, cite them, and say when one does not apply. '.repeat(85)}`);
+const systems = Array.from(
+  { length: 5 },
+  (_, i) =>
+    `You are agent kind ${i}. ${'Keep to the house rules, cite them, and say when one does not apply. '.repeat(85)}`,
+);
 /** A tool's output an agent's turn brings (about 750 tokens), its own. */
-const toolOutput = (agent: number, turn: number) => `Tool output for agent ${agent}, turn ${turn}: ${`row ${agent}.${turn} ok; `.repeat(200)}`.slice(0, 3000);
+const toolOutput = (agent: number, turn: number) =>
+  `Tool output for agent ${agent}, turn ${turn}: ${`row ${agent}.${turn} ok; `.repeat(200)}`.slice(0, 3000);
 
 export async function runPromptCacheBench(redisUrl: string, redis: Redis): Promise<PromptCacheResults> {
   const agents = int('BENCH_CACHE_AGENTS', 200);
@@ -47,7 +63,9 @@ export async function runPromptCacheBench(redisUrl: string, redis: Redis): Promi
   const keyStore = new KeyStore(redis, await testRecord(redis));
   const account = await keyStore.accounts.create({ email: 'bench-cache@example.com', name: 'bench-cache' });
   await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-  const apiKey = (await keyStore.create('bench-cache', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 })).key;
+  const apiKey = (
+    await keyStore.create('bench-cache', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 })
+  ).key;
   const runs: PromptCacheResults['runs'] = [];
   const call = async (url: string, messages: Array<{ role: string; content: string }>) => {
     const response = await fetch(`${url}/v1/chat/completions`, {
@@ -68,7 +86,9 @@ export async function runPromptCacheBench(redisUrl: string, redis: Redis): Promi
       });
       try {
         log(`prompt-cache: ${agents} agents × ${turns} turns over four channels, affinity ${affinity ? 'on' : 'off'}`);
-        const histories = Array.from({ length: agents }, (_, agent) => [{ role: 'system', content: systems[agent % systems.length]! }]);
+        const histories = Array.from({ length: agents }, (_, agent) => [
+          { role: 'system', content: systems[agent % systems.length]! },
+        ]);
         const times: number[] = [];
         const started = performance.now();
         for (let turn = 0; turn < turns; turn++) {
@@ -96,7 +116,10 @@ export async function runPromptCacheBench(redisUrl: string, redis: Redis): Promi
         const burstTimes = await Promise.all(
           Array.from({ length: 50 }, async (_, i) => {
             const at = performance.now();
-            await call(gateway.url, [{ role: 'system', content: system }, { role: 'user', content: `Request ${i}.` }]);
+            await call(gateway.url, [
+              { role: 'system', content: system },
+              { role: 'user', content: `Request ${i}.` },
+            ]);
             return performance.now() - at;
           }),
         );
@@ -124,7 +147,17 @@ export async function runPromptCacheBench(redisUrl: string, redis: Redis): Promi
 
 export function promptCacheTable(results: PromptCacheResults): string {
   return table(
-    ['Affinity', 'Calls', 'Prefix read from cache', 'Prompt read from cache', 'p50 ms', 'Seconds', 'Burst of 50: writes', 'slowest ms', 'fastest ms'],
+    [
+      'Affinity',
+      'Calls',
+      'Prefix read from cache',
+      'Prompt read from cache',
+      'p50 ms',
+      'Seconds',
+      'Burst of 50: writes',
+      'slowest ms',
+      'fastest ms',
+    ],
     results.runs.map((run) => [
       run.affinity ? 'on' : 'off',
       String(run.requests),

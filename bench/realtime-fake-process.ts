@@ -14,7 +14,13 @@ import { stopWithParent } from './parent-watch.js';
 
 const key = process.argv.find((arg) => arg.startsWith('--key='))?.slice(6);
 preloadFakeRealtimeSchemas();
-const fake = await startFakeOpenAIRealtime({ echo: true, echoStamp: true, record: false, checkSentEvents: false, ...(key ? { apiKey: key } : {}) });
+const fake = await startFakeOpenAIRealtime({
+  echo: true,
+  echoStamp: true,
+  record: false,
+  checkSentEvents: false,
+  ...(key ? { apiKey: key } : {}),
+});
 stopWithParent(() => {
   void fake.close().finally(() => process.exit(0));
 });

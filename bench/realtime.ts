@@ -21,7 +21,16 @@ import { KeyStore } from '../api/accounts/key-store.js';
 import { testRecord } from '../test/support/record.js';
 import { redisProcessId, Samples, summarise, type LatencySummary } from './measure.js';
 import { cpuWindow, rssBytes, sleep, spawnChild, waitForQuiet, type Child } from './procs.js';
-import { discoverProcesses, log, startGateway, startPortkey, stopGateway, upstreamKey, type Gateway, type Portkey } from './stack.js';
+import {
+  discoverProcesses,
+  log,
+  startGateway,
+  startPortkey,
+  stopGateway,
+  upstreamKey,
+  type Gateway,
+  type Portkey,
+} from './stack.js';
 import { table } from './table.js';
 
 export interface RealtimeSettings {
@@ -53,7 +62,8 @@ export function realtimeSettings(env: NodeJS.ProcessEnv, quietWaitMs: number): R
     warmupS: int('BENCH_RT_WARMUP_S', 3),
     steps: (env.BENCH_RT_STEPS ?? '50,100,150,200,300,400,600').split(',').map((s) => {
       const n = Number(s.trim());
-      if (!Number.isInteger(n) || n < 1 || n > 5000) throw new Error(`BENCH_RT_STEPS: "${s}" is not an integer in 1..5000`);
+      if (!Number.isInteger(n) || n < 1 || n > 5000)
+        throw new Error(`BENCH_RT_STEPS: "${s}" is not an integer in 1..5000`);
       return n;
     }),
     stepDurationS: int('BENCH_RT_STEP_S', 5, 1),
@@ -127,7 +137,8 @@ const clock = () => performance.timeOrigin + performance.now();
 /** One frame's audio: bytes 0–3 the session, 4–7 the sequence, 12–19 left for the vendor's stamp, the rest a tone. */
 function frameTemplate(): Buffer {
   const frame = Buffer.alloc(FRAME_BYTES);
-  for (let i = 24; i < FRAME_BYTES; i += 2) frame.writeInt16LE(Math.round(3000 * Math.sin((2 * Math.PI * 440 * i) / 48_000)), i);
+  for (let i = 24; i < FRAME_BYTES; i += 2)
+    frame.writeInt16LE(Math.round(3000 * Math.sin((2 * Math.PI * 440 * i) / 48_000)), i);
   return frame;
 }
 
@@ -276,7 +287,9 @@ async function runLoad(target: Target, count: number, durationS: number, warmupS
     up: summarise(up),
     down: summarise(down),
     roundTrip: summarise(roundTrip),
-    cpuMsPerThousandFrames: Object.fromEntries(Object.entries(cpuMs).map(([name, ms]) => [name, ms === null || relayed === 0 ? null : (ms / relayed) * 1000])),
+    cpuMsPerThousandFrames: Object.fromEntries(
+      Object.entries(cpuMs).map(([name, ms]) => [name, ms === null || relayed === 0 ? null : (ms / relayed) * 1000]),
+    ),
     rssPerSession: Object.fromEntries(
       Object.entries(target.pids).map(([name]) => {
         const before = rssBefore[name];
@@ -288,7 +301,11 @@ async function runLoad(target: Target, count: number, durationS: number, warmupS
 }
 
 /** Adds sessions step by step until what the target adds at the p99 (either way) passes the limit. */
-async function findCapacity(direct: Target, target: Target, settings: RealtimeSettings): Promise<{ steps: RealtimeCapacityStep[]; holds: number }> {
+async function findCapacity(
+  direct: Target,
+  target: Target,
+  settings: RealtimeSettings,
+): Promise<{ steps: RealtimeCapacityStep[]; holds: number }> {
   const steps: RealtimeCapacityStep[] = [];
   let holds = 0;
   for (const sessions of settings.steps) {
@@ -306,9 +323,17 @@ async function findCapacity(direct: Target, target: Target, settings: RealtimeSe
   return { steps, holds };
 }
 
-export async function runRealtimeBench(options: { settings: RealtimeSettings; redis: Redis; redisUrl: string }): Promise<RealtimeResults> {
+export async function runRealtimeBench(options: {
+  settings: RealtimeSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<RealtimeResults> {
   const { settings, redis, redisUrl } = options;
-  const fakeChild: Child = spawnChild('realtime-fake', ['--import', 'tsx', 'bench/realtime-fake-process.ts', `--key=${upstreamKey}`], { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' });
+  const fakeChild: Child = spawnChild(
+    'realtime-fake',
+    ['--import', 'tsx', 'bench/realtime-fake-process.ts', `--key=${upstreamKey}`],
+    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' },
+  );
   const started = JSON.parse(
     await Promise.race([
       fakeChild.firstLine,
@@ -335,7 +360,12 @@ export async function runRealtimeBench(options: { settings: RealtimeSettings; re
     });
     const redisPid = await redisProcessId(redis);
     const shared = { fake: started.pid, ...(redisPid !== undefined ? { redis: redisPid } : {}), client: process.pid };
-    const direct: Target = { name: 'direct', url: `ws://127.0.0.1:${started.port}/v1/realtime?model=gpt-realtime`, headers: { authorization: `Bearer ${upstreamKey}` }, pids: shared };
+    const direct: Target = {
+      name: 'direct',
+      url: `ws://127.0.0.1:${started.port}/v1/realtime?model=gpt-realtime`,
+      headers: { authorization: `Bearer ${upstreamKey}` },
+      pids: shared,
+    };
     const gatewayPids = discoverProcesses(gateway);
     const throughGateway: Target = {
       name: 'gateway',
@@ -344,7 +374,8 @@ export async function runRealtimeBench(options: { settings: RealtimeSettings; re
       pids: { ...gatewayPids, ...shared },
     };
 
-    const quiet = async () => (settings.quietWaitMs > 0 ? waitForQuiet({ maxWaitMs: settings.quietWaitMs }) : undefined);
+    const quiet = async () =>
+      settings.quietWaitMs > 0 ? waitForQuiet({ maxWaitMs: settings.quietWaitMs }) : undefined;
     log(`realtime: ${settings.sessions} sessions directly to the echoing vendor`);
     await quiet();
     const directRun = await runLoad(direct, settings.sessions, settings.durationS, settings.warmupS);
@@ -374,7 +405,11 @@ export async function runRealtimeBench(options: { settings: RealtimeSettings; re
         const throughPortkey: Target = {
           name: `portkey ${portkey.version}`,
           url: `${portkey.url.replace('http:', 'ws:')}/v1/realtime?model=gpt-realtime`,
-          headers: { authorization: `Bearer ${upstreamKey}`, 'x-portkey-provider': 'openai', 'x-portkey-custom-host': started.url },
+          headers: {
+            authorization: `Bearer ${upstreamKey}`,
+            'x-portkey-provider': 'openai',
+            'x-portkey-custom-host': started.url,
+          },
           pids: { portkey: portkey.child.pid, ...shared },
         };
         const probe = await runLoad(throughPortkey, 1, 1, 0);
@@ -400,12 +435,15 @@ export async function runRealtimeBench(options: { settings: RealtimeSettings; re
 
 const ms = (value: number) => (Number.isFinite(value) ? value.toFixed(2) : '—');
 const cpu = (value: number | null | undefined) => (value === null || value === undefined ? '—' : value.toFixed(1));
-const kb = (value: number | null | undefined) => (value === null || value === undefined ? '—' : (value / 1024).toFixed(0));
+const kb = (value: number | null | undefined) =>
+  value === null || value === undefined ? '—' : (value / 1024).toFixed(0);
 
 export function renderRealtime(results: RealtimeResults): string {
   const { settings } = results;
   const out: string[] = [
-    `## Realtime: ${settings.sessions} sessions, a 20 ms pcm16 frame (960 bytes) each 50 times a second and a response a second, against a vendor that echoes each frame (${settings.durationS} s measured after ${settings.warmupS} s)`,
+    `## Realtime: ${settings.sessions} sessions, a 20 ms pcm16 frame (960 bytes) each 50 times a second and a ` +
+      `response a second, against a vendor that echoes each frame (${settings.durationS} s measured after ` +
+      `${settings.warmupS} s)`,
     '',
   ];
   const runRow = (name: string, run: RealtimeRun) => [
@@ -421,21 +459,53 @@ export function renderRealtime(results: RealtimeResults): string {
     String(run.errorEvents),
     String(run.responses),
   ];
-  const rows = [runRow('direct', results.direct), ...results.targets.filter((t) => t.run).map((t) => runRow(t.name, t.run!))];
-  out.push(table(['target', 'open', 'up p50', 'up p99', 'down p50', 'down p99', 'trip p50', 'trip p99', 'lost', 'errors', 'responses'], rows), '');
+  const rows = [
+    runRow('direct', results.direct),
+    ...results.targets.filter((t) => t.run).map((t) => runRow(t.name, t.run!)),
+  ];
   out.push(
     table(
-      ['added over direct (ms)', 'up p50', 'up p99', 'down p50', 'down p99'],
-      results.targets.filter((t) => t.added).map((t) => [t.name, ms(t.added!.upP50), ms(t.added!.upP99), ms(t.added!.downP50), ms(t.added!.downP99)]),
+      [
+        'target',
+        'open',
+        'up p50',
+        'up p99',
+        'down p50',
+        'down p99',
+        'trip p50',
+        'trip p99',
+        'lost',
+        'errors',
+        'responses',
+      ],
+      rows,
     ),
     '',
   );
-  const processes = [...new Set(results.targets.flatMap((t) => (t.run ? Object.keys(t.run.cpuMsPerThousandFrames) : [])))];
+  out.push(
+    table(
+      ['added over direct (ms)', 'up p50', 'up p99', 'down p50', 'down p99'],
+      results.targets
+        .filter((t) => t.added)
+        .map((t) => [t.name, ms(t.added!.upP50), ms(t.added!.upP99), ms(t.added!.downP50), ms(t.added!.downP99)]),
+    ),
+    '',
+  );
+  const processes = [
+    ...new Set(results.targets.flatMap((t) => (t.run ? Object.keys(t.run.cpuMsPerThousandFrames) : []))),
+  ];
   out.push(
     table(
       ['CPU ms per 1,000 frames', ...processes],
       [results.direct, ...results.targets.map((t) => t.run)].flatMap((run, i) =>
-        run ? [[i === 0 ? 'direct' : results.targets[i - 1]!.name, ...processes.map((p) => cpu(run.cpuMsPerThousandFrames[p]))]] : [],
+        run
+          ? [
+              [
+                i === 0 ? 'direct' : results.targets[i - 1]!.name,
+                ...processes.map((p) => cpu(run.cpuMsPerThousandFrames[p])),
+              ],
+            ]
+          : [],
       ),
     ),
     '',
@@ -443,11 +513,21 @@ export function renderRealtime(results: RealtimeResults): string {
   out.push(
     table(
       ['RSS KiB per open session', 'api', 'worker', 'portkey'],
-      results.targets.filter((t) => t.run).map((t) => [t.name, kb(t.run!.rssPerSession.api), kb(t.run!.rssPerSession.worker), kb(t.run!.rssPerSession.portkey)]),
+      results.targets
+        .filter((t) => t.run)
+        .map((t) => [
+          t.name,
+          kb(t.run!.rssPerSession.api),
+          kb(t.run!.rssPerSession.worker),
+          kb(t.run!.rssPerSession.portkey),
+        ]),
     ),
     '',
   );
-  for (const [name, run] of [['direct', results.direct] as const, ...results.targets.filter((t) => t.run).map((t) => [t.name, t.run!] as const)]) {
+  for (const [name, run] of [
+    ['direct', results.direct] as const,
+    ...results.targets.filter((t) => t.run).map((t) => [t.name, t.run!] as const),
+  ]) {
     const codes = Object.entries(run.errorCodes);
     if (codes.length) out.push(`${name}: error events ${codes.map(([code, n]) => `${code} ×${n}`).join(', ')}`, '');
   }
@@ -457,10 +537,29 @@ export function renderRealtime(results: RealtimeResults): string {
       continue;
     }
     out.push(
-      `${target.name}: holds ${target.holds} sessions with at most ${settings.limitMs} ms added at the p99 either way (${settings.stepDurationS} s a step)`,
+      `${target.name}: holds ${target.holds} sessions with at most ${settings.limitMs} ms added at the p99 ` +
+        `either way (${settings.stepDurationS} s a step)`,
       table(
-        ['sessions', 'added up p99', 'added down p99', 'direct up p99', 'direct down p99', 'lost', 'failed sessions', 'held'],
-        target.capacity.map((s) => [String(s.sessions), ms(s.addedUpP99), ms(s.addedDownP99), ms(s.direct.up.p99), ms(s.direct.down.p99), String(s.target.framesLost), String(s.target.failedSessions), s.held ? 'yes' : 'no']),
+        [
+          'sessions',
+          'added up p99',
+          'added down p99',
+          'direct up p99',
+          'direct down p99',
+          'lost',
+          'failed sessions',
+          'held',
+        ],
+        target.capacity.map((s) => [
+          String(s.sessions),
+          ms(s.addedUpP99),
+          ms(s.addedDownP99),
+          ms(s.direct.up.p99),
+          ms(s.direct.down.p99),
+          String(s.target.framesLost),
+          String(s.target.failedSessions),
+          s.held ? 'yes' : 'no',
+        ]),
       ),
       '',
     );

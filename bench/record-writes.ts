@@ -24,20 +24,47 @@ async function measure(label: string, url: string, close: () => Promise<void>) {
   delay.enable();
   const now = Math.floor(Date.now() / 1000);
   let n = 0;
-  const batch = (size: number) => Array.from({ length: size }, () => ({ request_id: `req_${label}_${n++}`, account_id: 'acct_default', key_id: `key_${n % 20}`, model: 'gpt-4o-mini', vendor: 'openai', input_tokens: 10, cached_tokens: 0, output_tokens: 5, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 7, status: 'completed', created: now, duration_ms: 3 }));
+  const batch = (size: number) =>
+    Array.from({ length: size }, () => ({
+      request_id: `req_${label}_${n++}`,
+      account_id: 'acct_default',
+      key_id: `key_${n % 20}`,
+      model: 'gpt-4o-mini',
+      vendor: 'openai',
+      input_tokens: 10,
+      cached_tokens: 0,
+      output_tokens: 5,
+      images: 0,
+      audio_seconds: 0,
+      video_seconds: 0,
+      cost_micros: 7,
+      status: 'completed',
+      created: now,
+      duration_ms: 3,
+    }));
   for (const size of [1, 50, 500]) {
     const rounds = size === 1 ? 200 : size === 50 ? 40 : 10;
     const t0 = performance.now();
     for (let i = 0; i < rounds; i++) await db.transaction().execute((tx) => writeUsage(tx, batch(size)));
     const ms = performance.now() - t0;
-    console.log(`${label}: batches of ${size}: ${(ms / rounds).toFixed(1)} ms per batch, ${Math.round((rounds * size) / (ms / 1000))} rows/s`);
+    console.log(
+      `${label}: batches of ${size}: ${(ms / rounds).toFixed(1)} ms per batch, ` +
+        `${Math.round((rounds * size) / (ms / 1000))} rows/s`,
+    );
   }
   // Readers: 8 concurrent day-total reads while nothing writes.
   const t0 = performance.now();
-  await Promise.all(Array.from({ length: 40 }, () => db.selectFrom('usage_daily').selectAll().where('account_id', '=', 'acct_default').execute()));
+  await Promise.all(
+    Array.from({ length: 40 }, () =>
+      db.selectFrom('usage_daily').selectAll().where('account_id', '=', 'acct_default').execute(),
+    ),
+  );
   console.log(`${label}: 40 concurrent report reads: ${(performance.now() - t0).toFixed(0)} ms`);
   delay.disable();
-  console.log(`${label}: this process's event loop held at most ${(delay.max / 1e6).toFixed(1)} ms (p99 ${(delay.percentile(99) / 1e6).toFixed(1)} ms)`);
+  console.log(
+    `${label}: this process's event loop held at most ${(delay.max / 1e6).toFixed(1)} ms (p99 ` +
+      `${(delay.percentile(99) / 1e6).toFixed(1)} ms)`,
+  );
   await db.destroy();
   await close();
 }

@@ -37,7 +37,8 @@ interface Command {
 
 /** The periodic reads of the queue gauges and the scheduler, not caused by a request. */
 const periodic = (c: Command, scripts: Map<string, string>) =>
-  (c.name === 'evalsha' && scripts.get(c.args[0]!) === 'bullmq:getCounts') || (c.name === 'hgetall' && /^sy:fair:.*:(waiting|weights)$/.test(c.args[0]!));
+  (c.name === 'evalsha' && scripts.get(c.args[0]!) === 'bullmq:getCounts') ||
+  (c.name === 'hgetall' && /^sy:fair:.*:(waiting|weights)$/.test(c.args[0]!));
 
 /** sha1 of each script's source → its name: the gateway's (every module that declares one is imported) and BullMQ's. */
 async function scriptNames(): Promise<Map<string, string>> {
@@ -50,7 +51,8 @@ async function scriptNames(): Promise<Map<string, string>> {
   const bullmqScripts = join(dirname(require.resolve('bullmq')), 'scripts');
   for (const file of readdirSync(bullmqScripts).filter((f) => f.endsWith('.js') && f !== 'index.js')) {
     const mod = require(join(bullmqScripts, file)) as Record<string, { name?: string; content?: string }>;
-    for (const script of Object.values(mod)) if (script?.name && script.content) names.set(sha(script.content), `bullmq:${script.name}`);
+    for (const script of Object.values(mod))
+      if (script?.name && script.content) names.set(sha(script.content), `bullmq:${script.name}`);
   }
   return names;
 }
@@ -92,8 +94,12 @@ function countPerRequest(commands: Command[], scripts: Map<string, string>, requ
   }
   const per = (n: number) => (n / requests).toFixed(2);
   return [
-    `${per(commands.length)} commands per request, ${per(sent)} sent by clients, ${per(commands.length - sent)} inside scripts`,
-    `by command: ${[...byCommand].sort((a, b) => b[1] - a[1]).map(([c, n]) => `${c} ${per(n)}`).join(', ')}`,
+    `${per(commands.length)} commands per request, ${per(sent)} sent by clients, ${per(commands.length - sent)} ` +
+      `inside scripts`,
+    `by command: ${[...byCommand]
+      .sort((a, b) => b[1] - a[1])
+      .map(([c, n]) => `${c} ${per(n)}`)
+      .join(', ')}`,
     `by script (calls, commands inside per request): ${[...byScript]
       .sort((a, b) => b[1].calls + b[1].inside - a[1].calls - a[1].inside)
       .map(([s, n]) => `${s} ${per(n.calls)} + ${per(n.inside)}`)
@@ -112,13 +118,22 @@ async function main(): Promise<void> {
     const keyStore = new KeyStore(redis, await testRecord(redis));
     const account = await keyStore.accounts.create({ email: 'bench-walk@example.com', name: 'bench walk' });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    const { key } = await keyStore.create('bench-walk', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+    const { key } = await keyStore.create('bench-walk', {
+      accountId: account.id,
+      limitMicros: 10 ** 12,
+      rpm: 10 ** 8,
+      tpm: 10 ** 9,
+    });
     const gateway = await startGateway('all', fake.url, redisUrl);
     const child = gateway.children.gateway!;
     await probe(gateway.url, key, [child]);
     const body = JSON.stringify(plainBody);
     const send = async () => {
-      const res = await fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body });
+      const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body,
+      });
       await res.text();
       if (res.status !== 200) throw new Error(`status ${res.status}`);
     };
@@ -135,11 +150,17 @@ async function main(): Promise<void> {
         skipped += 1;
         continue;
       }
-      const shown = c.name === 'evalsha' ? `EVALSHA ${scripts.get(c.args[0]!) ?? c.args[0]!.slice(0, 8)} ${c.args.slice(2, 4).join(' ')}` : `${c.name.toUpperCase()} ${c.args.slice(0, 2).join(' ')}`;
+      const shown =
+        c.name === 'evalsha'
+          ? `EVALSHA ${scripts.get(c.args[0]!) ?? c.args[0]!.slice(0, 8)} ${c.args.slice(2, 4).join(' ')}`
+          : `${c.name.toUpperCase()} ${c.args.slice(0, 2).join(' ')}`;
       out.push(`${c.fromScript ? '    ' : ''}${shown}`.slice(0, 140));
     }
     out.push('', countPerRequest(one, scripts, 1));
-    out.push(`(${skipped} commands of the gateway's periodic reads in the same window left out above, counted in the line)`, '');
+    out.push(
+      `(${skipped} commands of the gateway's periodic reads in the same window left out above, counted in the line)`,
+      '',
+    );
 
     const requests = Number(process.env.BENCH_WALK_REQUESTS || 2000);
     const connections = Number(process.env.BENCH_WALK_CONNECTIONS || 64);
@@ -154,7 +175,11 @@ async function main(): Promise<void> {
         }),
       ),
     );
-    out.push(`## ${requests} plain requests over ${connections} connections`, '', countPerRequest(many, scripts, requests));
+    out.push(
+      `## ${requests} plain requests over ${connections} connections`,
+      '',
+      countPerRequest(many, scripts, requests),
+    );
     process.stdout.write(`${out.join('\n')}\n`);
     await child.stop();
   } finally {

@@ -20,7 +20,6 @@ export interface Machine {
   loadAverageAtEnd?: number[];
 }
 
-
 /** How the overhead section measured (bench/overhead.ts). */
 export interface OverheadSettings {
   /** Targets, in the order of the first round. */
@@ -147,7 +146,8 @@ export interface Results {
   passed: boolean;
 }
 
-const mb = (bytes: number | null | undefined) => (bytes == null || Number.isNaN(bytes) ? '-' : (bytes / 1024 / 1024).toFixed(1));
+const mb = (bytes: number | null | undefined) =>
+  bytes == null || Number.isNaN(bytes) ? '-' : (bytes / 1024 / 1024).toFixed(1);
 const ms = (value: number) => (Number.isNaN(value) ? '-' : value.toFixed(2));
 const int = (value: number) => Math.round(value).toLocaleString('en-US');
 const signed = (value: number, digits = 2) => `${value >= 0 ? '+' : ''}${value.toFixed(digits)}`;
@@ -160,8 +160,10 @@ export function render(results: Results): string {
   const { machine } = results;
   const out: string[] = [];
   out.push(`Machine: ${machine.cpu}, ${machine.cores} cores, ${machine.memoryGiB.toFixed(1)} GiB RAM, ${machine.os}`);
-  out.push(`Node ${machine.node}, Redis ${machine.redis}, autocannon ${machine.autocannon}; load average (1/5/15 min) at start ${machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}` +
-    (machine.loadAverageAtEnd ? `, at end ${machine.loadAverageAtEnd.map((l) => l.toFixed(2)).join(' ')}` : ''));
+  out.push(
+    `Node ${machine.node}, Redis ${machine.redis}, autocannon ${machine.autocannon}; load average (1/5/15 min) at start ${machine.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')}` +
+      (machine.loadAverageAtEnd ? `, at end ${machine.loadAverageAtEnd.map((l) => l.toFixed(2)).join(' ')}` : ''),
+  );
   out.push(`Sections: ${results.sections.join(', ')}`);
   out.push('');
   if (results.overhead) out.push(renderOverhead(results.overhead), '');
@@ -171,7 +173,9 @@ export function render(results: Results): string {
 
   const barRows = [
     ...(results.overhead?.bars ?? []).map((b) => [`overhead, ${b.config}`, b.name, b.target, b.actual, result(b)]),
-    ...(results.burst?.configs ?? []).flatMap((c) => c.bars.map((b) => [`burst, ${c.name}`, b.name, b.target, b.actual, result(b)])),
+    ...(results.burst?.configs ?? []).flatMap((c) =>
+      c.bars.map((b) => [`burst, ${c.name}`, b.name, b.target, b.actual, result(b)]),
+    ),
     ...(results.scheduler?.bars ?? []).map((b) => ['scheduler', b.name, b.target, b.actual, result(b)]),
   ];
   if (barRows.length > 0) {
@@ -196,9 +200,11 @@ export function renderOverhead(results: OverheadResults): string {
   const names = targets.map((t) => t.name);
   out.push(
     `Targets ${names.join(', ')}, all running throughout, each on its own Redis database. Each cell: ${settings.rounds} round(s); ` +
-      `a round measures every target once (${settings.warmupS} s warm-up, then ${settings.durationS} s), the order rotated by one each round. ` +
+      (`a round measures every target once (${settings.warmupS} s warm-up, then ${settings.durationS} s), the ` +
+        `order rotated by one each round. `) +
       `Figures pool every round: req/s = 2xx ÷ measured seconds, percentiles over every response. ` +
-      `Time to first token: ${settings.rounds} round(s) of ${settings.ttftWarmup} warm-up + ${settings.ttftRequests} sequential stream requests per target.`,
+      (`Time to first token: ${settings.rounds} round(s) of ${settings.ttftWarmup} warm-up + ` +
+        `${settings.ttftRequests} sequential stream requests per target.`),
   );
   out.push('');
   out.push(
@@ -206,9 +212,13 @@ export function renderOverhead(results: OverheadResults): string {
       ['target', 'processes', 'Redis db', 'idle RSS MiB', 'what runs'],
       targets.map((t) => [
         t.name,
-        Object.entries(t.processes).map(([n, pid]) => `${n} ${pid}`).join(', '),
+        Object.entries(t.processes)
+          .map(([n, pid]) => `${n} ${pid}`)
+          .join(', '),
         t.db === null ? '-' : String(t.db),
-        Object.entries(t.idleRss).map(([n, v]) => `${n} ${mb(v)}`).join(', '),
+        Object.entries(t.idleRss)
+          .map(([n, v]) => `${n} ${mb(v)}`)
+          .join(', '),
         t.description,
       ]),
     ),
@@ -242,7 +252,20 @@ export function renderOverhead(results: OverheadResults): string {
     });
     out.push(
       table(
-        ['target', 'req/s', 'req/s by round', 'p50', 'p90', 'p99', 'added p50', '× floor req/s', 'errors', 'Redis cmds', 'CPU µs (own)', 'CPU µs by process'],
+        [
+          'target',
+          'req/s',
+          'req/s by round',
+          'p50',
+          'p90',
+          'p99',
+          'added p50',
+          '× floor req/s',
+          'errors',
+          'Redis cmds',
+          'CPU µs (own)',
+          'CPU µs by process',
+        ],
         rows,
       ),
     );
@@ -255,7 +278,19 @@ export function renderOverhead(results: OverheadResults): string {
   const floorAdded = dTtft && fTtft ? fTtft.ttft.p50 - dTtft.ttft.p50 : Number.NaN;
   out.push(
     table(
-      ['target', 'n', 'failed', 'TTFT p50', 'TTFT p90', 'TTFT p99', 'added TTFT p50', '÷ floor added', 'end p50', 'end p99', 'TTFT p50 by round'],
+      [
+        'target',
+        'n',
+        'failed',
+        'TTFT p50',
+        'TTFT p90',
+        'TTFT p99',
+        'added TTFT p50',
+        '÷ floor added',
+        'end p50',
+        'end p99',
+        'TTFT p50 by round',
+      ],
       names.map((name) => {
         const t = ttft[name];
         if (!t) return [name];
@@ -284,10 +319,17 @@ export function renderOverhead(results: OverheadResults): string {
     const commands = new Map<string, number>();
     for (const n of shown) {
       const c = plain64.targets[n]!;
-      for (const d of c.redisCommands) commands.set(d.command, Math.max(commands.get(d.command) ?? 0, d.usec / Math.max(1, c.ok)));
+      for (const d of c.redisCommands)
+        commands.set(d.command, Math.max(commands.get(d.command) ?? 0, d.usec / Math.max(1, c.ok)));
     }
-    const top = [...commands.entries()].sort((a, b) => b[1] - a[1]).slice(0, 14).map(([command]) => command);
-    out.push(`Redis commands per request, ${plain64.name} (calls per 2xx, commandstats delta; commands inside scripts also count within evalsha)`);
+    const top = [...commands.entries()]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 14)
+      .map(([command]) => command);
+    out.push(
+      `Redis commands per request, ${plain64.name} (calls per 2xx, commandstats delta; commands inside scripts ` +
+        `also count within evalsha)`,
+    );
     out.push(
       table(
         ['command', ...shown],
@@ -309,11 +351,23 @@ export function renderOverhead(results: OverheadResults): string {
     const credited = keys.keys.credited;
     out.push(
       `Keys side by side on ${keys.target}, non-stream, ${keys.connections} connections, ${keys.orders.length} round(s), orders ${keys.orders.map((o) => o.join(' → ')).join('; ')}: ` +
-        `default = the Default account's key (POST /admin/keys with no account), credited = a credited account's key with a limit, rpm and tpm`,
+        (`default = the Default account's key (POST /admin/keys with no account), credited = a credited account's ` +
+          `key with a limit, rpm and tpm`),
     );
     out.push(
       table(
-        ['key', 'req/s', 'req/s by round', '÷ credited', 'p50', 'p99', 'errors', 'Redis cmds', 'CPU µs (own)', 'CPU µs by process'],
+        [
+          'key',
+          'req/s',
+          'req/s by round',
+          '÷ credited',
+          'p50',
+          'p99',
+          'errors',
+          'Redis cmds',
+          'CPU µs (own)',
+          'CPU µs by process',
+        ],
         Object.entries(keys.keys).map(([name, c]) => {
           const ownSum = ownCpu(c.cpuUsPerRequest);
           return [
@@ -338,18 +392,32 @@ export function renderOverhead(results: OverheadResults): string {
 
   const memory = results.memory;
   if (memory) {
-    out.push(`Memory, target ${memory.target}: idle RSS after start ${Object.entries(memory.idleRss).map(([n, v]) => `${n} ${mb(v)} MiB`).join(', ')}`);
+    out.push(
+      `Memory, target ${memory.target}: idle RSS after start ${Object.entries(memory.idleRss)
+        .map(([n, v]) => `${n} ${mb(v)} MiB`)
+        .join(', ')}`,
+    );
     const s = memory.soak;
     if (s) {
       out.push(
-        `Soak: ${s.connections} connections, non-stream, for ${s.durationS} s: ${int(s.rps)} req/s, p50 ${ms(s.latency.p50)} ms, p99 ${ms(s.latency.p99)} ms, ` +
+        `Soak: ${s.connections} connections, non-stream, for ${s.durationS} s: ${int(s.rps)} req/s, p50 ` +
+          `${ms(s.latency.p50)} ms, p99 ${ms(s.latency.p99)} ms, ` +
           `errors ${s.errors}, timeouts ${s.timeouts}, non-2xx ${s.non2xx}; the last sample is 30 s after the load` +
           (memory.referenceT !== undefined ? `; Redis bars compare the end with t=${memory.referenceT} s` : ''),
       );
       const procNames = Object.keys(memory.idleRss);
       out.push(
         table(
-          ['t (s)', 'phase', 'Redis used_memory MiB', 'bench db MiB', 'keys in db', ...procNames.map((n) => `${n} RSS MiB`), '2xx in interval', 'CPU % of a core in interval'],
+          [
+            't (s)',
+            'phase',
+            'Redis used_memory MiB',
+            'bench db MiB',
+            'keys in db',
+            ...procNames.map((n) => `${n} RSS MiB`),
+            '2xx in interval',
+            'CPU % of a core in interval',
+          ],
           s.samples.map((sample) => [
             sample.t.toFixed(1),
             sample.phase,
@@ -372,9 +440,14 @@ export function renderOverhead(results: OverheadResults): string {
     out.push('');
   }
 
-  const warnings = targets.flatMap((t) => Object.entries(t.warnings).filter(([, n]) => n > 0).map(([p, n]) => `${p} (${t.name}): ${n}`));
+  const warnings = targets.flatMap((t) =>
+    Object.entries(t.warnings)
+      .filter(([, n]) => n > 0)
+      .map(([p, n]) => `${p} (${t.name}): ${n}`),
+  );
   if (warnings.length) out.push(`Log lines at warn or above: ${warnings.join(', ')} (bench/results/logs/)`, '');
   const flushed = targets.filter((t) => t.databaseIntact === false).map((t) => t.name);
-  if (flushed.length) out.push(`WARNING: another client flushed the database of: ${flushed.join(', ')}; those figures are suspect.`, '');
+  if (flushed.length)
+    out.push(`WARNING: another client flushed the database of: ${flushed.join(', ')}; those figures are suspect.`, '');
   return out.join('\n').trimEnd();
 }

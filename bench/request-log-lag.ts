@@ -32,36 +32,53 @@ const fake = await startFake();
 const keyStore = new KeyStore(redis, await testRecord(redis));
 const account = await keyStore.accounts.create({ email: 'bench-lag@example.com', name: 'bench lag' });
 await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-const key = await keyStore.create('bench-lag', { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+const key = await keyStore.create('bench-lag', {
+  accountId: account.id,
+  limitMicros: 10 ** 12,
+  rpm: 10 ** 8,
+  tpm: 10 ** 9,
+});
 const gateway = await startGateway('start', fake.url, redisUrl, undefined, { logTag: 'log-lag' });
 const headers = { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' };
 
 try {
-  log(`load: ${connections} connections of plain chat; probe: ${probes} requests, each followed by GET /v1/generation until it answers`);
+  log(
+    `load: ${connections} connections of plain chat; probe: ${probes} requests, each followed by GET ` +
+      `/v1/generation until it answers`,
+  );
   let finished: (result: autocannon.Result) => void = () => {};
   const done = new Promise<autocannon.Result>((resolve) => (finished = resolve));
-  const load = autocannon({
-    url: `${gateway.url}/v1/chat/completions`,
-    method: 'POST',
-    headers,
-    body: JSON.stringify(plainBody),
-    connections,
-    pipelining: 1,
-    duration: 3600,
-    timeout: 10,
-  }, (error: unknown, result: autocannon.Result) => (error ? log(`load: ${String(error)}`) : finished(result)));
+  const load = autocannon(
+    {
+      url: `${gateway.url}/v1/chat/completions`,
+      method: 'POST',
+      headers,
+      body: JSON.stringify(plainBody),
+      connections,
+      pipelining: 1,
+      duration: 3600,
+      timeout: 10,
+    },
+    (error: unknown, result: autocannon.Result) => (error ? log(`load: ${String(error)}`) : finished(result)),
+  );
   await sleep(2000);
   const lags: number[] = [];
   let polls = 0;
   for (let i = 0; i < probes; i++) {
-    const answer = await fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers, body: JSON.stringify(plainBody) });
+    const answer = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify(plainBody),
+    });
     await answer.arrayBuffer();
     const answered = performance.now();
     if (answer.status !== 200) throw new Error(`probe ${i}: the request answered ${answer.status}`);
     const id = answer.headers.get('x-request-id')!;
     for (;;) {
       polls += 1;
-      const read = await fetch(`${gateway.url}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: headers.authorization } });
+      const read = await fetch(`${gateway.url}/v1/generation?id=${encodeURIComponent(id)}`, {
+        headers: { authorization: headers.authorization },
+      });
       const body = (await read.json()) as { data?: { settled: boolean; latency_ms: number | null } };
       if (read.status === 200 && body.data?.settled && body.data.latency_ms !== null) break;
       if (performance.now() - answered > 30_000) throw new Error(`probe ${i}: ${id} not readable after 30 s`);
@@ -76,7 +93,9 @@ try {
   console.log(`| probes | load | lag p50 | p95 | p99 | worst | polls per probe |`);
   console.log(`|---:|---|---:|---:|---:|---:|---:|`);
   console.log(
-    `| ${probes} | ${connections} connections, ${Math.round(result.requests.average)} req/s, ${result.non2xx} non-2xx | ${ms(0.5)} | ${ms(0.95)} | ${ms(0.99)} | ${sorted.at(-1)!.toFixed(0)} ms | ${(polls / probes).toFixed(1)} |`,
+    `| ${probes} | ${connections} connections, ${Math.round(result.requests.average)} req/s, ${result.non2xx} ` +
+      `non-2xx | ${ms(0.5)} | ${ms(0.95)} | ${ms(0.99)} | ${sorted.at(-1)!.toFixed(0)} ms | ` +
+      `${(polls / probes).toFixed(1)} |`,
   );
   console.log(`bar: p99 ≤ 2000 ms: ${percentile(sorted, 0.99) <= 2000 ? 'pass' : 'FAIL'}`);
 } finally {

@@ -57,37 +57,80 @@ try {
   log(`filled in ${((performance.now() - started) / 1000).toFixed(0)} s`);
   started = performance.now();
   await ensureIndexes(db as never);
-  log(`the log's ${requestLogIndexes.length} indexes built CONCURRENTLY in ${((performance.now() - started) / 1000).toFixed(0)} s`);
+  log(
+    `the log's ${requestLogIndexes.length} indexes built CONCURRENTLY in ` +
+      `${((performance.now() - started) / 1000).toFixed(0)} s`,
+  );
   await sql`analyze usage`.execute(db);
-  const size = (await sql<{ table: string; indexes: string }>`select pg_size_pretty(pg_table_size('usage')) as table, pg_size_pretty(pg_indexes_size('usage')) as indexes`.execute(db)).rows[0]!;
+  const size = (
+    await sql<{
+      table: string;
+      indexes: string;
+    }>`select pg_size_pretty(pg_table_size('usage')) as table, pg_size_pretty(pg_indexes_size('usage')) as indexes`.execute(
+      db,
+    )
+  ).rows[0]!;
   log(`usage: ${rows.toLocaleString('en-US')} rows, table ${size.table}, indexes ${size.indexes}`);
 
   // A cursor halfway into one account's history (5,000 rows), as its 51st page of 50 would carry.
-  const deep = (await sql<{ created: number; request_id: string }>`select created, request_id from usage where account_id = 'acct_7' order by created desc, request_id desc offset 2500 limit 1`.execute(db)).rows[0]!;
+  const deep = (
+    await sql<{
+      created: number;
+      request_id: string;
+    }>`select created, request_id from usage where account_id = 'acct_7' order by created desc, request_id desc offset 2500 limit 1`.execute(
+      db,
+    )
+  ).rows[0]!;
   const cursor = encodeCursor(Number(deep.created), deep.request_id);
-  const answer = (await sql<{ answer_id: string }>`select answer_id from usage where account_id = 'acct_9' limit 1`.execute(db)).rows[0]!.answer_id;
+  const answer = (
+    await sql<{ answer_id: string }>`select answer_id from usage where account_id = 'acct_9' limit 1`.execute(db)
+  ).rows[0]!.answer_id;
   const week = now - 7 * 86_400;
   const page = 'order by created desc, request_id desc limit 51';
   const queries: Array<[string, string]> = [
     ['newest 50, whole gateway', `select * from usage ${page}`],
     ['newest 50 of an account', `select * from usage where account_id = 'acct_7' ${page}`],
-    [`an account's page after a deep cursor (${cursor.slice(0, 12)}…)`, `select * from usage where account_id = 'acct_7' and (created, request_id) < (${deep.created}, '${deep.request_id}') ${page}`],
+    [
+      `an account's page after a deep cursor (${cursor.slice(0, 12)}…)`,
+      `select * from usage where account_id = 'acct_7' and (created, request_id) < (${deep.created}, ` +
+        `'${deep.request_id}') ${page}`,
+    ],
     ['newest 50 of a key', `select * from usage where key_id = 'key_77' ${page}`],
     ['newest 50 of a model', `select * from usage where model = 'model-3' ${page}`],
     ['newest 50 failed, whole gateway', `select * from usage where status = 'failed' ${page}`],
-    ['newest 50 refused of an account', `select * from usage where account_id = 'acct_7' and status = 'refused' ${page}`],
-    ['an account, model and status, last 7 days', `select * from usage where account_id = 'acct_7' and model = 'model-7' and status = 'completed' and created >= ${week} ${page}`],
-    ['a range a week ago, whole gateway', `select * from usage where created >= ${week - 3600} and created < ${week} ${page}`],
-    ['GET /v1/generation by request id', `select * from usage where request_id = 'req_' || md5('4242') and key_id = 'key_4242'`],
-    ['GET /v1/generation by answer id', `select * from usage where answer_id = '${answer}' and key_id = 'key_9' order by created desc limit 1`],
+    [
+      'newest 50 refused of an account',
+      `select * from usage where account_id = 'acct_7' and status = 'refused' ${page}`,
+    ],
+    [
+      'an account, model and status, last 7 days',
+      `select * from usage where account_id = 'acct_7' and model = 'model-7' and status = 'completed' and ` +
+        `created >= ${week} ${page}`,
+    ],
+    [
+      'a range a week ago, whole gateway',
+      `select * from usage where created >= ${week - 3600} and created < ${week} ${page}`,
+    ],
+    [
+      'GET /v1/generation by request id',
+      `select * from usage where request_id = 'req_' || md5('4242') and key_id = 'key_4242'`,
+    ],
+    [
+      'GET /v1/generation by answer id',
+      `select * from usage where answer_id = '${answer}' and key_id = 'key_9' order by created desc limit 1`,
+    ],
   ];
   log('');
   log('| query | plan (top nodes) | rows read | time |');
   log('|---|---|---:|---:|');
   for (const [label, query] of queries) {
-    const plan = (await sql.raw<{ 'QUERY PLAN': unknown }>(`explain (analyze, buffers, format json) ${query}`).execute(db)).rows[0]!['QUERY PLAN'] as Array<{ Plan: PlanNode; 'Execution Time': number }>;
+    const plan = (
+      await sql.raw<{ 'QUERY PLAN': unknown }>(`explain (analyze, buffers, format json) ${query}`).execute(db)
+    ).rows[0]!['QUERY PLAN'] as Array<{ Plan: PlanNode; 'Execution Time': number }>;
     const top = plan[0]!;
-    log(`| ${label} | ${describe(top.Plan)} | ${readRows(top.Plan).toLocaleString('en-US')} | ${top['Execution Time'].toFixed(2)} ms |`);
+    log(
+      `| ${label} | ${describe(top.Plan)} | ${readRows(top.Plan).toLocaleString('en-US')} | ${top['Execution Time'].toFixed(2)} ms |`,
+    );
   }
   await db.destroy();
 } finally {
@@ -111,6 +154,8 @@ function describe(node: PlanNode): string {
 
 /** Rows the scans produced plus those their filters threw away: what the query read. */
 function readRows(node: PlanNode): number {
-  const own = node['Node Type'].includes('Scan') ? (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0)) * node['Actual Loops'] : 0;
+  const own = node['Node Type'].includes('Scan')
+    ? (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0)) * node['Actual Loops']
+    : 0;
   return own + (node.Plans ?? []).reduce((sum, child) => sum + readRows(child), 0);
 }

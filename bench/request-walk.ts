@@ -36,7 +36,14 @@ const showFunctions = process.argv.includes('--functions');
 const redisServer = await startPrivateRedis({ aof: false });
 const fake = await startFakeOpenAI({ record: false });
 const { recordUrlFor } = await import('../test/support/record.js');
-const config = loadConfig({ REDIS_URL: redisServer.url, DATABASE_URL: await recordUrlFor(redisServer.url), OPENAI_API_KEY: 'sk-walk', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', LOG_LEVEL: 'warn' });
+const config = loadConfig({
+  REDIS_URL: redisServer.url,
+  DATABASE_URL: await recordUrlFor(redisServer.url),
+  OPENAI_API_KEY: 'sk-walk',
+  OPENAI_BASE_URL: fake.url,
+  MOCK_VENDOR: 'off',
+  LOG_LEVEL: 'warn',
+});
 const log = createLogger('warn', 'walk');
 const api = await createApiServer(config, log);
 const port = await api.listen(0, '127.0.0.1');
@@ -65,9 +72,14 @@ interface Ran {
   functions: Map<string, string>;
 }
 
-/** Every project source file in which a function ran since the last call (module top levels, which ran at load, not counted). */
+/**
+ * Every project source file in which a function ran since the last call (module top levels, which ran at load, not
+ * counted).
+ */
 async function functionsRun(): Promise<Ran[]> {
-  const { result } = (await session.post('Profiler.takePreciseCoverage')) as { result: Array<{ url: string; functions: FunctionCoverage[] }> };
+  const { result } = (await session.post('Profiler.takePreciseCoverage')) as {
+    result: Array<{ url: string; functions: FunctionCoverage[] }>;
+  };
   const files: Ran[] = [];
   for (const script of result) {
     if (!script.url.startsWith('file://')) continue;
@@ -78,7 +90,8 @@ async function functionsRun(): Promise<Ran[]> {
     const functions = new Map<string, string>();
     for (const fn of script.functions) {
       const range = fn.ranges[0]!;
-      if (range.startOffset > 0 && range.count > 0) functions.set(`${fn.functionName}@${range.startOffset}`, fn.functionName || '(anonymous)');
+      if (range.startOffset > 0 && range.count > 0)
+        functions.set(`${fn.functionName}@${range.startOffset}`, fn.functionName || '(anonymous)');
     }
     if (functions.size > 0) files.push({ file: relative, functions });
   }

@@ -26,19 +26,25 @@ interface Kind {
 // A reply shaped like admission's: an array of numbers from a script.
 const scriptReply = readFileSync(new URL('./lua/admission-reply.lua', import.meta.url), 'utf8');
 const value = 'x'.repeat(200);
-const chunk = JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', choices: [{ index: 0, delta: { content: 'hello there' } }] });
+const chunk = JSON.stringify({
+  id: 'chatcmpl-1',
+  object: 'chat.completion.chunk',
+  choices: [{ index: 0, delta: { content: 'hello there' } }],
+});
 
 const kinds: Kind[] = [
   {
     name: 'GET 200 B',
     async run(client) {
-      for (let i = 0; i < ops; i += batch) await Promise.all(Array.from({ length: batch }, () => client.get('resp:value')));
+      for (let i = 0; i < ops; i += batch)
+        await Promise.all(Array.from({ length: batch }, () => client.get('resp:value')));
     },
   },
   {
     name: 'HGETALL 10 fields',
     async run(client) {
-      for (let i = 0; i < ops; i += batch) await Promise.all(Array.from({ length: batch }, () => client.hgetall('resp:hash')));
+      for (let i = 0; i < ops; i += batch)
+        await Promise.all(Array.from({ length: batch }, () => client.hgetall('resp:hash')));
     },
   },
   {
@@ -61,7 +67,8 @@ const kinds: Kind[] = [
         };
         subscriber.on('message', onMessage);
       });
-      for (let i = 0; i < ops; i += batch) await Promise.all(Array.from({ length: batch }, () => publisher.publish('resp:channel', chunk)));
+      for (let i = 0; i < ops; i += batch)
+        await Promise.all(Array.from({ length: batch }, () => publisher.publish('resp:channel', chunk)));
       await done;
     },
   },
@@ -77,7 +84,10 @@ async function main(): Promise<void> {
   const url = process.env.BENCH_REDIS_URL ?? `${(await processPrivateRedis()).url}/0`;
   const admin = new Redis(url, { protocol: 2 });
   await admin.set('resp:value', value);
-  await admin.hset('resp:hash', Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`field${i}`, `value-${i}-${value.slice(0, 20)}`])));
+  await admin.hset(
+    'resp:hash',
+    Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`field${i}`, `value-${i}-${value.slice(0, 20)}`])),
+  );
 
   const results = new Map<string, { client: number[]; redis: number[]; wall: number[] }>();
   const connect = async (protocol: Protocol) => {
@@ -125,15 +135,21 @@ async function main(): Promise<void> {
   admin.disconnect();
 
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
-  console.log(`RESP2 against RESP3, Node ${process.version}, ${ops} operations per kind and round, ${rounds} rounds (medians)`);
-  console.log('| traffic | client µs/op RESP2 | RESP3 | RESP3 ÷ RESP2 | Redis µs/op RESP2 | RESP3 | wall µs/op RESP2 | RESP3 |');
+  console.log(
+    `RESP2 against RESP3, Node ${process.version}, ${ops} operations per kind and round, ${rounds} rounds (medians)`,
+  );
+  console.log(
+    '| traffic | client µs/op RESP2 | RESP3 | RESP3 ÷ RESP2 | Redis µs/op RESP2 | RESP3 | wall µs/op RESP2 | RESP3 |',
+  );
   console.log('|---|---|---|---|---|---|---|---|');
   for (const kind of kinds) {
     const two = results.get(`${kind.name}|2`)!;
     const three = results.get(`${kind.name}|3`)!;
     const f = (n: number) => n.toFixed(2);
     console.log(
-      `| ${kind.name} | ${f(median(two.client))} | ${f(median(three.client))} | ${(median(three.client) / median(two.client)).toFixed(2)}× | ${f(median(two.redis))} | ${f(median(three.redis))} | ${f(median(two.wall))} | ${f(median(three.wall))} |`,
+      `| ${kind.name} | ${f(median(two.client))} | ${f(median(three.client))} | ` +
+        `${(median(three.client) / median(two.client)).toFixed(2)}× | ${f(median(two.redis))} | ` +
+        `${f(median(three.redis))} | ${f(median(two.wall))} | ${f(median(three.wall))} |`,
     );
   }
   process.exit(0);

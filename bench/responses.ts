@@ -135,7 +135,8 @@ function chatFrameHasText(frame: string): boolean {
   const data = frameData(frame);
   if (data === undefined || data === '[DONE]') return false;
   try {
-    const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: unknown } }> }).choices?.[0]?.delta?.content;
+    const content = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: unknown } }> }).choices?.[0]?.delta
+      ?.content;
     return typeof content === 'string' && content.length > 0;
   } catch {
     return false;
@@ -150,7 +151,12 @@ function streamOnce(variant: Variant, target: Target, agent: Agent): Promise<Str
       {
         method: 'POST',
         agent,
-        headers: { ...target.headers, 'content-type': 'application/json', 'content-length': String(payload.length), accept: 'text/event-stream' },
+        headers: {
+          ...target.headers,
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+          accept: 'text/event-stream',
+        },
       },
       (res) => {
         const parts: string[] = [];
@@ -176,7 +182,15 @@ function streamOnce(variant: Variant, target: Target, agent: Agent): Promise<Str
             }
           }
         });
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, firstFrameMs, firstTextMs, totalMs: performance.now() - t0, body: parts.join('') }));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            firstFrameMs,
+            firstTextMs,
+            totalMs: performance.now() - t0,
+            body: parts.join(''),
+          }),
+        );
         res.on('error', reject);
       },
     );
@@ -205,7 +219,10 @@ function frames(body: string): string[] {
     .filter((frame) => frameData(frame) !== undefined);
 }
 
-/** chat and direct: N content chunks whose text is the expected one, then [DONE] (direct: also the exact body the fake sends). */
+/**
+ * chat and direct: N content chunks whose text is the expected one, then [DONE] (direct: also the exact body the fake
+ * sends).
+ */
 function checkChat(body: string, chunks: number, expected: string, exact?: string): Shape {
   const all = frames(body);
   let text = '';
@@ -219,7 +236,8 @@ function checkChat(body: string, chunks: number, expected: string, exact?: strin
       continue;
     }
     last = frame;
-    const piece = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta?.content;
+    const piece = (JSON.parse(data) as { choices?: Array<{ delta?: { content?: string } }> }).choices?.[0]?.delta
+      ?.content;
     if (piece) {
       text += piece;
       textDeltas += 1;
@@ -227,21 +245,45 @@ function checkChat(body: string, chunks: number, expected: string, exact?: strin
   }
   const shape = { frames: all.length, textDeltas, lastFrameBytes: Buffer.byteLength(last) + 2 };
   if (!done) return { ...shape, ok: false, why: 'no [DONE]' };
-  if (textDeltas !== chunks || text !== expected) return { ...shape, ok: false, why: `${textDeltas} text deltas, text ${text === expected ? 'as expected' : 'differs'}` };
-  if (exact !== undefined && body !== exact) return { ...shape, ok: false, why: 'body differs from what the fake sends' };
+  if (textDeltas !== chunks || text !== expected)
+    return {
+      ...shape,
+      ok: false,
+      why: `${textDeltas} text deltas, text ${text === expected ? 'as expected' : 'differs'}`,
+    };
+  if (exact !== undefined && body !== exact)
+    return { ...shape, ok: false, why: 'body differs from what the fake sends' };
   return { ...shape, ok: true };
 }
 
-/** Responses: contiguous sequence numbers from 0, N text deltas, and a last `response.completed` whose output holds the whole text. */
+/**
+ * Responses: contiguous sequence numbers from 0, N text deltas, and a last `response.completed` whose output holds the
+ * whole text.
+ */
 function checkResponses(body: string, chunks: number, expected: string): Shape {
   const all = frames(body);
   let text = '';
   let textDeltas = 0;
-  let last: { type?: string; response?: { status?: string; output?: Array<{ content?: Array<{ text?: string }> }> } } = {};
+  let last: { type?: string; response?: { status?: string; output?: Array<{ content?: Array<{ text?: string }> }> } } =
+    {};
   for (const [index, frame] of all.entries()) {
     const event = JSON.parse(frameData(frame)!) as typeof last & { sequence_number?: number; delta?: string };
-    if (event.type !== frameEvent(frame)) return { ok: false, why: `frame ${index}: event line and type differ`, frames: all.length, textDeltas, lastFrameBytes: 0 };
-    if (event.sequence_number !== index) return { ok: false, why: `frame ${index}: sequence_number ${event.sequence_number}`, frames: all.length, textDeltas, lastFrameBytes: 0 };
+    if (event.type !== frameEvent(frame))
+      return {
+        ok: false,
+        why: `frame ${index}: event line and type differ`,
+        frames: all.length,
+        textDeltas,
+        lastFrameBytes: 0,
+      };
+    if (event.sequence_number !== index)
+      return {
+        ok: false,
+        why: `frame ${index}: sequence_number ${event.sequence_number}`,
+        frames: all.length,
+        textDeltas,
+        lastFrameBytes: 0,
+      };
     if (event.type === 'response.output_text.delta') {
       text += event.delta ?? '';
       textDeltas += 1;
@@ -249,9 +291,16 @@ function checkResponses(body: string, chunks: number, expected: string): Shape {
     last = event;
   }
   const shape = { frames: all.length, textDeltas, lastFrameBytes: Buffer.byteLength(all.at(-1) ?? '') + 2 };
-  if (textDeltas !== chunks || text !== expected) return { ...shape, ok: false, why: `${textDeltas} text deltas, text ${text === expected ? 'as expected' : 'differs'}` };
-  if (last.type !== 'response.completed' || last.response?.status !== 'completed') return { ...shape, ok: false, why: `last event ${last.type}` };
-  if (last.response.output?.[0]?.content?.[0]?.text !== expected) return { ...shape, ok: false, why: 'response.completed does not hold the text' };
+  if (textDeltas !== chunks || text !== expected)
+    return {
+      ...shape,
+      ok: false,
+      why: `${textDeltas} text deltas, text ${text === expected ? 'as expected' : 'differs'}`,
+    };
+  if (last.type !== 'response.completed' || last.response?.status !== 'completed')
+    return { ...shape, ok: false, why: `last event ${last.type}` };
+  if (last.response.output?.[0]?.content?.[0]?.text !== expected)
+    return { ...shape, ok: false, why: 'response.completed does not hold the text' };
   return { ...shape, ok: true };
 }
 
@@ -332,10 +381,21 @@ export interface Derived {
   pairedAddedTotalMs: number;
 }
 
-function derive(of: VariantResult, direct: VariantResult, paired: { firstText: number[]; total: number[] }, chunks: number): Derived {
+function derive(
+  of: VariantResult,
+  direct: VariantResult,
+  paired: { firstText: number[]; total: number[] },
+  chunks: number,
+): Derived {
   return {
-    addedFirstFrameMs: { p50: of.firstFrameMs.p50 - direct.firstFrameMs.p50, p90: of.firstFrameMs.p90 - direct.firstFrameMs.p90 },
-    addedFirstTextMs: { p50: of.firstTextMs.p50 - direct.firstTextMs.p50, p90: of.firstTextMs.p90 - direct.firstTextMs.p90 },
+    addedFirstFrameMs: {
+      p50: of.firstFrameMs.p50 - direct.firstFrameMs.p50,
+      p90: of.firstFrameMs.p90 - direct.firstFrameMs.p90,
+    },
+    addedFirstTextMs: {
+      p50: of.firstTextMs.p50 - direct.firstTextMs.p50,
+      p90: of.firstTextMs.p90 - direct.firstTextMs.p90,
+    },
     addedTotalMs: { p50: of.totalMs.p50 - direct.totalMs.p50, p90: of.totalMs.p90 - direct.totalMs.p90 },
     addedWallUsPerDelta: ((of.totalMs.p50 - direct.totalMs.p50) * 1000) / chunks,
     gatewayCpuMsPerStream: of.netCpuMsPerStream.gateway?.mean ?? Number.NaN,
@@ -357,7 +417,9 @@ async function main(): Promise<void> {
   const { chunks, warmup, requests, settleMs } = settings;
   const expected = expectedText(chunks);
   const directBody = longStream('openai', chunks);
-  log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}`);
+  log(
+    `machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; load average ${loadAtStart.map((l) => l.toFixed(2)).join(' ')}`,
+  );
 
   const fake = await startFake({ streamChunks: chunks });
   try {
@@ -372,7 +434,12 @@ async function main(): Promise<void> {
         chat: {
           url: `${gateway.url}/v1/chat/completions`,
           headers: gatewayAuth,
-          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Say hello.' }], stream: true, stream_options: { include_usage: true } }),
+          body: JSON.stringify({
+            model,
+            messages: [{ role: 'user', content: 'Say hello.' }],
+            stream: true,
+            stream_options: { include_usage: true },
+          }),
         },
         responses: {
           url: `${gateway.url}/v1/responses`,
@@ -382,7 +449,12 @@ async function main(): Promise<void> {
         direct: {
           url: `${fake.url}/chat/completions`,
           headers: { authorization: `Bearer ${upstreamKey}` },
-          body: JSON.stringify({ model, messages: [{ role: 'user', content: 'Say hello.' }], stream: true, stream_options: { include_usage: true } }),
+          body: JSON.stringify({
+            model,
+            messages: [{ role: 'user', content: 'Say hello.' }],
+            stream: true,
+            stream_options: { include_usage: true },
+          }),
         },
       };
       const check: Record<Variant, (body: string) => Shape> = {
@@ -395,13 +467,24 @@ async function main(): Promise<void> {
       const redisPid = await redisProcessId(redis);
       if (redisPid !== undefined) pids.redis = redisPid;
       const readCpu = (): CpuReading => {
-        const out: CpuReading = Object.fromEntries(Object.entries(pids).map(([name, pid]) => [name, threadsCpuNs(pid)]));
+        const out: CpuReading = Object.fromEntries(
+          Object.entries(pids).map(([name, pid]) => [name, threadsCpuNs(pid)]),
+        );
         const own = process.cpuUsage();
         out.client = (own.user + own.system) * 1000;
         return out;
       };
 
-      const empty = (): Collected => ({ failures: 0, failureReasons: [], firstFrameMs: [], firstTextMs: [], totalMs: [], cpuMs: {}, windowMs: [], bytes: 0 });
+      const empty = (): Collected => ({
+        failures: 0,
+        failureReasons: [],
+        firstFrameMs: [],
+        firstTextMs: [],
+        totalMs: [],
+        cpuMs: {},
+        windowMs: [],
+        bytes: 0,
+      });
       const collected: Record<Variant, Collected> = { chat: empty(), responses: empty(), direct: empty() };
       const paired: Record<Exclude<Variant, 'direct'>, { firstText: number[]; total: number[] }> = {
         chat: { firstText: [], total: [] },
@@ -415,13 +498,18 @@ async function main(): Promise<void> {
       const idleRate: Record<string, number> = {};
       let measureStartedAt = 0;
       try {
-        log(`responses bench: ${warmup} warm-up + ${requests} measured streams of ${chunks} text deltas per variant, alternated, one connection per host`);
+        log(
+          `responses bench: ${warmup} warm-up + ${requests} measured streams of ${chunks} text deltas per ` +
+            `variant, alternated, one connection per host`,
+        );
         for (let round = 0; round < warmup + requests; round += 1) {
           const measured = round >= warmup;
           if (round === warmup) {
             quiet = await waitForQuiet({ maxWaitMs: settings.quietWaitMs });
-            if (!quiet.quiet) log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
-            // The gateway's (and Redis's) own background CPU while nothing is asked of them, per ms: subtracted from each stream's window.
+            if (!quiet.quiet)
+              log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+            // The gateway's (and Redis's) own background CPU while nothing is asked of them, per ms: subtracted from
+            // each stream's window.
             const idleBefore = readCpu();
             const idleStart = performance.now();
             await sleep(settings.idleMs);
@@ -432,7 +520,11 @@ async function main(): Promise<void> {
               const b = idleAfter[name];
               idleRate[name] = a === undefined || b === undefined ? 0 : (b - a) / 1e6 / idleWall;
             }
-            log(`  idle CPU over ${(idleWall / 1000).toFixed(1)} s: ${Object.entries(idleRate).map(([n, r]) => `${n} ${(r * 100).toFixed(2)}%`).join(', ')} of a core`);
+            log(
+              `  idle CPU over ${(idleWall / 1000).toFixed(1)} s: ${Object.entries(idleRate)
+                .map(([n, r]) => `${n} ${(r * 100).toFixed(2)}%`)
+                .join(', ')} of a core`,
+            );
             loadAtMeasureStart = loadavg();
             cpuSince = cpuWindow(pids);
             measureStartedAt = performance.now();
@@ -455,9 +547,21 @@ async function main(): Promise<void> {
             if (!measured) continue;
             const into = collected[variant];
             const shape = stream && stream.status === 200 ? check[variant](stream.body) : undefined;
-            if (!stream || stream.status !== 200 || !shape?.ok || stream.firstTextMs === undefined || stream.firstFrameMs === undefined) {
+            if (
+              !stream ||
+              stream.status !== 200 ||
+              !shape?.ok ||
+              stream.firstTextMs === undefined ||
+              stream.firstFrameMs === undefined
+            ) {
               into.failures += 1;
-              if (into.failureReasons.length < 5) into.failureReasons.push(error ?? (stream?.status !== 200 ? `status ${stream?.status}: ${stream?.body.slice(0, 200)}` : (shape?.why ?? 'no text frame')));
+              if (into.failureReasons.length < 5)
+                into.failureReasons.push(
+                  error ??
+                    (stream?.status !== 200
+                      ? `status ${stream?.status}: ${stream?.body.slice(0, 200)}`
+                      : (shape?.why ?? 'no text frame')),
+                );
               continue;
             }
             into.shape = shape;
@@ -491,7 +595,8 @@ async function main(): Promise<void> {
       }
       const measuredMs = performance.now() - measureStartedAt;
       // What each process spent over the measured rounds, and the rest of the machine (null where /proc could not say).
-      const { others: othersMs = null, ...ticksMs } = cpuSince?.() ?? Object.fromEntries(Object.keys(pids).map((name) => [name, null]));
+      const { others: othersMs = null, ...ticksMs } =
+        cpuSince?.() ?? Object.fromEntries(Object.keys(pids).map((name) => [name, null]));
 
       const results = Object.fromEntries(
         variants.map((variant) => {
@@ -504,11 +609,16 @@ async function main(): Promise<void> {
             firstFrameMs: summary(c.firstFrameMs),
             firstTextMs: summary(c.firstTextMs),
             totalMs: summary(c.totalMs),
-            cpuMsPerStream: Object.fromEntries(Object.entries(c.cpuMs).map(([name, values]) => [name, summary(values)])),
+            cpuMsPerStream: Object.fromEntries(
+              Object.entries(c.cpuMs).map(([name, values]) => [name, summary(values)]),
+            ),
             netCpuMsPerStream: Object.fromEntries(
               Object.entries(c.cpuMs)
                 .filter(([name]) => name in idleRate)
-                .map(([name, values]) => [name, summary(values.map((cpu, i) => cpu - idleRate[name]! * c.windowMs[i]!))]),
+                .map(([name, values]) => [
+                  name,
+                  summary(values.map((cpu, i) => cpu - idleRate[name]! * c.windowMs[i]!)),
+                ]),
             ),
             windowMs: summary(c.windowMs),
             framesPerStream: c.shape?.frames ?? 0,
@@ -544,7 +654,11 @@ async function main(): Promise<void> {
       const output = {
         startedAt,
         finishedAt: new Date().toISOString(),
-        settings: { ...settings, model, alternation: 'rounds of the three variants, order rotated each round (abc, bca, cab)' },
+        settings: {
+          ...settings,
+          model,
+          alternation: 'rounds of the three variants, order rotated each round (abc, bca, cab)',
+        },
         machine: {
           ...machine,
           loadAverageAtStart: loadAtStart,
@@ -554,7 +668,10 @@ async function main(): Promise<void> {
           /** CPU each process used while idle before the rounds, as a share of one core. */
           idleCpuShare: idleRate,
           measuredSeconds: measuredMs / 1000,
-          /** CPU ms over the measured rounds from /proc/<pid>/stat (10 ms ticks); others: every other process on the machine. */
+          /**
+           * CPU ms over the measured rounds from /proc/<pid>/stat (10 ms ticks); others: every other process on the
+           * machine.
+           */
           cpuMsWholeRun: { ...ticksMs, others: othersMs },
         },
         gatewayPid: child.pid,
@@ -569,7 +686,8 @@ async function main(): Promise<void> {
       mkdirSync(outDir, { recursive: true });
       writeFileSync(join(outDir, 'latest-responses.json'), `${JSON.stringify(output, null, 2)}\n`);
       process.stdout.write(`\n${render(output)}\n\nResults written to bench/results/latest-responses.json\n`);
-      if (child.warnings > 0) log(`gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/responses-gateway.log`);
+      if (child.warnings > 0)
+        log(`gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/responses-gateway.log`);
     } finally {
       log('stopping the gateway');
       await stopGateway(gateway);
@@ -588,12 +706,24 @@ const f1 = (v: number | null | undefined) => (v == null || Number.isNaN(v) ? '-'
 const x2 = (v: number) => (Number.isFinite(v) ? `${v.toFixed(2)}×` : '-');
 
 function mdTable(header: string[], rows: string[][]): string {
-  return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  return [
+    `| ${header.join(' | ')} |`,
+    `|${header.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 }
 
 function render(o: {
   settings: typeof settings;
-  machine: ReturnType<typeof machineFacts> & { loadAverageAtStart: number[]; loadAverageAtMeasureStart: number[]; loadAverageAtEnd: number[]; quietBefore: { quiet: boolean; busyPct: number | null } | null; idleCpuShare: Record<string, number>; measuredSeconds: number; cpuMsWholeRun: Record<string, number | null> };
+  machine: ReturnType<typeof machineFacts> & {
+    loadAverageAtStart: number[];
+    loadAverageAtMeasureStart: number[];
+    loadAverageAtEnd: number[];
+    quietBefore: { quiet: boolean; busyPct: number | null } | null;
+    idleCpuShare: Record<string, number>;
+    measuredSeconds: number;
+    cpuMsWholeRun: Record<string, number | null>;
+  };
   variants: Record<Variant, VariantResult>;
   derived: Record<'chat' | 'responses', Derived>;
   ratios: Record<string, number>;
@@ -603,20 +733,38 @@ function render(o: {
   const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(' ');
   const out: string[] = [];
   out.push(
-    `Responses stream vs chat stream: ${s.warmup} warm-up + ${s.requests} measured streams per variant, ${s.chunks} text deltas each, ` +
+    `Responses stream vs chat stream: ${s.warmup} warm-up + ${s.requests} measured streams per variant, ` +
+      `${s.chunks} text deltas each, ` +
       `alternated in rotating rounds, one keep-alive connection per host; ms from sending the request; ` +
-      `CPU per stream (mean) from /proc (all threads), read ${s.settleMs} ms after the body ended, less the process's idle CPU over that window`,
+      (`CPU per stream (mean) from /proc (all threads), read ${s.settleMs} ms after the body ended, less the ` +
+        `process's idle CPU over that window`),
   );
   out.push(
-    `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Redis ${m.redis}; load average ${load(m.loadAverageAtStart)} at start, ${load(m.loadAverageAtMeasureStart)} when measuring began, ${load(m.loadAverageAtEnd)} at end; ` +
+    `Machine: ${m.cpu}, ${m.cores} cores, Node ${m.node}, Redis ${m.redis}; load average ` +
+      `${load(m.loadAverageAtStart)} at start, ${load(m.loadAverageAtMeasureStart)} when measuring began, ` +
+      `${load(m.loadAverageAtEnd)} at end; ` +
       `busy share in the second before measuring: ${m.quietBefore?.busyPct == null ? '-' : `${m.quietBefore.busyPct.toFixed(0)}% of a core`}; ` +
-      `idle CPU: ${Object.entries(m.idleCpuShare).map(([n, r]) => `${n} ${(r * 100).toFixed(1)}%`).join(', ')} of a core; ` +
+      `idle CPU: ${Object.entries(m.idleCpuShare)
+        .map(([n, r]) => `${n} ${(r * 100).toFixed(1)}%`)
+        .join(', ')} of a core; ` +
       `other processes used ${m.cpuMsWholeRun.others ?? '-'} ms of CPU over the ${m.measuredSeconds.toFixed(1)} s measured`,
   );
   out.push('');
   out.push(
     mdTable(
-      ['variant', 'failed', 'first frame p50 / p90', 'first text p50 / p90', 'total p50 / p90', 'frames', 'bytes', 'last frame bytes', 'gateway CPU ms/stream', 'Redis CPU ms/stream', 'fake CPU ms/stream'],
+      [
+        'variant',
+        'failed',
+        'first frame p50 / p90',
+        'first text p50 / p90',
+        'total p50 / p90',
+        'frames',
+        'bytes',
+        'last frame bytes',
+        'gateway CPU ms/stream',
+        'Redis CPU ms/stream',
+        'fake CPU ms/stream',
+      ],
       variants.map((name) => {
         const x = v[name];
         const cpu = (p: string) => x.netCpuMsPerStream[p];
@@ -637,11 +785,23 @@ function render(o: {
     ),
   );
   out.push('');
-  out.push('Added by the gateway (against (c), ms; "paired": median over rounds of the difference to the same round\'s direct stream)');
+  out.push(
+    'Added by the gateway (against (c), ms; "paired": median over rounds of the difference to the same round\'s ' +
+      'direct stream)',
+  );
   out.push('');
   out.push(
     mdTable(
-      ['path', 'first frame p50 / p90', 'first text p50 / p90', 'first text, paired', 'total p50 / p90', 'total, paired', 'wall µs per delta', 'gateway CPU µs per delta'],
+      [
+        'path',
+        'first frame p50 / p90',
+        'first text p50 / p90',
+        'first text, paired',
+        'total p50 / p90',
+        'total, paired',
+        'wall µs per delta',
+        'gateway CPU µs per delta',
+      ],
       (['chat', 'responses'] as const).map((name) => {
         const x = d[name];
         return [
@@ -678,7 +838,11 @@ function render(o: {
     ),
   );
   const failed = variants.filter((name) => v[name].failures > 0);
-  for (const name of failed) out.push('', `${variantNames[name]}: ${v[name].failures} failed; first reasons: ${v[name].failureReasons.join(' | ')}`);
+  for (const name of failed)
+    out.push(
+      '',
+      `${variantNames[name]}: ${v[name].failures} failed; first reasons: ${v[name].failureReasons.join(' | ')}`,
+    );
   return out.join('\n');
 }
 

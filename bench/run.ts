@@ -68,10 +68,10 @@
  *   BENCH_ONLY            comma-separated sections to run (default: all eleven)
  *   BENCH_CONFIGS         gateway targets of overhead: start (node dist/bin/start.js as is),
  *                         unlimited (start with the Default account's key, made by POST /admin/keys with no
- *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with REQUEST_LOG=off: the request log's cost, side by side),
- *                         one-loop (WORKER_PROCESS=off), split (--role=api + --role=worker);
- *                         default start,log-off,one-loop,split (all = one-loop); direct and floor always run.
- *                         Burst runs its one-process configuration if any of start, one-loop,
+ *                         account: unlimited, no limits; start's is a credited, limited key), log-off (start with
+ *                         REQUEST_LOG=off: the request log's cost, side by side), one-loop (WORKER_PROCESS=off), split
+ *                         (--role=api + --role=worker); default start,log-off,one-loop,split (all = one-loop); direct
+ *                         and floor always run. Burst runs its one-process configuration if any of start, one-loop,
  *                         all is listed, and split if split is
  *   BENCH_ROUNDS          overhead: rounds per cell; each round measures every target once,
  *                         the order rotated by one each round (default 3)
@@ -89,8 +89,8 @@
  *   BENCH_BURST_WORKERS   burst: worker processes in the split configuration (default 2)
  *   BENCH_STREAM_CHUNKS   translation: text deltas per stream (default 2000)
  *   BENCH_TRANSLATION_RUNS translation: measured in-process rounds (default 21, after 5 warm-up)
- *   BENCH_TRANSLATION_REQUESTS translation: measured end-to-end streams per protocol and target (default 20, after 3 warm-up)
- *   BENCH_SCHED_SCENARIOS scheduler: which scenarios (default latency,noisy,shares,tiers)
+ *   BENCH_TRANSLATION_REQUESTS translation: measured end-to-end streams per protocol and target (default 20, after 3
+ *   warm-up) BENCH_SCHED_SCENARIOS scheduler: which scenarios (default latency,noisy,shares,tiers)
  *   BENCH_SCHED_LATENCY_MS scheduler/latency: the fake's answer time (default 1000)
  *   BENCH_SCHED_CONNECTIONS scheduler/latency: connections per cell; the gateway is held to 0.9× direct at
  *                         the first and 1.2× Portkey at the last (default 500,2000)
@@ -108,15 +108,15 @@
  *   BENCH_STREAMS_TOKENS  streams: text deltas per stream (default 300)
  *   BENCH_STREAMS_PACE_MS streams: the fake's pause between two deltas of a stream (default 20)
  *   BENCH_STREAMS_WARMUP  streams: streams of an unmeasured warm-up wave per target (default 20; 0: none)
- *   BENCH_CACHE_REQUESTS  cache: measured sequential requests per target at 1 connection (default 2000, after 100 unmeasured)
- *   BENCH_CACHE_ROUNDS    cache: rounds those are spread over, the order of the targets rotated each round (default 4)
- *   BENCH_CACHE_DURATION_S cache: measured seconds per target at 64 connections (default 5, after 1 s warm-up)
- *   BENCH_CACHE_BURST     cache: requests at once per coalescing sitting (default 200)
+ *   BENCH_CACHE_REQUESTS  cache: measured sequential requests per target at 1 connection (default 2000, after 100
+ *   unmeasured) BENCH_CACHE_ROUNDS    cache: rounds those are spread over, the order of the targets rotated each round
+ *   (default 4) BENCH_CACHE_DURATION_S cache: measured seconds per target at 64 connections (default 5, after 1 s
+ *   warm-up) BENCH_CACHE_BURST     cache: requests at once per coalescing sitting (default 200)
  *   BENCH_CACHE_LATENCY_MS cache: the coalescing fake's answer time (default 1000)
  *   BENCH_CACHE_PACE_TOKENS cache: the coalescing fake's stream deltas after that time (default 50)
  *   BENCH_CACHE_PACE_MS   cache: one delta every this many ms (default 20)
- *   BENCH_BATCH_REQUESTS  batches: requests in the batch (default 10000; over 10,000 raises BATCH_MAX_REQUESTS to match)
- *   BENCH_BATCH_CAP       batches: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 50)
+ *   BENCH_BATCH_REQUESTS  batches: requests in the batch (default 10000; over 10,000 raises BATCH_MAX_REQUESTS to
+ *   match) BENCH_BATCH_CAP       batches: OPENAI_MAX_CONCURRENCY and the fake's 429 threshold (default 50)
  *   BENCH_BATCH_VENDOR_MS batches: the fake's answer time (default 200)
  *   BENCH_BATCH_INTERACTIVE batches: the other account's requests alone, and again during the batch (default 100)
  *   BENCH_BATCH_CONCURRENCY batches: its requests in flight at once (default 4)
@@ -130,11 +130,12 @@
  *   BENCH_SPEECH_FORMAT   speech: mp3, wav or pcm (default mp3)
  *   BENCH_RT_SESSIONS     realtime: sessions of the main measurement (default 50)
  *   BENCH_RT_DURATION_S   realtime: measured seconds per target (default 10, after BENCH_RT_WARMUP_S, default 3)
- *   BENCH_RT_STEPS        realtime: session counts tried for the capacity, in order (default 50,100,150,200,300,400,600)
- *   BENCH_RT_STEP_S       realtime: measured seconds per capacity step and target (default 5)
- *   BENCH_RT_LIMIT_MS     realtime: added p99 (either way) under which a step counts as held (default 50)
+ *   BENCH_RT_STEPS        realtime: session counts tried for the capacity, in order (default
+ *   50,100,150,200,300,400,600) BENCH_RT_STEP_S       realtime: measured seconds per capacity step and target (default
+ *   5) BENCH_RT_LIMIT_MS     realtime: added p99 (either way) under which a step counts as held (default 50)
  *   BENCH_RT_PORTKEY      realtime: 0 leaves Portkey out (default: measured)
- *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache, batches: before each measurement (cache: each part), wait up to this
+ *   BENCH_QUIET_WAIT_S    burst, translation, streams, cache, batches: before each measurement (cache: each part), wait
+ *   up to this
  *                         long for a second in which the machine uses < 25 % of a core (default 10; 0: do not check)
  *   BENCH_REDIS_URL       Redis database to use; it is FLUSHDB'd (default: database 15 of a private
  *                         redis-server this run starts and stops, like the tests'). The overhead
@@ -147,8 +148,8 @@
  *   BENCH_TOPOLOGY_ROUNDS       --topology: rounds; one-Redis targets rotate each round, the Cluster
  *                               gateway is restarted for each shard count each round (default 1)
  *   BENCH_TOPOLOGY_CONNECTIONS  --topology: connections of the one-Redis cells (default 64,256)
- *   BENCH_TOPOLOGY_CLUSTER_CONNECTIONS --topology: connections of the Cluster cells (default 64,256; 0 skips the Cluster)
- *   BENCH_TOPOLOGY_SHARDS       --topology: QUEUE_SHARDS_CHAT values on the Cluster (default 1,2,3)
+ *   BENCH_TOPOLOGY_CLUSTER_CONNECTIONS --topology: connections of the Cluster cells (default 64,256; 0 skips the
+ *   Cluster) BENCH_TOPOLOGY_SHARDS       --topology: QUEUE_SHARDS_CHAT values on the Cluster (default 1,2,3)
  *   BENCH_TOPOLOGY_REPLICAS     --topology: replicas per Cluster primary (default 0: they would take
  *                               CPU from the measured processes on a small machine)
  */
@@ -173,21 +174,57 @@ import { renderSpeech, runSpeechBench, speechSettings, type SpeechResults } from
 import { mcpSettings, renderMcp, runMcpBench, type McpResults } from './mcp.js';
 import { promptCacheTable, runPromptCacheBench, type PromptCacheResults } from './prompt-cache.js';
 import { realtimeSettings, renderRealtime, runRealtimeBench, type RealtimeResults } from './realtime.js';
-import { openAIBatchSettings, renderOpenAIBatches, runOpenAIBatches, type OpenAIBatchResults } from './openai-batches.js';
+import {
+  openAIBatchSettings,
+  renderOpenAIBatches,
+  runOpenAIBatches,
+  type OpenAIBatchResults,
+} from './openai-batches.js';
 
 function envList(name: string, fallback: string): string[] {
-  return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
+  return (process.env[name] || fallback)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
-/** The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches (bench/batches.ts) and speech (bench/speech.ts). */
-type RunSection = Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime' | 'mcp' | 'prompt-cache';
+/**
+ * The sections of this run: report.ts's, streams (rendered by bench/paced-streams.ts), cache (bench/cache.ts), batches
+ * (bench/batches.ts) and speech (bench/speech.ts).
+ */
+type RunSection =
+  Section | 'streams' | 'cache' | 'batches' | 'openai-batches' | 'speech' | 'realtime' | 'mcp' | 'prompt-cache';
 /** A run's results: report.ts's, with the streams, cache, batches and speech sections beside them. */
-type RunResults = Omit<Results, 'sections'> & { sections: RunSection[]; streams?: StreamsResults; cache?: CacheResults; batches?: BatchesResults; 'openai-batches'?: OpenAIBatchResults; speech?: SpeechResults; realtime?: RealtimeResults; mcp?: McpResults; 'prompt-cache'?: PromptCacheResults };
+type RunResults = Omit<Results, 'sections'> & {
+  sections: RunSection[];
+  streams?: StreamsResults;
+  cache?: CacheResults;
+  batches?: BatchesResults;
+  'openai-batches'?: OpenAIBatchResults;
+  speech?: SpeechResults;
+  realtime?: RealtimeResults;
+  mcp?: McpResults;
+  'prompt-cache'?: PromptCacheResults;
+};
 
-const allSections: RunSection[] = ['overhead', 'burst', 'translation', 'scheduler', 'streams', 'cache', 'batches', 'openai-batches', 'speech', 'realtime', 'mcp', 'prompt-cache'];
+const allSections: RunSection[] = [
+  'overhead',
+  'burst',
+  'translation',
+  'scheduler',
+  'streams',
+  'cache',
+  'batches',
+  'openai-batches',
+  'speech',
+  'realtime',
+  'mcp',
+  'prompt-cache',
+];
 const onlyList = envList('BENCH_ONLY', allSections.join(','));
 for (const name of onlyList) {
-  if (!allSections.includes(name as RunSection)) throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
+  if (!allSections.includes(name as RunSection))
+    throw new Error(`BENCH_ONLY: unknown section "${name}" (${allSections.join(', ')})`);
 }
 const sections = allSections.filter((s) => onlyList.includes(s));
 const fullRun = sections.length === allSections.length;
@@ -196,11 +233,16 @@ const topologyOnly = process.argv.slice(2).includes('--topology');
 
 const configNames = envList('BENCH_CONFIGS', 'start,log-off,one-loop,split');
 for (const name of configNames) {
-  if (!['start', 'unlimited', 'log-off', 'one-loop', 'all', 'split'].includes(name)) throw new Error(`BENCH_CONFIGS: unknown configuration "${name}" (start, unlimited, log-off, one-loop, split; all = one-loop)`);
+  if (!['start', 'unlimited', 'log-off', 'one-loop', 'all', 'split'].includes(name))
+    throw new Error(
+      `BENCH_CONFIGS: unknown configuration "${name}" (start, unlimited, log-off, one-loop, split; all = one-loop)`,
+    );
 }
 const overheadConfigs = [...new Set(configNames.map((n) => (n === 'all' ? 'one-loop' : n)))] as OverheadConfig[];
 // Burst knows one process (`all`) and split.
-const burstConfigs = (['all', 'split'] as const).filter((c) => (c === 'split' ? configNames.includes('split') : configNames.some((n) => n !== 'split')));
+const burstConfigs = (['all', 'split'] as const).filter((c) =>
+  c === 'split' ? configNames.includes('split') : configNames.some((n) => n !== 'split'),
+);
 
 const overheadOptions = {
   rounds: envInt('BENCH_ROUNDS', 3, 1),
@@ -219,7 +261,8 @@ const burstSettings = {
   latencyMs: envInt('BENCH_BURST_LATENCY_MS', 100, 1),
   sizes: envList('BENCH_BURST_SIZES', '40,200').map((s) => {
     const n = Number(s);
-    if (!Number.isInteger(n) || n < 1 || n > 5000) throw new Error(`BENCH_BURST_SIZES: "${s}" is not an integer in 1..5000`);
+    if (!Number.isInteger(n) || n < 1 || n > 5000)
+      throw new Error(`BENCH_BURST_SIZES: "${s}" is not an integer in 1..5000`);
     return n;
   }),
   configs: burstConfigs,
@@ -230,7 +273,8 @@ const schedSettings = schedulerSettings();
 const streamsSettings: StreamsSettings = {
   waves: envList('BENCH_STREAMS_WAVES', '200,1000').map((s) => {
     const n = Number(s);
-    if (!Number.isInteger(n) || n < 1 || n > 10_000) throw new Error(`BENCH_STREAMS_WAVES: "${s}" is not an integer in 1..10000`);
+    if (!Number.isInteger(n) || n < 1 || n > 10_000)
+      throw new Error(`BENCH_STREAMS_WAVES: "${s}" is not an integer in 1..10000`);
     return n;
   }),
   tokens: envInt('BENCH_STREAMS_TOKENS', 300, 1),
@@ -255,7 +299,9 @@ const translationSettings = {
 function runMachineFacts(redisVersionText: string) {
   let autocannonVersion = 'unknown';
   try {
-    autocannonVersion = (JSON.parse(readFileSync(join(root, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }).version;
+    autocannonVersion = (
+      JSON.parse(readFileSync(join(root, 'node_modules/autocannon/package.json'), 'utf8')) as { version: string }
+    ).version;
   } catch {
     // reported as unknown
   }
@@ -269,7 +315,9 @@ async function main(): Promise<void> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 3 });
   const startedAt = new Date().toISOString();
   const machine = runMachineFacts(await redisVersion(redis));
-  log(`machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${topologyOnly ? 'topology' : sections.join(', ')}`);
+  log(
+    `machine: ${machine.cpu}, ${machine.cores} cores, Node ${machine.node}, Redis ${machine.redis}; sections: ${topologyOnly ? 'topology' : sections.join(', ')}`,
+  );
   await redis.flushdb();
 
   try {
@@ -277,22 +325,48 @@ async function main(): Promise<void> {
       await runTopologySection({ redis, redisUrl, machine, startedAt, loadAverageAtEnd: loadavg });
       return;
     }
-    const overhead = sections.includes('overhead') ? await runOverhead({ ...overheadOptions, redis, redisUrl }) : undefined;
+    const overhead = sections.includes('overhead')
+      ? await runOverhead({ ...overheadOptions, redis, redisUrl })
+      : undefined;
     const burst = sections.includes('burst') ? await runBurst({ settings: burstSettings, redis, redisUrl }) : undefined;
-    const translation = sections.includes('translation') ? await runTranslation({ settings: translationSettings, redis, redisUrl }) : undefined;
-    const scheduler = sections.includes('scheduler') ? await runScheduler({ settings: schedSettings, redis, redisUrl }) : undefined;
-    const streams = sections.includes('streams') ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl }) : undefined;
-    const cache = sections.includes('cache') ? await runCache({ settings: cacheRunSettings, redis, redisUrl }) : undefined;
-    const batches = sections.includes('batches') ? await runBatches({ settings: batchesRunSettings, redis, redisUrl }) : undefined;
-    const openAIBatches = sections.includes('openai-batches') ? await runOpenAIBatches({ settings: openAIBatchRunSettings, redis, redisUrl }) : undefined;
-    const speech = sections.includes('speech') ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl }) : undefined;
-    const realtime = sections.includes('realtime') ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl }) : undefined;
-    const mcp = sections.includes('mcp') ? await runMcpBench({ settings: mcpSettings(process.env), redis, redisUrl }) : undefined;
+    const translation = sections.includes('translation')
+      ? await runTranslation({ settings: translationSettings, redis, redisUrl })
+      : undefined;
+    const scheduler = sections.includes('scheduler')
+      ? await runScheduler({ settings: schedSettings, redis, redisUrl })
+      : undefined;
+    const streams = sections.includes('streams')
+      ? await runPacedStreams({ settings: streamsSettings, redis, redisUrl })
+      : undefined;
+    const cache = sections.includes('cache')
+      ? await runCache({ settings: cacheRunSettings, redis, redisUrl })
+      : undefined;
+    const batches = sections.includes('batches')
+      ? await runBatches({ settings: batchesRunSettings, redis, redisUrl })
+      : undefined;
+    const openAIBatches = sections.includes('openai-batches')
+      ? await runOpenAIBatches({ settings: openAIBatchRunSettings, redis, redisUrl })
+      : undefined;
+    const speech = sections.includes('speech')
+      ? await runSpeechBench({ settings: speechRunSettings, redis, redisUrl })
+      : undefined;
+    const realtime = sections.includes('realtime')
+      ? await runRealtimeBench({ settings: realtimeRunSettings, redis, redisUrl })
+      : undefined;
+    const mcp = sections.includes('mcp')
+      ? await runMcpBench({ settings: mcpSettings(process.env), redis, redisUrl })
+      : undefined;
     const promptCache = sections.includes('prompt-cache') ? await runPromptCacheBench(redisUrl, redis) : undefined;
 
-    const bars = [...(overhead?.bars ?? []), ...(burst?.configs ?? []).flatMap((c) => c.bars), ...(scheduler?.bars ?? []), ...(streams?.bars ?? []), ...(cache?.bars ?? []), ...(batches?.bars ?? []), ...(openAIBatches?.bars ?? [])].filter(
-      (b) => !b.informational,
-    );
+    const bars = [
+      ...(overhead?.bars ?? []),
+      ...(burst?.configs ?? []).flatMap((c) => c.bars),
+      ...(scheduler?.bars ?? []),
+      ...(streams?.bars ?? []),
+      ...(cache?.bars ?? []),
+      ...(batches?.bars ?? []),
+      ...(openAIBatches?.bars ?? []),
+    ].filter((b) => !b.informational);
     const results: RunResults = {
       startedAt,
       finishedAt: new Date().toISOString(),
@@ -319,27 +393,78 @@ async function main(): Promise<void> {
     if (scheduler && file !== 'latest-scheduler.json') {
       // The scheduler's figures also stand alone, as a BENCH_ONLY=scheduler run writes them.
       const passed = scheduler.bars.filter((b) => !b.informational).every((b) => b.pass);
-      const alone: Results = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['scheduler'], scheduler, passed };
+      const alone: Results = {
+        startedAt: results.startedAt,
+        finishedAt: results.finishedAt,
+        machine: results.machine,
+        sections: ['scheduler'],
+        scheduler,
+        passed,
+      };
       writeFileSync(join(outDir, 'latest-scheduler.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     if (streams && file !== 'latest-streams.json') {
       const passed = streams.bars.filter((b) => !b.informational).every((b) => b.pass);
-      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['streams'], streams, passed };
+      const alone: RunResults = {
+        startedAt: results.startedAt,
+        finishedAt: results.finishedAt,
+        machine: results.machine,
+        sections: ['streams'],
+        streams,
+        passed,
+      };
       writeFileSync(join(outDir, 'latest-streams.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     if (cache && file !== 'latest-cache.json') {
       const passed = cache.bars.filter((b) => !b.informational).every((b) => b.pass);
-      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['cache'], cache, passed };
+      const alone: RunResults = {
+        startedAt: results.startedAt,
+        finishedAt: results.finishedAt,
+        machine: results.machine,
+        sections: ['cache'],
+        cache,
+        passed,
+      };
       writeFileSync(join(outDir, 'latest-cache.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     if (batches && file !== 'latest-batches.json') {
       const passed = batches.bars.filter((b) => !b.informational).every((b) => b.pass);
-      const alone: RunResults = { startedAt: results.startedAt, finishedAt: results.finishedAt, machine: results.machine, sections: ['batches'], batches, passed };
+      const alone: RunResults = {
+        startedAt: results.startedAt,
+        finishedAt: results.finishedAt,
+        machine: results.machine,
+        sections: ['batches'],
+        batches,
+        passed,
+      };
       writeFileSync(join(outDir, 'latest-batches.json'), `${JSON.stringify(alone, null, 2)}\n`);
     }
     // report.ts renders its own sections (and their bars); the streams, cache and batches sections follow with theirs.
-    const { streams: _streams, cache: _cache, batches: _batches, 'openai-batches': _openAIBatches, speech: _speech, realtime: _realtime, mcp: _mcp, 'prompt-cache': _promptCache, ...reported } = results;
-    const rendered = render({ ...reported, sections: results.sections.filter((s): s is Section => s !== 'streams' && s !== 'cache' && s !== 'batches' && s !== 'openai-batches' && s !== 'speech' && s !== 'realtime' && s !== 'mcp' && s !== 'prompt-cache') });
+    const {
+      streams: _streams,
+      cache: _cache,
+      batches: _batches,
+      'openai-batches': _openAIBatches,
+      speech: _speech,
+      realtime: _realtime,
+      mcp: _mcp,
+      'prompt-cache': _promptCache,
+      ...reported
+    } = results;
+    const rendered = render({
+      ...reported,
+      sections: results.sections.filter(
+        (s): s is Section =>
+          s !== 'streams' &&
+          s !== 'cache' &&
+          s !== 'batches' &&
+          s !== 'openai-batches' &&
+          s !== 'speech' &&
+          s !== 'realtime' &&
+          s !== 'mcp' &&
+          s !== 'prompt-cache',
+      ),
+    });
     process.stdout.write(
       `\n${rendered}${streams ? `\n\n${renderStreams(streams)}` : ''}${cache ? `\n\n${renderCache(cache)}` : ''}${batches ? `\n\n${renderBatches(batches)}` : ''}${openAIBatches ? `\n\n${renderOpenAIBatches(openAIBatches)}` : ''}${speech ? `\n\n${renderSpeech(speech)}` : ''}${realtime ? `\n\n${renderRealtime(realtime)}` : ''}${mcp ? `\n\n${renderMcp(mcp)}` : ''}${promptCache ? `\n\n${promptCacheTable(promptCache)}` : ''}\n\nResults written to bench/results/${file}\n`,
     );

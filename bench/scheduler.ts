@@ -55,9 +55,33 @@ import type { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { FAKE_REPLY_TEXT } from '../test/support/fake-openai-defaults.js';
 import { resetRecordFor } from '../test/support/record.js';
-import { commandStats, diffCommandStats, envInt, outcomes, RssSampler, summariseSorted, type CommandDelta, type LatencySummary } from './measure.js';
+import {
+  commandStats,
+  diffCommandStats,
+  envInt,
+  outcomes,
+  RssSampler,
+  summariseSorted,
+  type CommandDelta,
+  type LatencySummary,
+} from './measure.js';
 import { cpuTimeMs, root, rssBytes, sleep, waitUntil } from './procs.js';
-import { discoverProcesses, fakeControl, log, model, plainBody, probe, startFake, startGateway, startPortkey, stopGateway, upstreamKey, type Fake, type Gateway, type Portkey } from './stack.js';
+import {
+  discoverProcesses,
+  fakeControl,
+  log,
+  model,
+  plainBody,
+  probe,
+  startFake,
+  startGateway,
+  startPortkey,
+  stopGateway,
+  upstreamKey,
+  type Fake,
+  type Gateway,
+  type Portkey,
+} from './stack.js';
 import { table, type Bar } from './table.js';
 
 export type SchedulerScenario = 'latency' | 'noisy' | 'shares' | 'tiers' | 'room' | 'priority' | 'retry';
@@ -104,17 +128,23 @@ export interface SchedulerSettings {
 }
 
 function envList(name: string, fallback: string): string[] {
-  return (process.env[name] || fallback).split(',').map((s) => s.trim()).filter(Boolean);
+  return (process.env[name] || fallback)
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 
 /** The section's settings from the environment (read when `npm run bench` starts, so a typo fails at once). */
 export function schedulerSettings(): SchedulerSettings {
   // The attacks (room, priority, retry) run when named: the default run stays the four it was.
   const scenarios = envList('BENCH_SCHED_SCENARIOS', defaultScenarios.join(','));
-  for (const s of scenarios) if (!allScenarios.includes(s as SchedulerScenario)) throw new Error(`BENCH_SCHED_SCENARIOS: unknown scenario "${s}" (${allScenarios.join(', ')})`);
+  for (const s of scenarios)
+    if (!allScenarios.includes(s as SchedulerScenario))
+      throw new Error(`BENCH_SCHED_SCENARIOS: unknown scenario "${s}" (${allScenarios.join(', ')})`);
   const connections = envList('BENCH_SCHED_CONNECTIONS', '500,2000').map((s) => {
     const n = Number(s);
-    if (!Number.isInteger(n) || n < 1 || n > 20_000) throw new Error(`BENCH_SCHED_CONNECTIONS: "${s}" is not an integer in 1..20000`);
+    if (!Number.isInteger(n) || n < 1 || n > 20_000)
+      throw new Error(`BENCH_SCHED_CONNECTIONS: "${s}" is not an integer in 1..20000`);
     return n;
   });
   return {
@@ -152,13 +182,20 @@ function baselineSetting(): { baseline?: string } {
   if (!raw) return {};
   const dir = resolve(raw);
   if (!existsSync(join(dir, 'dist', 'bin', 'start.js'))) {
-    throw new Error(`BENCH_SCHED_BASELINE: ${dir}/dist/bin/start.js does not exist (check the commit out there, \`npm ci\`, then \`node bin/build.mjs\`)`);
+    throw new Error(
+      `BENCH_SCHED_BASELINE: ${dir}/dist/bin/start.js does not exist (check the commit out there, \`npm ci\`, ` +
+        `then \`node bin/build.mjs\`)`,
+    );
   }
-  if (!existsSync(join(dir, 'node_modules'))) throw new Error(`BENCH_SCHED_BASELINE: ${dir} has no node_modules (run \`npm ci\` there)`);
+  if (!existsSync(join(dir, 'node_modules')))
+    throw new Error(`BENCH_SCHED_BASELINE: ${dir} has no node_modules (run \`npm ci\` there)`);
   return { baseline: dir };
 }
 
-/** Which build a run measured: its label in the tables, its checkout and commit (`+` when the checkout has uncommitted changes). */
+/**
+ * Which build a run measured: its label in the tables, its checkout and commit (`+` when the checkout has uncommitted
+ * changes).
+ */
 export interface BuildInfo {
   label: 'before' | 'after';
   dir: string;
@@ -171,7 +208,8 @@ function buildInfo(label: BuildInfo['label'], dir: string): BuildInfo {
   let commit = 'unknown';
   let changed: string[] = [];
   // Read only: no index refresh written behind the checkout's owner.
-  const git = (...args: string[]) => execFileSync('git', ['-C', dir, ...args], { encoding: 'utf8', env: { ...process.env, GIT_OPTIONAL_LOCKS: '0' } });
+  const git = (...args: string[]) =>
+    execFileSync('git', ['-C', dir, ...args], { encoding: 'utf8', env: { ...process.env, GIT_OPTIONAL_LOCKS: '0' } });
   try {
     commit = git('rev-parse', '--short', 'HEAD').trim();
     changed = git('status', '--porcelain', '--untracked-files=no')
@@ -229,7 +267,13 @@ export interface LoadCell {
   /** The load generator's CPU in the measured window, % of one core. */
   loadgenCpuPct: number | null;
   /** Gateway only: RSS by process (bytes) before any load and at peak in the window. */
-  rss?: { idle: Record<string, number | null>; peak: Record<string, number | null>; idleSum: number; peakSum: number; perThousandInFlight: number };
+  rss?: {
+    idle: Record<string, number | null>;
+    peak: Record<string, number | null>;
+    idleSum: number;
+    peakSum: number;
+    perThousandInFlight: number;
+  };
   redis?: RedisUse;
 }
 
@@ -292,13 +336,19 @@ export interface RoomResults {
   flood: { F: GroupStats; Q: GroupStats; R: GroupStats; redis: RedisUse };
   /** p99 during the flood − p50 alone, ms. */
   addedWaitP99: { Q: number; R: number };
-  /** Q's wait before its call reached the vendor (`vendorWaits`), alone and during the flood, and p99 during − p50 alone. */
+  /**
+   * Q's wait before its call reached the vendor (`vendorWaits`), alone and during the flood, and p99 during − p50
+   * alone.
+   */
   qVendorWait: { alone: Spread; flood: Spread; addedP99: number; longest: Array<{ sentMs: number; waitMs: number }> };
   /** From F's first request to its last 2xx answer. */
   drainMs: number;
   /** F's 2xx × the vendor's time ÷ cap: the vendor's capacity time for what F got admitted. */
   capacityMs: number;
-  /** The same counting Q's calls (same vendor) answered before F's last: the vendor's capacity time for all it served meanwhile. */
+  /**
+   * The same counting Q's calls (same vendor) answered before F's last: the vendor's capacity time for all it served
+   * meanwhile.
+   */
   capacityWithQMs: number;
   /**
    * The load generator's own event-loop delay (ms, p99 and max) in each phase: F's bursts are sent and answered on
@@ -412,7 +462,10 @@ function replyOf(text: string): { content?: string; tier?: string } {
   try {
     const body = JSON.parse(text) as { choices?: Array<{ message?: { content?: unknown } }>; service_tier?: unknown };
     const content = body.choices?.[0]?.message?.content;
-    return { ...(typeof content === 'string' ? { content } : {}), ...(typeof body.service_tier === 'string' ? { tier: body.service_tier } : {}) };
+    return {
+      ...(typeof content === 'string' ? { content } : {}),
+      ...(typeof body.service_tier === 'string' ? { tier: body.service_tier } : {}),
+    };
   } catch {
     return {};
   }
@@ -444,7 +497,11 @@ class Caller {
       const text = await response.body.text();
       const doneMs = performance.now() - this.t0;
       const reply = replyOf(text);
-      const ok = response.statusCode >= 200 && response.statusCode < 300 && typeof reply.content === 'string' && reply.content.length > 0;
+      const ok =
+        response.statusCode >= 200 &&
+        response.statusCode < 300 &&
+        typeof reply.content === 'string' &&
+        reply.content.length > 0;
       return {
         group,
         sentMs,
@@ -456,7 +513,15 @@ class Caller {
         ...(ok ? {} : { failure: `${response.statusCode} ${text.slice(0, 300)}` }),
       };
     } catch (error) {
-      return { group, sentMs, doneMs: performance.now() - this.t0, ...marked, status: 0, ok: false, failure: (error as Error).message };
+      return {
+        group,
+        sentMs,
+        doneMs: performance.now() - this.t0,
+        ...marked,
+        status: 0,
+        ok: false,
+        failure: (error as Error).message,
+      };
     }
   }
 
@@ -478,11 +543,21 @@ async function vendorWaits(fake: Fake, done: Done[]): Promise<number[]> {
 async function vendorWaitsAt(fake: Fake, done: Done[]): Promise<Array<{ sentMs: number; waitMs: number }>> {
   const response = await fetch(`${fake.controlUrl}/__marks`, { signal: AbortSignal.timeout(5000) });
   const arrived = (await response.json()) as Record<string, number>;
-  return done.flatMap((d) => (d.ok && d.mark && arrived[d.mark] !== undefined ? [{ sentMs: d.sentMs, waitMs: arrived[d.mark]! - d.sentWallMs! }] : []));
+  return done.flatMap((d) =>
+    d.ok && d.mark && arrived[d.mark] !== undefined
+      ? [{ sentMs: d.sentMs, waitMs: arrived[d.mark]! - d.sentWallMs! }]
+      : [],
+  );
 }
 
 /** `n` requests fired in one tick, the keys taken in turn. */
-function flood(caller: Caller, group: string, keys: string[], n: number, body: Record<string, unknown>): Promise<Done[]> {
+function flood(
+  caller: Caller,
+  group: string,
+  keys: string[],
+  n: number,
+  body: Record<string, unknown>,
+): Promise<Done[]> {
   return Promise.all(Array.from({ length: n }, (_, i) => caller.send(group, keys[i % keys.length]!, body)));
 }
 
@@ -508,7 +583,13 @@ function paced(ratePerS: number, more: () => boolean, fire: () => Promise<Done>)
  * `n` loops, each sending its next request as soon as its last is answered (a 429 included: retried at once, or
  * after `pauseAfter429Ms`), while `more()` says so. Every answer is pushed to `sink` as it comes.
  */
-async function loops(n: number, more: () => boolean, fire: () => Promise<Done>, sink: Done[], pauseAfter429Ms = 0): Promise<Done[]> {
+async function loops(
+  n: number,
+  more: () => boolean,
+  fire: () => Promise<Done>,
+  sink: Done[],
+  pauseAfter429Ms = 0,
+): Promise<Done[]> {
   const loop = async () => {
     while (more()) {
       const done = await fire();
@@ -523,7 +604,15 @@ async function loops(n: number, more: () => boolean, fire: () => Promise<Done>, 
 }
 
 /** `total` requests in `count` bursts `everyMs` apart (one burst: all at once), the keys taken in turn. */
-async function bursts(caller: Caller, group: string, keys: string[], total: number, count: number, everyMs: number, body: Record<string, unknown>): Promise<Done[]> {
+async function bursts(
+  caller: Caller,
+  group: string,
+  keys: string[],
+  total: number,
+  count: number,
+  everyMs: number,
+  body: Record<string, unknown>,
+): Promise<Done[]> {
   const per = Math.ceil(total / Math.max(1, count));
   const started = performance.now();
   const sent: Array<Promise<Done>> = [];
@@ -548,7 +637,9 @@ async function withLoopLag<T>(run: () => Promise<T>): Promise<{ value: T; lag: {
   }
 }
 
-/** Jain's fairness index of some throughputs (each already divided by what its account could get): 1 when all are equal. */
+/**
+ * Jain's fairness index of some throughputs (each already divided by what its account could get): 1 when all are equal.
+ */
 export function jainIndex(values: number[]): number {
   const sum = values.reduce((a, b) => a + b, 0);
   const squares = values.reduce((a, b) => a + b * b, 0);
@@ -565,7 +656,11 @@ function groupStats(done: Done[], phaseStartMs = 0): GroupStats {
 }
 
 /** Runs `run` and reports what Redis executed meanwhile, per request answered (`requests` of its result). */
-async function withRedis<T>(redis: Redis, run: () => Promise<T>, requests: (value: T) => number): Promise<{ value: T; redis: RedisUse }> {
+async function withRedis<T>(
+  redis: Redis,
+  run: () => Promise<T>,
+  requests: (value: T) => number,
+): Promise<{ value: T; redis: RedisUse }> {
   const before = await commandStats(redis);
   const started = performance.now();
   const value = await run();
@@ -591,7 +686,12 @@ interface Account {
   keys: string[];
 }
 
-async function adminCall(gateway: Gateway, method: string, path: string, body?: unknown): Promise<{ status: number; text: string }> {
+async function adminCall(
+  gateway: Gateway,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; text: string }> {
   const response = await fetch(`${gateway.url}${path}`, {
     method,
     headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
@@ -601,19 +701,36 @@ async function adminCall(gateway: Gateway, method: string, path: string, body?: 
   return { status: response.status, text: await response.text() };
 }
 
-async function adminOk(gateway: Gateway, method: string, path: string, body?: unknown): Promise<Record<string, unknown>> {
+async function adminOk(
+  gateway: Gateway,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<Record<string, unknown>> {
   const { status, text } = await adminCall(gateway, method, path, body);
   if (status < 200 || status >= 300) throw new Error(`admin ${method} ${path}: ${status} ${text}`);
   return JSON.parse(text) as Record<string, unknown>;
 }
 
 /** A member account with credit to spare and `keys` keys, of no limits unless `limits` (e.g. `{rpm: 120}`) says. */
-async function makeAccount(gateway: Gateway, name: string, keys: number, limits: Record<string, unknown> = {}): Promise<Account> {
-  const account = await adminOk(gateway, 'POST', '/admin/accounts', { email: `bench-${name.toLowerCase()}@example.com`, name: `bench ${name}` });
+async function makeAccount(
+  gateway: Gateway,
+  name: string,
+  keys: number,
+  limits: Record<string, unknown> = {},
+): Promise<Account> {
+  const account = await adminOk(gateway, 'POST', '/admin/accounts', {
+    email: `bench-${name.toLowerCase()}@example.com`,
+    name: `bench ${name}`,
+  });
   const id = account.id as string;
   await adminOk(gateway, 'POST', `/admin/accounts/${id}/credits`, { amount_usd: 1_000_000, note: 'bench' });
   const made: string[] = [];
-  for (let i = 1; i <= keys; i += 1) made.push((await adminOk(gateway, 'POST', '/admin/keys', { name: `${name}-${i}`, account_id: id, ...limits })).key as string);
+  for (let i = 1; i <= keys; i += 1)
+    made.push(
+      (await adminOk(gateway, 'POST', '/admin/keys', { name: `${name}-${i}`, account_id: id, ...limits }))
+        .key as string,
+    );
   return { id, keys: made };
 }
 
@@ -622,23 +739,44 @@ async function makeAccount(gateway: Gateway, name: string, keys: number, limits:
  * (with its text when refused): a build older than the grant answers 400, its priority being open to all.
  */
 async function grantPriority(gateway: Gateway, account: Account): Promise<string> {
-  const answer = await adminCall(gateway, 'PATCH', `/admin/accounts/${account.id}`, { service_tiers: ['priority', 'default', 'flex'] });
+  const answer = await adminCall(gateway, 'PATCH', `/admin/accounts/${account.id}`, {
+    service_tiers: ['priority', 'default', 'flex'],
+  });
   return `${answer.status}${answer.status >= 300 ? ` ${answer.text.slice(0, 200)}` : ''}`;
 }
 
 /** An empty Redis database and record, then the build's `node dist/bin/start.js` with the admin API on. */
-async function freshGateway(options: { build: BuildInfo; tag: string; fake: Fake; redis: Redis; redisUrl: string; env?: Record<string, string> }): Promise<Gateway> {
+async function freshGateway(options: {
+  build: BuildInfo;
+  tag: string;
+  fake: Fake;
+  redis: Redis;
+  redisUrl: string;
+  env?: Record<string, string>;
+}): Promise<Gateway> {
   await options.redis.flushdb();
   await resetRecordFor(options.redisUrl);
-  const env = { ADMIN_TOKEN: adminToken, ...(process.env.BENCH_SCHED_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_SCHED_LOG_LEVEL } : {}), ...options.env };
+  const env = {
+    ADMIN_TOKEN: adminToken,
+    ...(process.env.BENCH_SCHED_LOG_LEVEL ? { LOG_LEVEL: process.env.BENCH_SCHED_LOG_LEVEL } : {}),
+    ...options.env,
+  };
   const logTag = `scheduler-${options.tag}${options.build.label === 'before' ? '-before' : ''}`;
-  return startGateway('start', options.fake.url, options.redisUrl, undefined, { env, logTag, ...(options.build.label === 'after' ? {} : { buildDir: options.build.dir }) });
+  return startGateway('start', options.fake.url, options.redisUrl, undefined, {
+    env,
+    logTag,
+    ...(options.build.label === 'after' ? {} : { buildDir: options.build.dir }),
+  });
 }
 
 async function ready(gateway: Gateway, key: string): Promise<Record<string, number>> {
   await probe(gateway.url, key, Object.values(gateway.children));
   const pids = discoverProcesses(gateway);
-  log(`  gateway ready: ${Object.entries(pids).map(([n, pid]) => `${n} ${pid}`).join(', ')}`);
+  log(
+    `  gateway ready: ${Object.entries(pids)
+      .map(([n, pid]) => `${n} ${pid}`)
+      .join(', ')}`,
+  );
   return pids;
 }
 
@@ -655,19 +793,29 @@ async function waitForIdleVendors(fake: Fake): Promise<void> {
   await sleep(500);
 }
 
-const chat = (tier?: string, chatModel = model) => ({ ...plainBody, model: chatModel, ...(tier ? { service_tier: tier } : {}) });
+const chat = (tier?: string, chatModel = model) => ({
+  ...plainBody,
+  model: chatModel,
+  ...(tier ? { service_tier: tier } : {}),
+});
 
 /**
  * Unmeasured requests through each path a scenario takes and with every key it uses, so the measured phases
  * pay neither for JIT warm-up nor for a key's first lookup (which would let a warm key's flood arrive first).
  */
-async function warmUp(caller: Caller, accounts: Account[], bodies: Array<Record<string, unknown>>, cap: number): Promise<void> {
+async function warmUp(
+  caller: Caller,
+  accounts: Account[],
+  bodies: Array<Record<string, unknown>>,
+  cap: number,
+): Promise<void> {
   caller.restart();
   const keys = accounts.flatMap((a) => a.keys);
   const n = Math.max(cap * 2, keys.length);
   const done = (await Promise.all(bodies.map((body) => flood(caller, 'warm-up', keys, n, body)))).flat();
   const failed = done.filter((d) => !d.ok);
-  if (failed.length > 0) throw new Error(`warm-up: ${failed.length} of ${done.length} failed, e.g. ${failed[0]!.failure}`);
+  if (failed.length > 0)
+    throw new Error(`warm-up: ${failed.length} of ${done.length} failed, e.g. ${failed[0]!.failure}`);
 }
 
 // ---------------------------------------------------------------- 1. latency
@@ -694,7 +842,12 @@ async function closedLoop(o: {
   durationMs: number;
   window?: { start(): Promise<void> | void; end(): Promise<void> | void };
 }): Promise<LoopResult> {
-  const agent = new Agent({ connections: o.connections, keepAliveTimeout: 60_000, headersTimeout: 120_000, bodyTimeout: 120_000 });
+  const agent = new Agent({
+    connections: o.connections,
+    keepAliveTimeout: 60_000,
+    headersTimeout: 120_000,
+    bodyTimeout: 120_000,
+  });
   const begun = performance.now();
   const windowStart = begun + o.warmupMs;
   const windowEnd = windowStart + o.durationMs;
@@ -706,7 +859,8 @@ async function closedLoop(o: {
     await o.window?.start();
     await sleep(Math.max(0, windowEnd - performance.now()));
     const cpuAtEnd = cpuTimeMs(process.pid);
-    if (cpuAtStart !== undefined && cpuAtEnd !== undefined) result.loadgenCpuPct = ((cpuAtEnd - cpuAtStart) / o.durationMs) * 100;
+    if (cpuAtStart !== undefined && cpuAtEnd !== undefined)
+      result.loadgenCpuPct = ((cpuAtEnd - cpuAtStart) / o.durationMs) * 100;
     await o.window?.end();
   })();
   const headers = { ...o.headers, 'content-type': 'application/json' };
@@ -746,8 +900,12 @@ async function closedLoop(o: {
   return result;
 }
 
-
-async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<LatencyResults> {
+async function runLatency(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<LatencyResults> {
   const fake = await startFake({ latencyMs: settings.latencyMs });
   log(`scheduler/latency: fake OpenAI (pid ${fake.child.pid}) answering after ${settings.latencyMs} ms`);
   let gateway: Gateway | undefined;
@@ -764,7 +922,11 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
     };
     if (!gatewayOnly) {
       portkey = await startPortkey('scheduler-portkey');
-      const portkeyHeaders = { 'x-portkey-provider': 'openai', 'x-portkey-custom-host': fake.url, authorization: `Bearer ${upstreamKey}` };
+      const portkeyHeaders = {
+        'x-portkey-provider': 'openai',
+        'x-portkey-custom-host': fake.url,
+        authorization: `Bearer ${upstreamKey}`,
+      };
       const probeDirect = await fetch(`${portkey.url}/v1/chat/completions`, {
         method: 'POST',
         headers: { ...portkeyHeaders, 'content-type': 'application/json' },
@@ -772,7 +934,8 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
         signal: AbortSignal.timeout(settings.latencyMs + 10_000),
       });
       const probeText = await probeDirect.text();
-      if (probeDirect.status !== 200 || replyOf(probeText).content !== FAKE_REPLY_TEXT) throw new Error(`Portkey probe: ${probeDirect.status} ${probeText.slice(0, 300)}`);
+      if (probeDirect.status !== 200 || replyOf(probeText).content !== FAKE_REPLY_TEXT)
+        throw new Error(`Portkey probe: ${probeDirect.status} ${probeText.slice(0, 300)}`);
       log(`  Portkey ${portkey.version} (pid ${portkey.child.pid}) answers through the fake`);
       targets.portkey = { url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders };
     }
@@ -782,7 +945,10 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
     const cells: LoadCell[] = [];
     for (const connections of settings.connections) {
       for (const target of gatewayOnly ? (['gateway'] as const) : (['direct', 'gateway', 'portkey'] as const)) {
-        log(`scheduler/latency: ${target} at ${connections} connections (${settings.warmupS} s warm-up, ${settings.durationS} s measured)`);
+        log(
+          `scheduler/latency: ${target} at ${connections} connections (${settings.warmupS} s warm-up, ` +
+            `${settings.durationS} s measured)`,
+        );
         const isGateway = target === 'gateway';
         const sampler = new RssSampler(pids);
         let peak: Record<string, number | null> = {};
@@ -824,31 +990,56 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
         if (isGateway) {
           const idleSum = Object.values(idleRss).reduce<number>((s, v) => s + (v ?? 0), 0);
           const peakSum = Object.values(peak).reduce<number>((s, v) => s + (v ?? 0), 0);
-          cell.rss = { idle: idleRss, peak, idleSum, peakSum, perThousandInFlight: ((peakSum - idleSum) * 1000) / connections };
+          cell.rss = {
+            idle: idleRss,
+            peak,
+            idleSum,
+            peakSum,
+            perThousandInFlight: ((peakSum - idleSum) * 1000) / connections,
+          };
           cell.redis = redisUse(delta, run.ok + run.non2xx, settings.durationS);
         }
-        log(`  ${Math.round(cell.rps)} req/s, p50 ${Math.round(cell.latency.p50)} ms, p99 ${Math.round(cell.latency.p99)} ms, ${cell.errors} errors, ${cell.non2xx} non-2xx`);
+        log(
+          `  ${Math.round(cell.rps)} req/s, p50 ${Math.round(cell.latency.p50)} ms, p99 ` +
+            `${Math.round(cell.latency.p99)} ms, ${cell.errors} errors, ${cell.non2xx} non-2xx`,
+        );
         cells.push(cell);
         if (isGateway) await waitForIdleVendors(fake);
       }
     }
 
     const bars: Bar[] = [];
-    const at = (target: LoadCell['target'], connections: number) => cells.find((c) => c.target === target && c.connections === connections);
+    const at = (target: LoadCell['target'], connections: number) =>
+      cells.find((c) => c.target === target && c.connections === connections);
     const first = settings.connections[0]!;
     const last = settings.connections[settings.connections.length - 1]!;
     const gwFirst = at('gateway', first);
     const directFirst = at('direct', first);
     if (gwFirst && directFirst) {
-      bars.push({ name: `latency: gateway ÷ direct at ${first}`, target: '≥ 0.90×', actual: `${(gwFirst.rps / directFirst.rps).toFixed(2)}×`, pass: gwFirst.rps >= 0.9 * directFirst.rps });
+      bars.push({
+        name: `latency: gateway ÷ direct at ${first}`,
+        target: '≥ 0.90×',
+        actual: `${(gwFirst.rps / directFirst.rps).toFixed(2)}×`,
+        pass: gwFirst.rps >= 0.9 * directFirst.rps,
+      });
     }
     const gwLast = at('gateway', last);
     const portkeyLast = at('portkey', last);
     if (gwLast && portkeyLast) {
-      bars.push({ name: `latency: gateway ÷ Portkey at ${last}`, target: '≥ 1.20×', actual: `${(gwLast.rps / portkeyLast.rps).toFixed(2)}×`, pass: gwLast.rps >= 1.2 * portkeyLast.rps });
+      bars.push({
+        name: `latency: gateway ÷ Portkey at ${last}`,
+        target: '≥ 1.20×',
+        actual: `${(gwLast.rps / portkeyLast.rps).toFixed(2)}×`,
+        pass: gwLast.rps >= 1.2 * portkeyLast.rps,
+      });
     }
     for (const c of cells.filter((x) => x.target === 'gateway')) {
-      bars.push({ name: `latency: gateway at ${c.connections}, no errors`, target: '0 errors, 0 non-2xx', actual: `${c.errors} errors, ${c.non2xx} non-2xx`, pass: c.errors === 0 && c.non2xx === 0 });
+      bars.push({
+        name: `latency: gateway at ${c.connections}, no errors`,
+        target: '0 errors, 0 non-2xx',
+        actual: `${c.errors} errors, ${c.non2xx} non-2xx`,
+        pass: c.errors === 0 && c.non2xx === 0,
+      });
     }
     for (const c of cells.filter((x) => x.target === 'direct')) {
       const ideal = (c.connections * 1000) / settings.latencyMs;
@@ -860,7 +1051,12 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
         informational: true,
       });
     }
-    return { cells, processes: { ...pids, fake: fake.child.pid, ...(portkey ? { portkey: portkey.child.pid } : {}) }, portkeyVersion: portkey?.version ?? '-', bars };
+    return {
+      cells,
+      processes: { ...pids, fake: fake.child.pid, ...(portkey ? { portkey: portkey.child.pid } : {}) },
+      portkeyVersion: portkey?.version ?? '-',
+      bars,
+    };
   } finally {
     if (portkey) await portkey.child.stop();
     if (gateway) await stopGateway(gateway);
@@ -872,14 +1068,34 @@ async function runLatency(settings: SchedulerSettings, redis: Redis, redisUrl: s
 
 const capEnv = (cap: number) => ({ OPENAI_MAX_CONCURRENCY: String(cap) });
 
-async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<NoisyResults> {
+async function runNoisy(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<NoisyResults> {
   const { cap, vendorMs, ratePerS } = settings;
-  const fake = await startFake({ latencyMs: vendorMs, cap, vendors: ['openai', 'anthropic'], anthropicLatencyMs: vendorMs });
-  log(`scheduler/noisy: fake OpenAI (${vendorMs} ms, 429 beyond ${cap}) and Anthropic (${vendorMs} ms, no cap), pid ${fake.child.pid}`);
+  const fake = await startFake({
+    latencyMs: vendorMs,
+    cap,
+    vendors: ['openai', 'anthropic'],
+    anthropicLatencyMs: vendorMs,
+  });
+  log(
+    `scheduler/noisy: fake OpenAI (${vendorMs} ms, 429 beyond ${cap}) and Anthropic (${vendorMs} ms, no cap), ` +
+      `pid ${fake.child.pid}`,
+  );
   let gateway: Gateway | undefined;
   const caller = { current: undefined as Caller | undefined };
   try {
-    gateway = await freshGateway({ build, tag: 'noisy', fake, redis, redisUrl, env: { ...capEnv(cap), ANTHROPIC_API_KEY: 'sk-ant-bench', ANTHROPIC_BASE_URL: fake.anthropicUrl! } });
+    gateway = await freshGateway({
+      build,
+      tag: 'noisy',
+      fake,
+      redis,
+      redisUrl,
+      env: { ...capEnv(cap), ANTHROPIC_API_KEY: 'sk-ant-bench', ANTHROPIC_BASE_URL: fake.anthropicUrl! },
+    });
     const A = await makeAccount(gateway, 'A', 4);
     const B = await makeAccount(gateway, 'B', 1);
     const C = await makeAccount(gateway, 'C', 1);
@@ -896,15 +1112,26 @@ async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: str
       redis,
       () =>
         Promise.all([
-          paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('B', B.keys[0]!, chat())),
-          paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel))),
+          paced(
+            ratePerS,
+            () => performance.now() < aloneUntil,
+            () => call.send('B', B.keys[0]!, chat()),
+          ),
+          paced(
+            ratePerS,
+            () => performance.now() < aloneUntil,
+            () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel)),
+          ),
         ]),
       ([b, c]) => b.length + c.length,
     );
     await waitForIdleVendors(fake);
     await fakeControl(fake, 'POST', '/__reset');
 
-    log(`scheduler/noisy: A floods ${settings.noisyFlood} at once over ${A.keys.length} keys; B and C keep sending ${ratePerS}/s`);
+    log(
+      `scheduler/noisy: A floods ${settings.noisyFlood} at once over ${A.keys.length} keys; B and C keep sending ` +
+        `${ratePerS}/s`,
+    );
     call.restart();
     const during = await withRedis(
       redis,
@@ -915,8 +1142,16 @@ async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: str
           return done;
         });
         const [b, c] = await Promise.all([
-          paced(ratePerS, () => flooding, () => call.send('B', B.keys[0]!, chat())),
-          paced(ratePerS, () => flooding, () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel))),
+          paced(
+            ratePerS,
+            () => flooding,
+            () => call.send('B', B.keys[0]!, chat()),
+          ),
+          paced(
+            ratePerS,
+            () => flooding,
+            () => call.send('C', C.keys[0]!, chat(undefined, anthropicModel)),
+          ),
         ]);
         return { a: await a, b, c };
       },
@@ -931,7 +1166,11 @@ async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: str
       flood: { A: groupStats(a), B: groupStats(b), C: groupStats(c), redis: during.redis },
       drainMs,
       capacityMs,
-      vendor: { openaiMaxInFlight: stats.openai!.maxInFlight, openaiOverCap: stats.openai!.overCap ?? 0, anthropicMaxInFlight: stats.anthropic?.maxInFlight ?? null },
+      vendor: {
+        openaiMaxInFlight: stats.openai!.maxInFlight,
+        openaiOverCap: stats.openai!.overCap ?? 0,
+        anthropicMaxInFlight: stats.anthropic?.maxInFlight ?? null,
+      },
       bars: [],
     };
     const f = result.flood;
@@ -954,10 +1193,15 @@ async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: str
     result.bars.push({
       name: 'noisy: every request answered, vendor cap kept',
       target: `0 failed, vendor ≤ ${cap}, 0 × 429 at vendor`,
-      actual: `${f.A.failed + f.B.failed + f.C.failed} failed, vendor max ${result.vendor.openaiMaxInFlight}, ${result.vendor.openaiOverCap} × 429`,
+      actual:
+        `${f.A.failed + f.B.failed + f.C.failed} failed, vendor max ${result.vendor.openaiMaxInFlight}, ` +
+        `${result.vendor.openaiOverCap} × 429`,
       pass: f.A.failed + f.B.failed + f.C.failed === 0 && result.vendor.openaiOverCap === 0,
     });
-    log(`  drain ${(drainMs / 1000).toFixed(2)} s (capacity ${(capacityMs / 1000).toFixed(1)} s); B p95 ${Math.round(f.B.latency.p95)} ms, C p95 ${Math.round(f.C.latency.p95)} ms`);
+    log(
+      `  drain ${(drainMs / 1000).toFixed(2)} s (capacity ${(capacityMs / 1000).toFixed(1)} s); B p95 ` +
+        `${Math.round(f.B.latency.p95)} ms, C p95 ${Math.round(f.C.latency.p95)} ms`,
+    );
     return result;
   } finally {
     await caller.current?.close();
@@ -970,12 +1214,24 @@ async function runNoisy(settings: SchedulerSettings, redis: Redis, redisUrl: str
 
 const pct = (part: number, whole: number) => (whole === 0 ? Number.NaN : (part / whole) * 100);
 
-function shareRun(x: Done[], y: Done[], cap: number, weights: ShareRun['weights'], redis: RedisUse, vendor: ShareRun['vendor'], weightAnswer?: string): ShareRun {
+function shareRun(
+  x: Done[],
+  y: Done[],
+  cap: number,
+  weights: ShareRun['weights'],
+  redis: RedisUse,
+  vendor: ShareRun['vendor'],
+  weightAnswer?: string,
+): ShareRun {
   const all = [...x, ...y].filter((d) => d.ok).sort((p, q) => p.doneMs - q.doneMs);
   const half = all.slice(0, Math.floor((x.length + y.length) / 2));
   const countX = (list: Done[]) => list.filter((d) => d.group === 'X').length;
   // The account that finished first stops being backlogged when it has only `cap` requests left.
-  const doneTimes = (list: Done[]) => list.filter((d) => d.ok).map((d) => d.doneMs).sort((p, q) => p - q);
+  const doneTimes = (list: Done[]) =>
+    list
+      .filter((d) => d.ok)
+      .map((d) => d.doneMs)
+      .sort((p, q) => p - q);
   const xs = doneTimes(x);
   const ys = doneTimes(y);
   const cutAt = (times: number[]) => times[Math.max(0, times.length - cap - 1)] ?? 0;
@@ -987,14 +1243,24 @@ function shareRun(x: Done[], y: Done[], cap: number, weights: ShareRun['weights'
     X: groupStats(x),
     Y: groupStats(y),
     firstHalf: { X: pct(countX(half), half.length), Y: pct(half.length - countX(half), half.length) },
-    backlogged: { completions: window.length, ms: cut, X: pct(countX(window), window.length), Y: pct(window.length - countX(window), window.length) },
+    backlogged: {
+      completions: window.length,
+      ms: cut,
+      X: pct(countX(window), window.length),
+      Y: pct(window.length - countX(window), window.length),
+    },
     jain: jainIndex([countX(window) / weights.X, (window.length - countX(window)) / weights.Y]),
     redis,
     vendor,
   };
 }
 
-async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<SharesResults> {
+async function runShares(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<SharesResults> {
   const { cap, vendorMs } = settings;
   const n = settings.shareFlood;
   const fake = await startFake({ latencyMs: vendorMs, cap });
@@ -1012,7 +1278,10 @@ async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: st
     const once = async (weights: ShareRun['weights'], weightAnswer?: string): Promise<ShareRun> => {
       await waitForIdleVendors(fake);
       await fakeControl(fake, 'POST', '/__reset');
-      log(`scheduler/shares: X (${X.keys.length} keys, weight ${weights.X}) and Y (1 key, weight ${weights.Y}) flood ${n} each at once`);
+      log(
+        `scheduler/shares: X (${X.keys.length} keys, weight ${weights.X}) and Y (1 key, weight ${weights.Y}) ` +
+          `flood ${n} each at once`,
+      );
       call!.restart();
       const run = await withRedis(
         redis,
@@ -1021,8 +1290,19 @@ async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: st
         ([x, y]) => x.length + y.length,
       );
       const stats = (await fakeControl(fake, 'GET', '/__stats')).openai!;
-      const result = shareRun(run.value[0], run.value[1], cap, weights, run.redis, { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 }, weightAnswer);
-      log(`  first half X:Y ${result.firstHalf.X.toFixed(1)} : ${result.firstHalf.Y.toFixed(1)}, while both backlogged ${result.backlogged.X.toFixed(1)} : ${result.backlogged.Y.toFixed(1)}`);
+      const result = shareRun(
+        run.value[0],
+        run.value[1],
+        cap,
+        weights,
+        run.redis,
+        { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 },
+        weightAnswer,
+      );
+      log(
+        `  first half X:Y ${result.firstHalf.X.toFixed(1)} : ${result.firstHalf.Y.toFixed(1)}, while both ` +
+          `backlogged ${result.backlogged.X.toFixed(1)} : ${result.backlogged.Y.toFixed(1)}`,
+      );
       return result;
     };
 
@@ -1057,8 +1337,12 @@ async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: st
       {
         name: 'shares: every request answered, vendor cap kept',
         target: `0 failed, 0 × 429 at vendor`,
-        actual: `${equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed} failed, ${equal.vendor.overCap + weighted.vendor.overCap} × 429`,
-        pass: equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed === 0 && equal.vendor.overCap + weighted.vendor.overCap === 0,
+        actual:
+          `${equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed} failed, ` +
+          `${equal.vendor.overCap + weighted.vendor.overCap} × 429`,
+        pass:
+          equal.X.failed + equal.Y.failed + weighted.X.failed + weighted.Y.failed === 0 &&
+          equal.vendor.overCap + weighted.vendor.overCap === 0,
       },
     ];
     return { equal, weighted, bars };
@@ -1071,7 +1355,12 @@ async function runShares(settings: SchedulerSettings, redis: Redis, redisUrl: st
 
 // ---------------------------------------------------------------- 4. tiers
 
-async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<TiersResults> {
+async function runTiers(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<TiersResults> {
   const { cap, vendorMs, ratePerS } = settings;
   const n = settings.tierFlood;
   const fake = await startFake({ latencyMs: vendorMs, cap });
@@ -1091,7 +1380,16 @@ async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: str
     log(`scheduler/tiers: priority alone, ${ratePerS}/s for ${settings.aloneS} s`);
     call.restart();
     const until = performance.now() + settings.aloneS * 1000;
-    const alone = await withRedis(redis, () => paced(ratePerS, () => performance.now() < until, () => call!.send('priority', P.keys[0]!, chat('priority'))), (p) => p.length);
+    const alone = await withRedis(
+      redis,
+      () =>
+        paced(
+          ratePerS,
+          () => performance.now() < until,
+          () => call!.send('priority', P.keys[0]!, chat('priority')),
+        ),
+      (p) => p.length,
+    );
     await waitForIdleVendors(fake);
     await fakeControl(fake, 'POST', '/__reset');
 
@@ -1101,11 +1399,18 @@ async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: str
       redis,
       async () => {
         let flooding = true;
-        const both = Promise.all([flood(call!, 'flex', F.keys, n, chat('flex')), flood(call!, 'default', D.keys, n, chat('default'))]).then((done) => {
+        const both = Promise.all([
+          flood(call!, 'flex', F.keys, n, chat('flex')),
+          flood(call!, 'default', D.keys, n, chat('default')),
+        ]).then((done) => {
           flooding = false;
           return done;
         });
-        const priority = await paced(ratePerS, () => flooding, () => call!.send('priority', P.keys[0]!, chat('priority')));
+        const priority = await paced(
+          ratePerS,
+          () => flooding,
+          () => call!.send('priority', P.keys[0]!, chat('priority')),
+        );
         const [flex, standard] = await both;
         return { flex, standard, priority };
       },
@@ -1122,7 +1427,9 @@ async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: str
       {
         name: `tiers: default flood's median completion ÷ flex flood's`,
         target: '< 0.67',
-        actual: `${medianRatio.toFixed(2)} (${(standard.completion.p50 / 1000).toFixed(2)} s ÷ ${(flex.completion.p50 / 1000).toFixed(2)} s)`,
+        actual:
+          `${medianRatio.toFixed(2)} (${(standard.completion.p50 / 1000).toFixed(2)} s ÷ ` +
+          `${(flex.completion.p50 / 1000).toFixed(2)} s)`,
         pass: medianRatio < 0.67,
       },
       {
@@ -1138,7 +1445,10 @@ async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: str
         pass: failed === 0 && (stats.overCap ?? 0) === 0,
       },
     ];
-    log(`  median completion default ${Math.round(standard.completion.p50)} ms, flex ${Math.round(flex.completion.p50)} ms; priority p95 ${Math.round(priority.latency.p95)} ms`);
+    log(
+      `  median completion default ${Math.round(standard.completion.p50)} ms, flex ` +
+        `${Math.round(flex.completion.p50)} ms; priority p95 ${Math.round(priority.latency.p95)} ms`,
+    );
     return {
       alone: { priority: aloneStats, redis: alone.redis },
       floods: { flex, default: standard, priority, redis: floods.redis },
@@ -1155,11 +1465,24 @@ async function runTiers(settings: SchedulerSettings, redis: Redis, redisUrl: str
 
 // ---------------------------------------------------------------- 5. room (the waiting-room attack)
 
-async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<RoomResults> {
+async function runRoom(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<RoomResults> {
   const { cap, vendorMs, ratePerS } = settings;
   const total = settings.roomFlood;
-  const fake = await startFake({ latencyMs: vendorMs, cap, vendors: ['openai', 'anthropic'], anthropicLatencyMs: vendorMs });
-  log(`scheduler/room (${build.label}): fake OpenAI (${vendorMs} ms, 429 beyond ${cap}) and Anthropic (${vendorMs} ms, no cap), pid ${fake.child.pid}`);
+  const fake = await startFake({
+    latencyMs: vendorMs,
+    cap,
+    vendors: ['openai', 'anthropic'],
+    anthropicLatencyMs: vendorMs,
+  });
+  log(
+    `scheduler/room (${build.label}): fake OpenAI (${vendorMs} ms, 429 beyond ${cap}) and Anthropic (${vendorMs} ` +
+      `ms, no cap), pid ${fake.child.pid}`,
+  );
   let gateway: Gateway | undefined;
   let caller: Caller | undefined;
   try {
@@ -1169,7 +1492,12 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
       fake,
       redis,
       redisUrl,
-      env: { ...capEnv(cap), QUEUE_MAX_WAITING_CHAT: String(settings.roomWaiting), ANTHROPIC_API_KEY: 'sk-ant-bench', ANTHROPIC_BASE_URL: fake.anthropicUrl! },
+      env: {
+        ...capEnv(cap),
+        QUEUE_MAX_WAITING_CHAT: String(settings.roomWaiting),
+        ANTHROPIC_API_KEY: 'sk-ant-bench',
+        ANTHROPIC_BASE_URL: fake.anthropicUrl!,
+      },
     });
     const F = await makeAccount(gateway, 'F', 4);
     const Q = await makeAccount(gateway, 'Q', 1);
@@ -1188,8 +1516,16 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
         redis,
         () =>
           Promise.all([
-            paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('Q', Q.keys[0]!, chat(), true)),
-            paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('R', R.keys[0]!, chat(undefined, anthropicModel))),
+            paced(
+              ratePerS,
+              () => performance.now() < aloneUntil,
+              () => call.send('Q', Q.keys[0]!, chat(), true),
+            ),
+            paced(
+              ratePerS,
+              () => performance.now() < aloneUntil,
+              () => call.send('R', R.keys[0]!, chat(undefined, anthropicModel)),
+            ),
           ]),
         ([q, r]) => q.length + r.length,
       ),
@@ -1199,7 +1535,8 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
     await fakeControl(fake, 'POST', '/__reset');
 
     log(
-      `scheduler/room: F sends ${total} in ${settings.roomBursts} burst(s) ${settings.roomBurstMs} ms apart (QUEUE_MAX_WAITING_CHAT=${settings.roomWaiting}); ` +
+      `scheduler/room: F sends ${total} in ${settings.roomBursts} burst(s) ${settings.roomBurstMs} ms apart ` +
+        `(QUEUE_MAX_WAITING_CHAT=${settings.roomWaiting}); ` +
         `Q and R keep sending ${ratePerS}/s until F's last answer`,
     );
     call.restart();
@@ -1213,8 +1550,16 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
             return done;
           });
           const [q, r] = await Promise.all([
-            paced(ratePerS, () => flooding, () => call.send('Q', Q.keys[0]!, chat(), true)),
-            paced(ratePerS, () => flooding, () => call.send('R', R.keys[0]!, chat(undefined, anthropicModel))),
+            paced(
+              ratePerS,
+              () => flooding,
+              () => call.send('Q', Q.keys[0]!, chat(), true),
+            ),
+            paced(
+              ratePerS,
+              () => flooding,
+              () => call.send('R', R.keys[0]!, chat(undefined, anthropicModel)),
+            ),
           ]);
           return { f: await f, q, r };
         },
@@ -1228,7 +1573,8 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
     const qFloodWait = spread(qFloodWaits.map(({ waitMs }) => waitMs));
     const qLongest = [...qFloodWaits].sort((a, b) => b.waitMs - a.waitMs).slice(0, 3);
     const fOk = f.filter((d) => d.ok);
-    const drainMs = fOk.length > 0 ? Math.max(...fOk.map((d) => d.doneMs)) - Math.min(...f.map((d) => d.sentMs)) : Number.NaN;
+    const drainMs =
+      fOk.length > 0 ? Math.max(...fOk.map((d) => d.doneMs)) - Math.min(...f.map((d) => d.sentMs)) : Number.NaN;
     const capacityMs = (fOk.length * vendorMs) / cap;
     const qMeanwhile = q.filter((d) => d.ok && d.doneMs <= drainMs).length;
     const result: RoomResults = {
@@ -1236,15 +1582,27 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
       alone: { Q: groupStats(alone.value[0]), R: groupStats(alone.value[1]), redis: alone.redis },
       flood: { F: groupStats(f), Q: groupStats(q), R: groupStats(r), redis: during.redis },
       addedWaitP99: { Q: Number.NaN, R: Number.NaN },
-      qVendorWait: { alone: qAloneWait, flood: qFloodWait, addedP99: qFloodWait.p99 - qAloneWait.p50, longest: qLongest },
+      qVendorWait: {
+        alone: qAloneWait,
+        flood: qFloodWait,
+        addedP99: qFloodWait.p99 - qAloneWait.p50,
+        longest: qLongest,
+      },
       drainMs,
       capacityMs,
       capacityWithQMs: ((fOk.length + qMeanwhile) * vendorMs) / cap,
       loadgenLag: { alone: aloneLag, flood: floodLag },
-      vendor: { openaiMaxInFlight: stats.openai!.maxInFlight, openaiOverCap: stats.openai!.overCap ?? 0, anthropicMaxInFlight: stats.anthropic?.maxInFlight ?? null },
+      vendor: {
+        openaiMaxInFlight: stats.openai!.maxInFlight,
+        openaiOverCap: stats.openai!.overCap ?? 0,
+        anthropicMaxInFlight: stats.anthropic?.maxInFlight ?? null,
+      },
       bars: [],
     };
-    result.addedWaitP99 = { Q: result.flood.Q.latency.p99 - result.alone.Q.latency.p50, R: result.flood.R.latency.p99 - result.alone.R.latency.p50 };
+    result.addedWaitP99 = {
+      Q: result.flood.Q.latency.p99 - result.alone.Q.latency.p50,
+      R: result.flood.R.latency.p99 - result.alone.R.latency.p50,
+    };
     const fl = result.flood;
     const refusedQuiet = [result.alone.Q, result.alone.R, fl.Q, fl.R].reduce((sum, g) => sum + g.failed, 0);
     const quietCodes = (['Q', 'R'] as const).map((n) => `${n} ${codes(fl[n]) || 'all 2xx'}`).join(', ');
@@ -1268,14 +1626,20 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
         // itself, which the flood's load on this machine slows for everyone, the vendor fake included.
         name: `room: Q's added wait p99 before its call reached the vendor (p99 during − p50 alone)`,
         target: '≤ 100 ms',
-        actual: `${ms0(result.qVendorWait.addedP99)} ms (${ms0(result.qVendorWait.flood.p99)} − ${ms0(result.qVendorWait.alone.p50)})`,
+        actual:
+          `${ms0(result.qVendorWait.addedP99)} ms (${ms0(result.qVendorWait.flood.p99)} − ` +
+          `${ms0(result.qVendorWait.alone.p50)})`,
         pass: result.qVendorWait.addedP99 <= 100,
       },
       {
         // The vendor also served Q's calls on the same cap meanwhile: its capacity time is for all it served.
-        name: `room: F's drain against the vendor's capacity time for what it served meanwhile (F's ${fl.F.ok} and Q's calls)`,
+        name:
+          `room: F's drain against the vendor's capacity time for what it served meanwhile (F's ${fl.F.ok} and Q's ` +
+          `calls)`,
         target: `≤ 1.05 × ${(result.capacityWithQMs / 1000).toFixed(2)} s`,
-        actual: `${(drainMs / 1000).toFixed(2)} s (${(drainMs / result.capacityWithQMs).toFixed(3)}×; F's alone ${(drainMs / capacityMs).toFixed(3)}×)`,
+        actual:
+          `${(drainMs / 1000).toFixed(2)} s (${(drainMs / result.capacityWithQMs).toFixed(3)}×; F's alone ` +
+          `${(drainMs / capacityMs).toFixed(3)}×)`,
         pass: drainMs <= 1.05 * result.capacityWithQMs,
       },
       {
@@ -1286,11 +1650,21 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
       },
     );
     const slots = stats.openai?.slotUse;
-    if (slots) log(`  OpenAI's slots: idle between an answer and the next call p50 ${slots.gapMs.p50.toFixed(1)} ms, p90 ${slots.gapMs.p90.toFixed(1)}, p99 ${slots.gapMs.p99.toFixed(1)}, mean ${slots.gapMs.mean.toFixed(1)}; busy ${(100 * slots.utilisation).toFixed(1)} % of cap × span`);
-    log(`  Q's longest waits before the call during the flood: ${qLongest.map(({ sentMs, waitMs }) => `${ms0(waitMs)} ms (sent at +${ms0(sentMs)} ms)`).join(', ')}`);
+    if (slots)
+      log(
+        `  OpenAI's slots: idle between an answer and the next call p50 ${slots.gapMs.p50.toFixed(1)} ms, p90 ` +
+          `${slots.gapMs.p90.toFixed(1)}, p99 ${slots.gapMs.p99.toFixed(1)}, mean ${slots.gapMs.mean.toFixed(1)}; ` +
+          `busy ${(100 * slots.utilisation).toFixed(1)} % of cap × span`,
+      );
+    log(
+      `  Q's longest waits before the call during the flood: ${qLongest.map(({ sentMs, waitMs }) => `${ms0(waitMs)} ms (sent at +${ms0(sentMs)} ms)`).join(', ')}`,
+    );
     log(
       `  F ${fl.F.ok} admitted, ${f429} × 429, ${f503} × 503; Q ${codes(fl.Q) || 'all 2xx'}, R ${codes(fl.R) || 'all 2xx'}; Q added wait p99 ${ms0(result.qVendorWait.addedP99)} ms before the call, ` +
-        `${ms0(result.addedWaitP99.Q)} ms end to end (R ${ms0(result.addedWaitP99.R)} ms); drain ${(drainMs / 1000).toFixed(2)} s (${(drainMs / result.capacityWithQMs).toFixed(3)}× capacity, F's alone ${(drainMs / capacityMs).toFixed(3)}×); load generator's loop delay p99 ${ms0(floodLag.p99)} ms, max ${ms0(floodLag.max)} ms`,
+        (`${ms0(result.addedWaitP99.Q)} ms end to end (R ${ms0(result.addedWaitP99.R)} ms); drain ` +
+          `${(drainMs / 1000).toFixed(2)} s (${(drainMs / result.capacityWithQMs).toFixed(3)}× capacity, F's alone ` +
+          `${(drainMs / capacityMs).toFixed(3)}×); load generator's loop delay p99 ${ms0(floodLag.p99)} ms, max ` +
+          `${ms0(floodLag.max)} ms`),
     );
     return result;
   } finally {
@@ -1302,7 +1676,12 @@ async function runRoom(settings: SchedulerSettings, redis: Redis, redisUrl: stri
 
 // ---------------------------------------------------------------- 6. priority (the priority attack)
 
-async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<PriorityResults> {
+async function runPriority(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<PriorityResults> {
   const { vendorMs, ratePerS } = settings;
   const cap = settings.smallCap;
   const fake = await startFake({ latencyMs: vendorMs, cap });
@@ -1318,9 +1697,14 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
     const grants = { P: await grantPriority(gateway, P), G: await grantPriority(gateway, G) };
     const openToAll = grants.P.startsWith('400');
     for (const [name, answer] of Object.entries(grants)) {
-      if (!answer.startsWith('2') && !answer.startsWith('400')) throw new Error(`PATCH service_tiers of ${name}: ${answer}`);
+      if (!answer.startsWith('2') && !answer.startsWith('400'))
+        throw new Error(`PATCH service_tiers of ${name}: ${answer}`);
     }
-    log(openToAll ? '  PATCH {service_tiers} answered 400: this build has no grant, priority is open to all' : `  P and G granted priority (${grants.P}, ${grants.G})`);
+    log(
+      openToAll
+        ? '  PATCH {service_tiers} answered 400: this build has no grant, priority is open to all'
+        : `  P and G granted priority (${grants.P}, ${grants.G})`,
+    );
     // Key and account changes reach every api within a second.
     await sleep(1500);
     await ready(gateway, D.keys[0]!);
@@ -1332,18 +1716,33 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
     log(`scheduler/priority: D (default) alone, ${ratePerS}/s for ${settings.aloneS} s`);
     call.restart();
     const aloneUntil = performance.now() + settings.aloneS * 1000;
-    const alone = await withRedis(redis, () => paced(ratePerS, () => performance.now() < aloneUntil, () => call.send('D', D.keys[0]!, chat())), (d) => d.length);
+    const alone = await withRedis(
+      redis,
+      () =>
+        paced(
+          ratePerS,
+          () => performance.now() < aloneUntil,
+          () => call.send('D', D.keys[0]!, chat()),
+        ),
+      (d) => d.length,
+    );
     await waitForIdleVendors(fake);
     await fakeControl(fake, 'POST', '/__reset');
 
-    log(`scheduler/priority: P keeps ${settings.loops} priority requests going for ${settings.floodS} s; D sends default ${ratePerS}/s meanwhile`);
+    log(
+      `scheduler/priority: P keeps ${settings.loops} priority requests going for ${settings.floodS} s; D sends ` +
+        `default ${ratePerS}/s meanwhile`,
+    );
     call.restart();
     const flood = await withRedis(
       redis,
       async () => {
         const until = performance.now() + settings.floodS * 1000;
         const more = () => performance.now() < until;
-        const [p, d] = await Promise.all([loops(settings.loops, more, () => call.send('P', P.keys[0]!, chat('priority')), []), paced(ratePerS, more, () => call.send('D', D.keys[0]!, chat()))]);
+        const [p, d] = await Promise.all([
+          loops(settings.loops, more, () => call.send('P', P.keys[0]!, chat('priority')), []),
+          paced(ratePerS, more, () => call.send('D', D.keys[0]!, chat())),
+        ]);
         return { p, d };
       },
       ({ p, d }) => p.length + d.length,
@@ -1351,7 +1750,10 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
     await waitForIdleVendors(fake);
 
     const perS = 1000 / settings.priorityGapMs;
-    log(`scheduler/priority: H keeps ${settings.loops} default requests going for ${settings.leadS} s; G sends a priority request every ${settings.priorityGapMs} ms`);
+    log(
+      `scheduler/priority: H keeps ${settings.loops} default requests going for ${settings.leadS} s; G sends a ` +
+        `priority request every ${settings.priorityGapMs} ms`,
+    );
     call.restart();
     const lead = await withRedis(
       redis,
@@ -1381,7 +1783,10 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
       vendor: { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 },
       bars: [],
     };
-    const failed = [result.flood.P, result.flood.D, result.lead.H, result.lead.G, aloneD].reduce((sum, g) => sum + g.failed, 0);
+    const failed = [result.flood.P, result.flood.D, result.lead.H, result.lead.G, aloneD].reduce(
+      (sum, g) => sum + g.failed,
+      0,
+    );
     result.bars.push(
       {
         name: `priority: D's default p95 while P floods priority${openToAll ? ' (priority open to all)' : ''}`,
@@ -1390,7 +1795,9 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
         pass: result.flood.D.latency.p95 <= aloneD.latency.p95 + 500 && result.flood.D.failed === 0,
       },
       {
-        name: `priority: G's wait behind nothing (from its send to its call reaching the vendor) during H's default flood`,
+        name:
+          `priority: G's wait behind nothing (from its send to its call reaching the vendor) during H's default ` +
+          `flood`,
         target: 'p95 ≤ 100 ms',
         actual: `p95 ${ms0(result.gWait.p95)} ms (p50 ${ms0(result.gWait.p50)}, max ${ms0(result.gWait.max)})`,
         pass: result.gWait.p95 <= 100 && result.lead.G.failed === 0,
@@ -1402,7 +1809,11 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
         pass: failed === 0 && result.vendor.overCap === 0,
       },
     );
-    log(`  D p95 alone ${ms0(aloneD.latency.p95)} ms, during P's flood ${ms0(result.flood.D.latency.p95)} ms; G's wait p95 ${ms0(result.gWait.p95)} ms before the call (latency − ${vendorMs} ms: p95 ${ms0(result.gLatencyWait.p95)} ms)`);
+    log(
+      `  D p95 alone ${ms0(aloneD.latency.p95)} ms, during P's flood ${ms0(result.flood.D.latency.p95)} ms; G's ` +
+        `wait p95 ${ms0(result.gWait.p95)} ms before the call (latency − ${vendorMs} ms: p95 ` +
+        `${ms0(result.gLatencyWait.p95)} ms)`,
+    );
     return result;
   } finally {
     await caller?.close();
@@ -1413,7 +1824,12 @@ async function runPriority(settings: SchedulerSettings, redis: Redis, redisUrl: 
 
 // ---------------------------------------------------------------- 7. retry (retrying against one's own limit)
 
-async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: string, build: BuildInfo): Promise<RetryResults> {
+async function runRetry(
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+  build: BuildInfo,
+): Promise<RetryResults> {
   const { vendorMs } = settings;
   const cap = settings.smallCap;
   const rpm = settings.retryRpm;
@@ -1432,14 +1848,27 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
     await waitForIdleVendors(fake);
     await fakeControl(fake, 'POST', '/__reset');
 
-    log(`scheduler/retry: X (rpm ${rpm}) alone over ${settings.retryLoops} loops retrying every 429${settings.retryDelayMs ? ` after ${settings.retryDelayMs} ms` : ' at once'}, until its burst is spent`);
+    log(
+      `scheduler/retry: X (rpm ${rpm}) alone over ${settings.retryLoops} loops retrying every 429${settings.retryDelayMs ? ` after ${settings.retryDelayMs} ms` : ' at once'}, until its burst is spent`,
+    );
     call.restart();
     const xSink: Done[] = [];
     let xUntil = Number.POSITIVE_INFINITY;
-    const xLoops = loops(settings.retryLoops, () => performance.now() < xUntil, () => call.send('X', X.keys[0]!, chat()), xSink, settings.retryDelayMs);
+    const xLoops = loops(
+      settings.retryLoops,
+      () => performance.now() < xUntil,
+      () => call.send('X', X.keys[0]!, chat()),
+      xSink,
+      settings.retryDelayMs,
+    );
     const burstStarted = performance.now();
     try {
-      await waitUntil(`X's first 429 (its rpm of ${rpm} spent)`, async () => xSink.some((d) => d.status === 429), 120_000, Object.values(gateway.children));
+      await waitUntil(
+        `X's first 429 (its rpm of ${rpm} spent)`,
+        async () => xSink.some((d) => d.status === 429),
+        120_000,
+        Object.values(gateway.children),
+      );
     } catch (error) {
       xUntil = 0;
       await xLoops;
@@ -1447,20 +1876,32 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
     }
     const burst = { ms: performance.now() - burstStarted, ok: xSink.filter((d) => d.ok).length };
 
-    log(`scheduler/retry: X spent its burst (${burst.ok} answered in ${(burst.ms / 1000).toFixed(1)} s); Y keeps ${settings.loops} requests going for ${settings.floodS} s, X keeps retrying`);
+    log(
+      `scheduler/retry: X spent its burst (${burst.ok} answered in ${(burst.ms / 1000).toFixed(1)} s); Y keeps ` +
+        `${settings.loops} requests going for ${settings.floodS} s, X keeps retrying`,
+    );
     const commandsBefore = await commandStats(redis);
     const phaseStarted = performance.now();
     const yStart = phaseStarted - call.t0;
     const until = phaseStarted + settings.floodS * 1000;
     xUntil = until;
     const ySink: Done[] = [];
-    const yLoops = loops(settings.loops, () => performance.now() < until, () => call.send('Y', Y.keys[0]!, chat()), ySink);
+    const yLoops = loops(
+      settings.loops,
+      () => performance.now() < until,
+      () => call.send('Y', Y.keys[0]!, chat()),
+      ySink,
+    );
     await sleep(Math.max(0, until - performance.now()));
     const stopAt = performance.now() - call.t0;
     await Promise.all([xLoops, yLoops]);
     const phaseS = (performance.now() - phaseStarted) / 1000;
     const xPhase = xSink.filter((d) => d.doneMs >= yStart);
-    const redisPhase = redisUse(diffCommandStats(commandsBefore, await commandStats(redis)), xPhase.length + ySink.length, phaseS);
+    const redisPhase = redisUse(
+      diffCommandStats(commandsBefore, await commandStats(redis)),
+      xPhase.length + ySink.length,
+      phaseS,
+    );
     const stats = (await fakeControl(fake, 'GET', '/__stats')).openai!;
 
     // Both backlogged: from a second after Y started (its backlog built) to when both stopped sending.
@@ -1484,7 +1925,20 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
       X: groupStats(xPhase),
       Y: groupStats(ySink),
       xRefused: X429,
-      window: { ms: stopAt - from, X: nX, Y: nY, shareX: pct(nX, nX + nY), shareY: pct(nY, nX + nY), rateX, rateY, couldX, couldY, x, y, jain },
+      window: {
+        ms: stopAt - from,
+        X: nX,
+        Y: nY,
+        shareX: pct(nX, nX + nY),
+        shareY: pct(nY, nX + nY),
+        rateX,
+        rateY,
+        couldX,
+        couldY,
+        x,
+        y,
+        jain,
+      },
       redis: redisPhase,
       vendor: { maxInFlight: stats.maxInFlight, overCap: stats.overCap ?? 0 },
       bars: [],
@@ -1493,7 +1947,9 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
       {
         name: `retry: Jain's index while both backlogged (X at rpm ${rpm} retrying its 429s at once, Y flooding)`,
         target: '≥ 0.99',
-        actual: `${jain.toFixed(3)} (X ${rateX.toFixed(2)}/s of ${couldX.toFixed(2)}, Y ${rateY.toFixed(2)}/s of ${couldY.toFixed(2)})`,
+        actual:
+          `${jain.toFixed(3)} (X ${rateX.toFixed(2)}/s of ${couldX.toFixed(2)}, Y ${rateY.toFixed(2)}/s of ` +
+          `${couldY.toFixed(2)})`,
         pass: jain >= 0.99,
       },
       {
@@ -1503,7 +1959,10 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
         pass: result.Y.failed === 0 && result.vendor.overCap === 0,
       },
     );
-    log(`  X ${nX} and Y ${nY} completions in ${(result.window.ms / 1000).toFixed(1)} s (X ${X429} × 429 retried); normalised ${x.toFixed(2)} / ${y.toFixed(2)}, Jain ${jain.toFixed(3)}`);
+    log(
+      `  X ${nX} and Y ${nY} completions in ${(result.window.ms / 1000).toFixed(1)} s (X ${X429} × 429 retried); ` +
+        `normalised ${x.toFixed(2)} / ${y.toFixed(2)}, Jain ${jain.toFixed(3)}`,
+    );
     return result;
   } finally {
     await caller?.close();
@@ -1515,7 +1974,14 @@ async function runRetry(settings: SchedulerSettings, redis: Redis, redisUrl: str
 // ---------------------------------------------------------------- the section
 
 /** Runs one scenario against one build, into that build's results. */
-async function runScenario(scenario: SchedulerScenario, into: ScenarioResults, build: BuildInfo, settings: SchedulerSettings, redis: Redis, redisUrl: string): Promise<void> {
+async function runScenario(
+  scenario: SchedulerScenario,
+  into: ScenarioResults,
+  build: BuildInfo,
+  settings: SchedulerSettings,
+  redis: Redis,
+  redisUrl: string,
+): Promise<void> {
   switch (scenario) {
     case 'latency':
       into.latency = await runLatency(settings, redis, redisUrl, build);
@@ -1541,13 +2007,20 @@ async function runScenario(scenario: SchedulerScenario, into: ScenarioResults, b
   }
 }
 
-const barsOf = (r: ScenarioResults, scenarios: SchedulerScenario[]): Bar[] => scenarios.flatMap((s) => r[s]?.bars ?? []);
+const barsOf = (r: ScenarioResults, scenarios: SchedulerScenario[]): Bar[] =>
+  scenarios.flatMap((s) => r[s]?.bars ?? []);
 
-export async function runScheduler(options: { settings: SchedulerSettings; redis: Redis; redisUrl: string }): Promise<SchedulerResults> {
+export async function runScheduler(options: {
+  settings: SchedulerSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<SchedulerResults> {
   const { settings, redis, redisUrl } = options;
   const build = buildInfo('after', root);
   const baseline = settings.baseline ? buildInfo('before', settings.baseline) : undefined;
-  log(`scheduler: this build ${build.commit} (${build.dir})${baseline ? `, side by side with ${baseline.commit} (${baseline.dir})` : ''}`);
+  log(
+    `scheduler: this build ${build.commit} (${build.dir})${baseline ? `, side by side with ${baseline.commit} (${baseline.dir})` : ''}`,
+  );
   const after: ScenarioResults = {};
   const before: BaselineResults | undefined = baseline ? { build: baseline } : undefined;
   for (const scenario of settings.scenarios) {
@@ -1567,7 +2040,9 @@ export async function runScheduler(options: { settings: SchedulerSettings; redis
   await redis.flushdb();
   const bars = [
     ...barsOf(after, settings.scenarios),
-    ...(before ? barsOf(before, settings.scenarios).map((b) => ({ ...b, name: `before: ${b.name}`, informational: true })) : []),
+    ...(before
+      ? barsOf(before, settings.scenarios).map((b) => ({ ...b, name: `before: ${b.name}`, informational: true }))
+      : []),
   ];
   return { settings, build, ...after, ...(before ? { before } : {}), bars };
 }
@@ -1579,11 +2054,29 @@ const int = (v: number) => Math.round(v).toLocaleString('en-US');
 const mib = (bytes: number | null | undefined) => (bytes == null ? '-' : (bytes / 1024 / 1024).toFixed(0));
 const share = (v: number) => (Number.isNaN(v) ? '-' : v.toFixed(1));
 const fixed = (v: number, digits: number) => (Number.isFinite(v) ? v.toFixed(digits) : '-');
-const codes = (g: GroupStats) => Object.entries(g.statusCodes).filter(([c]) => c !== '200').map(([c, k]) => `${c}×${k}`).join(' ');
-const tierList = (g: GroupStats) => Object.entries(g.tiers).map(([t, k]) => `${t} ${k}`).join(', ');
+const codes = (g: GroupStats) =>
+  Object.entries(g.statusCodes)
+    .filter(([c]) => c !== '200')
+    .map(([c, k]) => `${c}×${k}`)
+    .join(' ');
+const tierList = (g: GroupStats) =>
+  Object.entries(g.tiers)
+    .map(([t, k]) => `${t} ${k}`)
+    .join(', ');
 
 function groupRow(phase: string, name: string, g: GroupStats, extra: string[] = []): string[] {
-  return [phase, name, String(g.sent), String(g.ok), `${g.failed}${codes(g) ? ` (${codes(g)})` : ''}`, ms0(g.latency.p50), ms0(g.latency.p95), ms0(g.latency.p99), ms0(g.latency.max), ...extra];
+  return [
+    phase,
+    name,
+    String(g.sent),
+    String(g.ok),
+    `${g.failed}${codes(g) ? ` (${codes(g)})` : ''}`,
+    ms0(g.latency.p50),
+    ms0(g.latency.p95),
+    ms0(g.latency.p99),
+    ms0(g.latency.max),
+    ...extra,
+  ];
 }
 
 const groupHeader = ['phase', 'account', 'sent', '2xx', 'failed', 'p50 ms', 'p95 ms', 'p99 ms', 'max ms'];
@@ -1612,19 +2105,31 @@ export function renderScheduler(results: SchedulerResults): string {
   const row = (label: string, cells: string[]) => (side ? [label, ...cells] : cells);
   const prefix = (label: string) => (label ? `${label}: ` : '');
   const out: string[] = [];
-  out.push(`Scheduler: every scenario against a fresh \`node dist/bin/start.js\` (no worker settings) on an emptied Redis database and record`);
+  out.push(
+    `Scheduler: every scenario against a fresh \`node dist/bin/start.js\` (no worker settings) on an emptied ` +
+      `Redis database and record`,
+  );
   if (results.build) {
-    const changes = (b: BuildInfo) => (b.changed.length > 0 ? ` with uncommitted changes to ${b.changed.join(', ')}` : '');
+    const changes = (b: BuildInfo) =>
+      b.changed.length > 0 ? ` with uncommitted changes to ${b.changed.join(', ')}` : '';
     out.push(`Build: ${side ? 'after = ' : ''}${results.build.commit} (${results.build.dir})${changes(results.build)}`);
-    if (before) out.push(`before = ${before.build.commit} (${before.build.dir})${changes(before.build)}, run just before each scenario's after`);
+    if (before)
+      out.push(
+        `before = ${before.build.commit} (${before.build.dir})${changes(before.build)}, run just before each ` +
+          `scenario's after`,
+      );
   }
-  for (const [scenario, message] of Object.entries(before?.errors ?? {})) out.push(`before: ${scenario} could not run: ${message}`);
+  for (const [scenario, message] of Object.entries(before?.errors ?? {}))
+    out.push(`before: ${scenario} could not run: ${message}`);
   const lat = results.latency;
   if (lat) {
     out.push('');
     out.push(
-      `Latency: fake OpenAI answering after ${settings.latencyMs} ms, no cap; closed loop (undici), ${settings.warmupS} s warm-up then ${settings.durationS} s measured per cell; ` +
-        `Portkey ${lat.portkeyVersion} headless, pointed at the fake with x-portkey-provider/x-portkey-custom-host; RSS of the gateway = api + worker, per 1,000 in flight = (peak − idle) × 1,000 ÷ connections` +
+      `Latency: fake OpenAI answering after ${settings.latencyMs} ms, no cap; closed loop (undici), ` +
+        `${settings.warmupS} s warm-up then ${settings.durationS} s measured per cell; ` +
+        (`Portkey ${lat.portkeyVersion} headless, pointed at the fake with ` +
+          `x-portkey-provider/x-portkey-custom-host; RSS of the gateway = api + worker, per 1,000 in flight = ` +
+          `(peak − idle) × 1,000 ÷ connections`) +
         (before?.latency ? `; before: its gateway only, its ratios against this run's direct and Portkey` : ''),
     );
     const cellRow = (c: LoadCell, target: string) => {
@@ -1647,17 +2152,41 @@ export function renderScheduler(results: SchedulerResults): string {
     };
     const rows: string[][] = [];
     for (const c of lat.cells) {
-      if (c.target === 'gateway') for (const b of before?.latency?.cells.filter((x) => x.target === 'gateway' && x.connections === c.connections) ?? []) rows.push(cellRow(b, 'gateway (before)'));
+      if (c.target === 'gateway')
+        for (const b of before?.latency?.cells.filter(
+          (x) => x.target === 'gateway' && x.connections === c.connections,
+        ) ?? [])
+          rows.push(cellRow(b, 'gateway (before)'));
       rows.push(cellRow(c, c.target === 'gateway' && side ? 'gateway (after)' : c.target));
     }
-    out.push(table(['conns', 'target', 'req/s', 'p50 ms', 'p99 ms', 'errors', '× direct', '× Portkey', 'RSS MiB idle → peak', 'MiB per 1,000', 'Redis cmds/req', 'loadgen CPU'], rows));
+    out.push(
+      table(
+        [
+          'conns',
+          'target',
+          'req/s',
+          'p50 ms',
+          'p99 ms',
+          'errors',
+          '× direct',
+          '× Portkey',
+          'RSS MiB idle → peak',
+          'MiB per 1,000',
+          'Redis cmds/req',
+          'loadgen CPU',
+        ],
+        rows,
+      ),
+    );
   }
   const noisyRuns = runs('noisy');
   if (noisyRuns.length > 0) {
     out.push('');
     out.push(
-      `Noisy neighbour: OpenAI capped at ${settings.cap} (OPENAI_MAX_CONCURRENCY; the fake answers 429 above), ${settings.vendorMs} ms; Anthropic ${settings.vendorMs} ms, no cap. ` +
-        `A floods ${settings.noisyFlood} at once over 4 keys; B (OpenAI) and C (Anthropic) send ${settings.ratePerS}/s, alone for ${settings.aloneS} s, then during the flood`,
+      `Noisy neighbour: OpenAI capped at ${settings.cap} (OPENAI_MAX_CONCURRENCY; the fake answers 429 above), ` +
+        `${settings.vendorMs} ms; Anthropic ${settings.vendorMs} ms, no cap. ` +
+        (`A floods ${settings.noisyFlood} at once over 4 keys; B (OpenAI) and C (Anthropic) send ` +
+          `${settings.ratePerS}/s, alone for ${settings.aloneS} s, then during the flood`),
     );
     out.push(
       table(
@@ -1673,7 +2202,9 @@ export function renderScheduler(results: SchedulerResults): string {
     );
     for (const [label, noisy] of noisyRuns) {
       out.push(
-        `${prefix(label)}A drained in ${(noisy.drainMs / 1000).toFixed(2)} s against ${(noisy.capacityMs / 1000).toFixed(1)} s of vendor capacity (${(noisy.drainMs / noisy.capacityMs).toFixed(2)}×); ` +
+        `${prefix(label)}A drained in ${(noisy.drainMs / 1000).toFixed(2)} s against ` +
+          `${(noisy.capacityMs / 1000).toFixed(1)} s of vendor capacity ` +
+          `(${(noisy.drainMs / noisy.capacityMs).toFixed(2)}×); ` +
           `vendor max in flight OpenAI ${noisy.vendor.openaiMaxInFlight} (${noisy.vendor.openaiOverCap} × 429), Anthropic ${noisy.vendor.anthropicMaxInFlight ?? '-'}`,
       );
       out.push(redisLine(`${prefix(label)}alone`, noisy.alone.redis));
@@ -1684,13 +2215,28 @@ export function renderScheduler(results: SchedulerResults): string {
   if (shareRuns.length > 0) {
     out.push('');
     out.push(
-      `Shares: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; X (6 keys) and Y (1 key) flood ${settings.shareFlood} each at once, X's sent first. ` +
-        `Shares (%) of the first half of completions, and while both were backlogged (until the first to finish had ≤ ${settings.cap} left); ` +
+      `Shares: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; X (6 keys) and Y (1 key) flood ` +
+        `${settings.shareFlood} each at once, X's sent first. ` +
+        (`Shares (%) of the first half of completions, and while both were backlogged (until the first to finish ` +
+          `had ≤ ${settings.cap} left); `) +
         `Jain's index over the backlogged completions ÷ weight (1 = exactly fair)`,
     );
     out.push(
       table(
-        header(['weights X:Y', 'PATCH', 'first half X : Y', 'backlogged X : Y', 'Jain', 'backlogged completions', 'backlogged s', 'X drain s', 'Y drain s', 'failed', 'vendor max (429s)', 'Redis cmds/req']),
+        header([
+          'weights X:Y',
+          'PATCH',
+          'first half X : Y',
+          'backlogged X : Y',
+          'Jain',
+          'backlogged completions',
+          'backlogged s',
+          'X drain s',
+          'Y drain s',
+          'failed',
+          'vendor max (429s)',
+          'Redis cmds/req',
+        ]),
         shareRuns.flatMap(([label, shares]) =>
           [shares.equal, shares.weighted].map((r) =>
             row(label, [
@@ -1716,8 +2262,10 @@ export function renderScheduler(results: SchedulerResults): string {
   if (tierRuns.length > 0) {
     out.push('');
     out.push(
-      `Tiers: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; a flex flood and a default flood of ${settings.tierFlood} at once (flex sent first), ` +
-        `priority ${settings.ratePerS}/s from a third account, alone for ${settings.aloneS} s, then during both floods. Completion = from the floods' start to the answer`,
+      `Tiers: OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; a flex flood and a default flood of ` +
+        `${settings.tierFlood} at once (flex sent first), ` +
+        (`priority ${settings.ratePerS}/s from a third account, alone for ${settings.aloneS} s, then during both ` +
+          `floods. Completion = from the floods' start to the answer`),
     );
     const completion = (g: GroupStats) => [ms0(g.completion.p50), ms0(g.completion.max), tierList(g)];
     out.push(
@@ -1732,7 +2280,10 @@ export function renderScheduler(results: SchedulerResults): string {
       ),
     );
     for (const [label, tiers] of tierRuns) {
-      out.push(`${prefix(label)}default ÷ flex median completion ${tiers.medianRatio.toFixed(2)}; vendor max in flight ${tiers.vendor.maxInFlight} (${tiers.vendor.overCap} × 429)`);
+      out.push(
+        `${prefix(label)}default ÷ flex median completion ${tiers.medianRatio.toFixed(2)}; vendor max in flight ` +
+          `${tiers.vendor.maxInFlight} (${tiers.vendor.overCap} × 429)`,
+      );
       out.push(redisLine(`${prefix(label)}alone`, tiers.alone.redis));
       out.push(redisLine(`${prefix(label)}floods`, tiers.floods.redis));
     }
@@ -1741,8 +2292,10 @@ export function renderScheduler(results: SchedulerResults): string {
   if (roomRuns.length > 0) {
     out.push('');
     out.push(
-      `Room (the waiting-room attack): OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; Anthropic ${settings.vendorMs} ms, no cap; QUEUE_MAX_WAITING_CHAT=${settings.roomWaiting}. ` +
-        `F sends ${settings.roomFlood} plain requests over 4 keys in ${settings.roomBursts} burst(s) ${settings.roomBurstMs} ms apart; Q (OpenAI) and R (Anthropic) send ${settings.ratePerS}/s, ` +
+      `Room (the waiting-room attack): OpenAI capped at ${settings.cap}, ${settings.vendorMs} ms; Anthropic ` +
+        `${settings.vendorMs} ms, no cap; QUEUE_MAX_WAITING_CHAT=${settings.roomWaiting}. ` +
+        (`F sends ${settings.roomFlood} plain requests over 4 keys in ${settings.roomBursts} burst(s) ` +
+          `${settings.roomBurstMs} ms apart; Q (OpenAI) and R (Anthropic) send ${settings.ratePerS}/s, `) +
         `alone for ${settings.aloneS} s, then until F's last answer. failed = not 2xx, by status`,
     );
     out.push(
@@ -1759,7 +2312,21 @@ export function renderScheduler(results: SchedulerResults): string {
     );
     out.push(
       table(
-        header(['F admitted', 'F 429', 'F 503', 'F drain s', 'capacity s (F\'s admitted)', 'drain ÷ capacity', 'counting Q\'s calls', 'Q added wait before its call p99 ms', 'Q added latency p99 ms', 'R added latency p99 ms', 'loadgen loop delay p99 / max ms (alone → flood)', 'OpenAI max (429s)', 'Redis cmds/req']),
+        header([
+          'F admitted',
+          'F 429',
+          'F 503',
+          'F drain s',
+          "capacity s (F's admitted)",
+          'drain ÷ capacity',
+          "counting Q's calls",
+          'Q added wait before its call p99 ms',
+          'Q added latency p99 ms',
+          'R added latency p99 ms',
+          'loadgen loop delay p99 / max ms (alone → flood)',
+          'OpenAI max (429s)',
+          'Redis cmds/req',
+        ]),
         roomRuns.map(([label, room]) =>
           row(label, [
             String(room.flood.F.ok),
@@ -1772,7 +2339,10 @@ export function renderScheduler(results: SchedulerResults): string {
             ms0(room.qVendorWait?.addedP99 ?? Number.NaN),
             ms0(room.addedWaitP99.Q),
             ms0(room.addedWaitP99.R),
-            room.loadgenLag ? `${ms0(room.loadgenLag.alone.p99)} / ${ms0(room.loadgenLag.alone.max)} → ${ms0(room.loadgenLag.flood.p99)} / ${ms0(room.loadgenLag.flood.max)}` : '-',
+            room.loadgenLag
+              ? `${ms0(room.loadgenLag.alone.p99)} / ${ms0(room.loadgenLag.alone.max)} → ` +
+                `${ms0(room.loadgenLag.flood.p99)} / ${ms0(room.loadgenLag.flood.max)}`
+              : '-',
             `${room.vendor.openaiMaxInFlight} (${room.vendor.openaiOverCap})`,
             room.flood.redis.commandsPerRequest.toFixed(1),
           ]),
@@ -1784,9 +2354,12 @@ export function renderScheduler(results: SchedulerResults): string {
   if (priorityRuns.length > 0) {
     out.push('');
     out.push(
-      `Priority (the priority attack): OpenAI capped at ${settings.smallCap}, ${settings.vendorMs} ms. P and G granted priority (PATCH {service_tiers}; 400 = no such grant, priority open to all). ` +
-        `D sends default ${settings.ratePerS}/s alone for ${settings.aloneS} s, then while P keeps ${settings.loops} priority requests going for ${settings.floodS} s; ` +
-        `then H keeps ${settings.loops} default requests going for ${settings.leadS} s while G sends a priority request every ${settings.priorityGapMs} ms. G's wait = its latency − ${settings.vendorMs} ms`,
+      `Priority (the priority attack): OpenAI capped at ${settings.smallCap}, ${settings.vendorMs} ms. P and G ` +
+        `granted priority (PATCH {service_tiers}; 400 = no such grant, priority open to all). ` +
+        (`D sends default ${settings.ratePerS}/s alone for ${settings.aloneS} s, then while P keeps ` +
+          `${settings.loops} priority requests going for ${settings.floodS} s; `) +
+        (`then H keeps ${settings.loops} default requests going for ${settings.leadS} s while G sends a priority ` +
+          `request every ${settings.priorityGapMs} ms. G's wait = its latency − ${settings.vendorMs} ms`),
     );
     out.push(
       table(
@@ -1802,7 +2375,16 @@ export function renderScheduler(results: SchedulerResults): string {
     );
     out.push(
       table(
-        header(['PATCH service_tiers', 'D p95 alone ms', 'D p95 in P\'s flood ms', 'G wait before its call p50 ms', 'p95 ms', 'max ms', 'G latency − vendor time p95 ms', 'OpenAI max (429s)']),
+        header([
+          'PATCH service_tiers',
+          'D p95 alone ms',
+          "D p95 in P's flood ms",
+          'G wait before its call p50 ms',
+          'p95 ms',
+          'max ms',
+          'G latency − vendor time p95 ms',
+          'OpenAI max (429s)',
+        ]),
         priorityRuns.map(([label, p]) =>
           row(label, [
             p.openToAll ? `${p.grants.P.slice(0, 3)} (priority open to all)` : p.grants.P,
@@ -1822,13 +2404,31 @@ export function renderScheduler(results: SchedulerResults): string {
   if (retryRuns.length > 0) {
     out.push('');
     out.push(
-      `Retry (retrying against one's own limit): OpenAI capped at ${settings.smallCap}, ${settings.vendorMs} ms. X's key has rpm ${settings.retryRpm}; ${settings.retryLoops} loops send X's requests, ` +
+      `Retry (retrying against one's own limit): OpenAI capped at ${settings.smallCap}, ${settings.vendorMs} ms. ` +
+        `X's key has rpm ${settings.retryRpm}; ${settings.retryLoops} loops send X's requests, ` +
         `each retrying a 429 ${settings.retryDelayMs ? `after ${settings.retryDelayMs} ms` : 'at once'}; once X has spent its burst, Y keeps ${settings.loops} requests going for ${settings.floodS} s. ` +
-        `Counted while both are backlogged (from 1 s after Y's start to the stop); what each could get: X its rpm (at most half of what was served), Y the rest; Jain over the two normalised throughputs`,
+        (`Counted while both are backlogged (from 1 s after Y's start to the stop); what each could get: X its ` +
+          `rpm (at most half of what was served), Y the rest; Jain over the two normalised throughputs`),
     );
     out.push(
       table(
-        header(['X burst (2xx in s)', 'X sent', 'X 429', 'window s', 'X : Y completions', 'X : Y %', 'X /s (could)', 'Y /s (could)', 'normalised x / y', 'Jain', 'X p95 ms', 'Y p95 ms', 'Y failed', 'OpenAI max (429s)', 'Redis cmds/req']),
+        header([
+          'X burst (2xx in s)',
+          'X sent',
+          'X 429',
+          'window s',
+          'X : Y completions',
+          'X : Y %',
+          'X /s (could)',
+          'Y /s (could)',
+          'normalised x / y',
+          'Jain',
+          'X p95 ms',
+          'Y p95 ms',
+          'Y failed',
+          'OpenAI max (429s)',
+          'Redis cmds/req',
+        ]),
         retryRuns.map(([label, r]) =>
           row(label, [
             `${r.burst.ok} in ${(r.burst.ms / 1000).toFixed(1)}`,

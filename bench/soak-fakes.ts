@@ -17,8 +17,8 @@
  * gateway sees one OpenAI, as it would.
  *
  * Prints one line `{"openaiUrl", "anthropicUrl", "geminiUrl", "controlUrl", "pid", "keys"}`
- * (`keys`: the upstream key each fake takes) on stdout when it listens. Exits when told (SIGTERM/SIGINT) or when its parent
- * goes away (stdin closes).
+ * (`keys`: the upstream key each fake takes) on stdout when it listens. Exits when told (SIGTERM/SIGINT) or when its
+ * parent goes away (stdin closes).
  */
 import { createServer, request as httpRequest, type IncomingMessage, type ServerResponse } from 'node:http';
 import { connect, type AddressInfo } from 'node:net';
@@ -57,7 +57,17 @@ const handler: FakeHandler = async (request) => {
     if (turn % 2 === 0) {
       faulted += 1;
       if (mode === 'hang') return { hang: true };
-      return { status: 500, json: { error: { message: 'The server had an error while processing your request.', type: 'server_error', param: null, code: null } } };
+      return {
+        status: 500,
+        json: {
+          error: {
+            message: 'The server had an error while processing your request.',
+            type: 'server_error',
+            param: null,
+            code: null,
+          },
+        },
+      };
     }
   }
   return images(request);
@@ -70,10 +80,13 @@ const portOf = (url: string) => Number(new URL(url).port);
 /** One OpenAI for the gateway: speech and Realtime to their fakes, the rest to the fake OpenAI. */
 const front = createServer((req, res) => {
   const target = (req.url ?? '').startsWith('/v1/audio/speech') ? speech.url : openai.url;
-  const upstream = httpRequest({ host: '127.0.0.1', port: portOf(target), method: req.method, path: req.url, headers: req.headers }, (answer) => {
-    res.writeHead(answer.statusCode ?? 502, answer.headers);
-    answer.pipe(res);
-  });
+  const upstream = httpRequest(
+    { host: '127.0.0.1', port: portOf(target), method: req.method, path: req.url, headers: req.headers },
+    (answer) => {
+      res.writeHead(answer.statusCode ?? 502, answer.headers);
+      answer.pipe(res);
+    },
+  );
   upstream.on('error', () => res.destroy());
   res.on('close', () => upstream.destroy());
   req.pipe(upstream);
@@ -120,7 +133,8 @@ function control(req: IncomingMessage, res: ServerResponse): void {
   if (req.method === 'GET' && url.pathname === '/__stats') return reply(200, stats());
   if (req.method === 'POST' && url.pathname === '/__fault') {
     const asked = url.searchParams.get('mode');
-    if (asked !== 'off' && asked !== 'error' && asked !== 'hang') return reply(400, { error: 'mode must be off, error or hang' });
+    if (asked !== 'off' && asked !== 'error' && asked !== 'hang')
+      return reply(400, { error: 'mode must be off, error or hang' });
     mode = asked;
     return reply(200, stats());
   }
@@ -141,4 +155,11 @@ process.stdout.write(
   })}\n`,
 );
 
-closeWithParent(controlServer, () => [new Promise((resolve) => front.close(resolve)), openai.close(), anthropic.close(), gemini.close(), speech.close(), realtime.close()]);
+closeWithParent(controlServer, () => [
+  new Promise((resolve) => front.close(resolve)),
+  openai.close(),
+  anthropic.close(),
+  gemini.close(),
+  speech.close(),
+  realtime.close(),
+]);

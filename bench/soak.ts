@@ -125,7 +125,12 @@ const soakErrors: string[] = [];
 
 async function startProc(proc: Proc): Promise<void> {
   const n = proc.incarnations.length + 1;
-  const child = spawnChild(`${proc.name}#${n}`, ['dist/bin/start.js', `--role=${proc.role}`], proc.env, join(logDir, `soak-${proc.name}-${n}.log`));
+  const child = spawnChild(
+    `${proc.name}#${n}`,
+    ['dist/bin/start.js', `--role=${proc.role}`],
+    proc.env,
+    join(logDir, `soak-${proc.name}-${n}.log`),
+  );
   proc.child = child;
   proc.killing = false;
   const incarnation: Incarnation = { pid: child.pid, startedMs: sinceTraffic(), rss: [] };
@@ -133,7 +138,9 @@ async function startProc(proc: Proc): Promise<void> {
   child.proc.once('exit', (code, signal) => {
     incarnation.endedMs = sinceTraffic();
     if (stopping || proc.killing) return;
-    const recordAway = child.tail.some((l) => l.includes('cannot reach PostgreSQL')) && faults.some((f) => f.kind === 'PostgreSQL stopped' && incarnation.startedMs <= f.endMs);
+    const recordAway =
+      child.tail.some((l) => l.includes('cannot reach PostgreSQL')) &&
+      faults.some((f) => f.kind === 'PostgreSQL stopped' && incarnation.startedMs <= f.endMs);
     if (recordAway) {
       proc.startsRefused += 1;
       log(`${proc.name} did not start: the record is away (${code ?? signal}); trying again in 2 s`);
@@ -142,7 +149,8 @@ async function startProc(proc: Proc): Promise<void> {
       log(`${proc.name} exited by itself (${code ?? signal}); starting it again:\n${child.tail.slice(-8).join('\n')}`);
     }
     setTimeout(() => {
-      if (!stopping) void startProc(proc).catch((error: Error) => log(`${proc.name} did not start again: ${error.message}`));
+      if (!stopping)
+        void startProc(proc).catch((error: Error) => log(`${proc.name} did not start again: ${error.message}`));
     }, 2000);
   });
   const t0 = Date.now();
@@ -150,7 +158,11 @@ async function startProc(proc: Proc): Promise<void> {
     // Not tied to this child: one that exits (the record away) is started again by its exit handler.
     restarting.add(proc);
     try {
-      await waitUntil(`${proc.name} GET /readyz 200`, async () => (await fetch(`${proc.url}/readyz`, { signal: AbortSignal.timeout(1000) })).status === 200, 90_000);
+      await waitUntil(
+        `${proc.name} GET /readyz 200`,
+        async () => (await fetch(`${proc.url}/readyz`, { signal: AbortSignal.timeout(1000) })).status === 200,
+        90_000,
+      );
     } finally {
       restarting.delete(proc);
     }
@@ -199,7 +211,10 @@ async function until(atMs: number): Promise<boolean> {
 }
 
 async function fakeFault(mode: 'off' | 'error' | 'hang'): Promise<void> {
-  const response = await fetch(`${fakeControlUrl}/__fault?mode=${mode}`, { method: 'POST', signal: AbortSignal.timeout(5000) });
+  const response = await fetch(`${fakeControlUrl}/__fault?mode=${mode}`, {
+    method: 'POST',
+    signal: AbortSignal.timeout(5000),
+  });
   if (response.status !== 200) throw new Error(`fake fault ${mode}: ${response.status}`);
 }
 
@@ -230,11 +245,15 @@ async function schedule(): Promise<void> {
         await fakeFault('error');
         await sleep(20_000);
       });
-      await faultWindow('vendor hangs', 'fake OpenAI: every other chat/embeddings call held unanswered for 20 s', async () => {
-        await fakeFault('hang');
-        await sleep(20_000);
-        await fakeFault('off');
-      });
+      await faultWindow(
+        'vendor hangs',
+        'fake OpenAI: every other chat/embeddings call held unanswered for 20 s',
+        async () => {
+          await fakeFault('hang');
+          await sleep(20_000);
+          await fakeFault('off');
+        },
+      );
     })(),
   );
   chains.push(
@@ -254,7 +273,11 @@ async function schedule(): Promise<void> {
         await faultWindow('Redis failover', 'SENTINEL FAILOVER', async () => {
           const before = await sentinel!.primary();
           await sentinel!.call(sentinel!.sentinelPorts[0]!, 'SENTINEL', 'FAILOVER', sentinel!.name);
-          await waitUntil('the Sentinels to name a new primary', async () => (await sentinel!.primary()).port !== before.port, 30_000);
+          await waitUntil(
+            'the Sentinels to name a new primary',
+            async () => (await sentinel!.primary()).port !== before.port,
+            30_000,
+          );
           log(`Redis primary ${before.address} → ${(await sentinel!.primary()).address}`);
         });
       })(),
@@ -288,10 +311,15 @@ async function clientLoop(loop: number): Promise<void> {
     inFlight += 1;
     const apiKey = keySecrets.get(kind.key)!;
     const results = kind.run
-      ? await kind.run(seq, { apis: [apis[api]!.url!, ...apis.filter((_, i) => i !== api).map((p) => p.url!)], apiKey, timeoutMs: sessionTimeoutMs })
+      ? await kind.run(seq, {
+          apis: [apis[api]!.url!, ...apis.filter((_, i) => i !== api).map((p) => p.url!)],
+          apiKey,
+          timeoutMs: sessionTimeoutMs,
+        })
       : [await send(kind, seq, { baseUrl: apis[api]!.url!, apiKey, timeoutMs: clientTimeoutMs })];
     inFlight -= 1;
-    for (const result of results) records.push({ seq, kind: kind.name, key: kind.key, api: api + 1, startedMs, ...result });
+    for (const result of results)
+      records.push({ seq, kind: kind.name, key: kind.key, api: api + 1, startedMs, ...result });
     const result = results[results.length - 1]!;
     // A tenant's clients do not send back to back: about 20 requests a second per loop at most, and they
     // wait half a second after a connection refused or dropped before the next.
@@ -323,14 +351,25 @@ interface KeyPlan {
 const accountPlans: Array<{ name: string; creditsUsd: number; keys: KeyPlan[] }> = [
   { name: 'acme', creditsUsd: 100, keys: [{ name: 'main' }, { name: 'second' }] },
   { name: 'cachers', creditsUsd: 20, keys: [{ name: 'cache' }] },
-  { name: 'limits', creditsUsd: 20, keys: [{ name: 'limited', limitUsd: 0.0005 }, { name: 'rpm', rpm: 12 }, { name: 'budget', budgetUsd: 0.0003 }] },
+  {
+    name: 'limits',
+    creditsUsd: 20,
+    keys: [
+      { name: 'limited', limitUsd: 0.0005 },
+      { name: 'rpm', rpm: 12 },
+      { name: 'budget', budgetUsd: 0.0003 },
+    ],
+  },
   { name: 'poor', creditsUsd: 0.0004, keys: [{ name: 'poor' }] },
 ];
 
 async function makeAccounts(url: string): Promise<SoakAccount[]> {
   const out: SoakAccount[] = [];
   for (const plan of accountPlans) {
-    const account = await admin(url, 'POST', '/admin/accounts', { email: `${plan.name}@soak.example`, name: plan.name });
+    const account = await admin(url, 'POST', '/admin/accounts', {
+      email: `${plan.name}@soak.example`,
+      name: plan.name,
+    });
     const id = String(account.id);
     await admin(url, 'POST', `/admin/accounts/${id}/credits`, { amount_usd: plan.creditsUsd, note: 'soak' });
     const keys: SoakAccount['keys'] = [];
@@ -369,14 +408,23 @@ async function teardown(): Promise<void> {
 // ---- the run ------------------------------------------------------------------------------
 
 async function main(): Promise<number> {
-  if (!existsSync(join(root, 'dist', 'bin', 'start.js'))) throw new Error('dist/bin/start.js is missing: run `node bin/build.mjs` first');
-  log(`${minutes} min, at most ${maxRequests} requests, ${concurrency} client loops, ${withSentinel ? 'Redis with Sentinel' : 'one Redis'}`);
+  if (!existsSync(join(root, 'dist', 'bin', 'start.js')))
+    throw new Error('dist/bin/start.js is missing: run `node bin/build.mjs` first');
+  log(
+    `${minutes} min, at most ${maxRequests} requests, ${concurrency} client loops, ${withSentinel ? 'Redis with Sentinel' : 'one Redis'}`,
+  );
 
   let redisEnv: Record<string, string>;
   if (withSentinel) {
     sentinel = await startRedisSentinel({ downAfterMs: 2000, failoverTimeoutMs: 10_000 });
     redisEnv = { REDIS_URL: 'redis://127.0.0.1', ...sentinel.env };
-    checkRedis = new Redis({ sentinels: sentinel.sentinelNodes, name: sentinel.name, maxRetriesPerRequest: 3, connectTimeout: 5000, failoverDetector: true });
+    checkRedis = new Redis({
+      sentinels: sentinel.sentinelNodes,
+      name: sentinel.name,
+      maxRetriesPerRequest: 3,
+      connectTimeout: 5000,
+      failoverDetector: true,
+    });
   } else {
     redisServer = await startPrivateRedis({ aof: true });
     redisEnv = { REDIS_URL: redisServer.url };
@@ -384,11 +432,27 @@ async function main(): Promise<number> {
   }
   checkRedis.on('error', () => undefined);
   postgres = await startPrivatePostgres();
-  log(`Redis ${redisEnv.REDIS_URL}${withSentinel ? ` (Sentinels ${sentinel!.sentinels})` : ''}, PostgreSQL ${postgres.url}`);
+  log(
+    `Redis ${redisEnv.REDIS_URL}${withSentinel ? ` (Sentinels ${sentinel!.sentinels})` : ''}, PostgreSQL ${postgres.url}`,
+  );
 
-  fakes = spawnChild('fakes', ['--import', 'tsx', 'bench/soak-fakes.ts'], { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' }, join(logDir, 'soak-fakes.log'));
-  const line = await Promise.race([fakes.firstLine, sleep(30_000).then(() => Promise.reject(new Error(`fakes silent after 30 s:\n${fakes!.tail.join('\n')}`)))]);
-  const fake = JSON.parse(line) as { openaiUrl: string; anthropicUrl: string; geminiUrl: string; controlUrl: string; keys: { openai: string; anthropic: string; gemini: string } };
+  fakes = spawnChild(
+    'fakes',
+    ['--import', 'tsx', 'bench/soak-fakes.ts'],
+    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' },
+    join(logDir, 'soak-fakes.log'),
+  );
+  const line = await Promise.race([
+    fakes.firstLine,
+    sleep(30_000).then(() => Promise.reject(new Error(`fakes silent after 30 s:\n${fakes!.tail.join('\n')}`))),
+  ]);
+  const fake = JSON.parse(line) as {
+    openaiUrl: string;
+    anthropicUrl: string;
+    geminiUrl: string;
+    controlUrl: string;
+    keys: { openai: string; anthropic: string; gemini: string };
+  };
   fakeControlUrl = fake.controlUrl;
 
   const blobDir = join(dir, 'blobs');
@@ -420,7 +484,17 @@ async function main(): Promise<number> {
   };
   const apiPorts = [await freePort(), await freePort()];
   for (const [i, port] of apiPorts.entries()) {
-    procs.push({ name: `api-${i + 1}`, role: 'api', env: { ...env, PORT: String(port), LOG_LEVEL: process.env.SOAK_API_LOG_LEVEL ?? 'warn' }, url: `http://127.0.0.1:${port}`, incarnations: [], killing: false, unexpectedExits: 0, startsRefused: 0, startMs: [] });
+    procs.push({
+      name: `api-${i + 1}`,
+      role: 'api',
+      env: { ...env, PORT: String(port), LOG_LEVEL: process.env.SOAK_API_LOG_LEVEL ?? 'warn' },
+      url: `http://127.0.0.1:${port}`,
+      incarnations: [],
+      killing: false,
+      unexpectedExits: 0,
+      startsRefused: 0,
+      startMs: [],
+    });
   }
   const workerPlan: Array<[string, string]> = [
     ['worker-chat-1', 'chat'],
@@ -429,7 +503,17 @@ async function main(): Promise<number> {
     ['worker-image', 'image'],
     ['worker-voice', 'audio,realtime'],
   ];
-  for (const [name, queues] of workerPlan) procs.push({ name, role: 'worker', env: { ...env, PORT: '0', WORKER_QUEUES: queues }, incarnations: [], killing: false, unexpectedExits: 0, startsRefused: 0, startMs: [] });
+  for (const [name, queues] of workerPlan)
+    procs.push({
+      name,
+      role: 'worker',
+      env: { ...env, PORT: '0', WORKER_QUEUES: queues },
+      incarnations: [],
+      killing: false,
+      unexpectedExits: 0,
+      startsRefused: 0,
+      startMs: [],
+    });
 
   // The first api makes the record's tables; then the others.
   await startProc(procs[0]!);
@@ -452,7 +536,10 @@ async function main(): Promise<number> {
   const progress = setInterval(() => {
     const counts = { answered: 0, refused: 0, failed: 0, left: 0 };
     for (const r of records) counts[r.outcome] += 1;
-    log(`${Math.round(sinceTraffic() / 1000)} s: ${records.length} requests (${JSON.stringify(counts)}), ${faults.length} faults`);
+    log(
+      `${Math.round(sinceTraffic() / 1000)} s: ${records.length} requests (${JSON.stringify(counts)}), ` +
+        `${faults.length} faults`,
+    );
   }, 30_000);
   progress.unref();
   const loops = Array.from({ length: concurrency }, (_, i) => clientLoop(i));
@@ -486,23 +573,38 @@ async function main(): Promise<number> {
   clearInterval(rssTimer);
 
   // The vendors' view: an event the gateway sent the fake Realtime vendor that is not OpenAI's is a finding.
-  const fakeStats = await fetch(`${fakeControlUrl}/__stats`, { signal: AbortSignal.timeout(5000) }).then((r) => r.json() as Promise<{ realtime?: { opened: number; problems: string[] } }>).catch(() => undefined);
-  const apiKills = faults.filter((f) => f.kind === 'api SIGKILL').map((f) => ({ api: Number(f.detail.replace('api-', '')), atMs: f.startMs }));
+  const fakeStats = await fetch(`${fakeControlUrl}/__stats`, { signal: AbortSignal.timeout(5000) })
+    .then((r) => r.json() as Promise<{ realtime?: { opened: number; problems: string[] } }>)
+    .catch(() => undefined);
+  const apiKills = faults
+    .filter((f) => f.kind === 'api SIGKILL')
+    .map((f) => ({ api: Number(f.detail.replace('api-', '')), atMs: f.startMs }));
   const result = await check(postgres.url, checkRedis, accounts, records, apiKills);
   if (!fakeStats) result.failures.push('the vendor fakes did not answer /__stats after the run');
-  else if (fakeStats.realtime?.problems.length) result.failures.push(`the gateway sent the Realtime vendor events off its spec: ${fakeStats.realtime.problems.join('; ')}`);
+  else if (fakeStats.realtime?.problems.length)
+    result.failures.push(
+      `the gateway sent the Realtime vendor events off its spec: ${fakeStats.realtime.problems.join('; ')}`,
+    );
   if (!drained) result.failures.push(`the gateway did not drain within 150 s: ${JSON.stringify(last)}`);
   for (const error of soakErrors) result.failures.push(error);
   const unexpected = procs.filter((p) => p.unexpectedExits > 0);
-  for (const p of unexpected) result.failures.push(`${p.name} exited ${p.unexpectedExits} time(s) without being killed`);
+  for (const p of unexpected)
+    result.failures.push(`${p.name} exited ${p.unexpectedExits} time(s) without being killed`);
   const refusedStarts = procs.filter((p) => p.startsRefused > 0);
-  if (refusedStarts.length) result.notes.push(`starts refused while PostgreSQL was away (the process exits; the soak starts it again): ${refusedStarts.map((p) => `${p.name} ×${p.startsRefused}`).join(', ')}`);
+  if (refusedStarts.length)
+    result.notes.push(
+      `starts refused while PostgreSQL was away (the process exits; the soak starts it again): ${refusedStarts.map((p) => `${p.name} ×${p.startsRefused}`).join(', ')}`,
+    );
   const apiRestarts = procs.filter((p) => p.role === 'api').flatMap((p) => p.startMs.slice(1));
-  if (apiRestarts.length) result.notes.push(`api restarts took ${apiRestarts.map((ms) => `${(ms / 1000).toFixed(1)} s`).join(', ')} to /readyz 200`);
+  if (apiRestarts.length)
+    result.notes.push(
+      `api restarts took ${apiRestarts.map((ms) => `${(ms / 1000).toFixed(1)} s`).join(', ')} to /readyz 200`,
+    );
 
   // ---- figures ----
   const inFault = (r: ClientRecord) => faults.some((f) => r.startedMs >= f.startMs && r.startedMs <= f.endMs);
-  const answeredLatency = (during: boolean) => records.filter((r) => r.outcome === 'answered' && inFault(r) === during).map((r) => r.latencyMs);
+  const answeredLatency = (during: boolean) =>
+    records.filter((r) => r.outcome === 'answered' && inFault(r) === during).map((r) => r.latencyMs);
   const p99With = percentile(answeredLatency(true), 0.99);
   const p99Without = percentile(answeredLatency(false), 0.99);
   const byKind = new Map<KindName, Record<string, number>>();
@@ -529,7 +631,10 @@ async function main(): Promise<number> {
       const span = warm.length > 1 ? warm[warm.length - 1]![0] - warm[0]![0] : 0;
       if (span < 60_000) continue;
       const judged = span >= 8 * 60_000;
-      const points = (judged ? warm.slice(Math.floor(warm.length / 2)) : warm).map(([ms, rss]): [number, number] => [ms / 60_000, rss / 1048576]);
+      const points = (judged ? warm.slice(Math.floor(warm.length / 2)) : warm).map(([ms, rss]): [number, number] => [
+        ms / 60_000,
+        rss / 1048576,
+      ]);
       const s = slope(points);
       if (s === null) continue;
       if (judged) worstSlope = Math.max(worstSlope ?? Number.NEGATIVE_INFINITY, s);
@@ -540,15 +645,22 @@ async function main(): Promise<number> {
     }
   }
   const slopeLimit = Number(process.env.SOAK_RSS_SLOPE_MB_MIN ?? 2);
-  if (worstSlope !== null && worstSlope > slopeLimit) result.failures.push(`RSS grows ${worstSlope.toFixed(2)} MB/min in a process over the second half of its life (limit ${slopeLimit})`);
+  if (worstSlope !== null && worstSlope > slopeLimit)
+    result.failures.push(
+      `RSS grows ${worstSlope.toFixed(2)} MB/min in a process over the second half of its life (limit ${slopeLimit})`,
+    );
 
   const out: string[] = [];
   out.push('');
-  out.push(`soak: ${minutes} min${withSentinel ? ', Redis with Sentinel' : ''}, ${records.length} requests in ${(trafficMs / 1000).toFixed(0)} s, ${concurrency} client loops`);
+  out.push(
+    `soak: ${minutes} min${withSentinel ? ', Redis with Sentinel' : ''}, ${records.length} requests in ${(trafficMs / 1000).toFixed(0)} s, ${concurrency} client loops`,
+  );
   out.push('');
   out.push('| kind | sent | answered | refused | failed | left |');
   out.push('|---|---:|---:|---:|---:|---:|');
-  for (const [name, row] of byKind) if (row.sent) out.push(`| ${name} | ${row.sent} | ${row.answered} | ${row.refused} | ${row.failed} | ${row.left} |`);
+  for (const [name, row] of byKind)
+    if (row.sent)
+      out.push(`| ${name} | ${row.sent} | ${row.answered} | ${row.refused} | ${row.failed} | ${row.left} |`);
   const totals = { sent: records.length, answered: 0, refused: 0, failed: 0, left: 0 };
   for (const r of records) totals[r.outcome] += 1;
   out.push(`| all | ${totals.sent} | ${totals.answered} | ${totals.refused} | ${totals.failed} | ${totals.left} |`);
@@ -556,24 +668,69 @@ async function main(): Promise<number> {
   out.push(`cache: ${cacheHits} hits, ${coalesced} shared calls`);
   out.push(`faults: ${[...faultCounts].map(([k, n]) => `${k} ×${n}`).join(', ') || 'none'}`);
   const failedDetail = new Map<string, number>();
-  for (const r of records) if (r.outcome === 'failed') failedDetail.set(`${r.kind}: ${r.detail ?? r.errorCode ?? r.status}`, (failedDetail.get(`${r.kind}: ${r.detail ?? r.errorCode ?? r.status}`) ?? 0) + 1);
-  if (failedDetail.size) out.push(`failed, as the clients saw it: ${[...failedDetail].sort((a, b) => b[1] - a[1]).slice(0, 12).map(([k, n]) => `${k} ×${n}`).join('; ')}`);
+  for (const r of records)
+    if (r.outcome === 'failed')
+      failedDetail.set(
+        `${r.kind}: ${r.detail ?? r.errorCode ?? r.status}`,
+        (failedDetail.get(`${r.kind}: ${r.detail ?? r.errorCode ?? r.status}`) ?? 0) + 1,
+      );
+  if (failedDetail.size)
+    out.push(
+      `failed, as the clients saw it: ${[...failedDetail]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 12)
+        .map(([k, n]) => `${k} ×${n}`)
+        .join('; ')}`,
+    );
   const refusedDetail = new Map<string, number>();
-  for (const r of records) if (r.outcome === 'refused') refusedDetail.set(`${r.kind}: ${r.status} ${r.errorCode}`, (refusedDetail.get(`${r.kind}: ${r.status} ${r.errorCode}`) ?? 0) + 1);
-  if (refusedDetail.size) out.push(`refused: ${[...refusedDetail].sort((a, b) => b[1] - a[1]).map(([k, n]) => `${k} ×${n}`).join('; ')}`);
-  out.push(`lost ${result.figures.lost}, doubled ${result.figures.doubled}, drift ${result.figures.driftMicros} µ$, record disagreeing ${result.figures.wrongStatus}, refusals unlogged ${result.figures.unloggedRefusals} (+${result.figures.refusalsLostWithApi} with their api killed as it answered)`);
-  out.push(`usage rows ${result.figures.usageRows} (${result.figures.rowsNoClientSaw} of requests no client got an id for), dead letters ${result.figures.deadLetters}`);
-  out.push(`spent: ${Object.entries(result.figures).filter(([k]) => k.startsWith('spent.')).map(([k, v]) => `${k.slice(6)} ${v} µ$`).join(', ')}`);
+  for (const r of records)
+    if (r.outcome === 'refused')
+      refusedDetail.set(
+        `${r.kind}: ${r.status} ${r.errorCode}`,
+        (refusedDetail.get(`${r.kind}: ${r.status} ${r.errorCode}`) ?? 0) + 1,
+      );
+  if (refusedDetail.size)
+    out.push(
+      `refused: ${[...refusedDetail]
+        .sort((a, b) => b[1] - a[1])
+        .map(([k, n]) => `${k} ×${n}`)
+        .join('; ')}`,
+    );
+  out.push(
+    `lost ${result.figures.lost}, doubled ${result.figures.doubled}, drift ${result.figures.driftMicros} µ$, ` +
+      `record disagreeing ${result.figures.wrongStatus}, refusals unlogged ${result.figures.unloggedRefusals} ` +
+      `(+${result.figures.refusalsLostWithApi} with their api killed as it answered)`,
+  );
+  out.push(
+    `usage rows ${result.figures.usageRows} (${result.figures.rowsNoClientSaw} of requests no client got an id ` +
+      `for), dead letters ${result.figures.deadLetters}`,
+  );
+  out.push(
+    `spent: ${Object.entries(result.figures)
+      .filter(([k]) => k.startsWith('spent.'))
+      .map(([k, v]) => `${k.slice(6)} ${v} µ$`)
+      .join(', ')}`,
+  );
   const fmt = (v: number | null) => (v === null ? 'n/a' : `${v.toFixed(0)} ms`);
-  out.push(`p99 of answered requests: ${fmt(p99With)} during faults (${answeredLatency(true).length}), ${fmt(p99Without)} without (${answeredLatency(false).length})`);
-  out.push(`RSS slope: ${worstSlope === null ? 'n/a (no process lived 9 min)' : `${worstSlope.toFixed(2)} MB/min (limit ${slopeLimit})`}; per start, after its first minute:`);
+  out.push(
+    `p99 of answered requests: ${fmt(p99With)} during faults (${answeredLatency(true).length}), ` +
+      `${fmt(p99Without)} without (${answeredLatency(false).length})`,
+  );
+  out.push(
+    `RSS slope: ${worstSlope === null ? 'n/a (no process lived 9 min)' : `${worstSlope.toFixed(2)} MB/min (limit ${slopeLimit})`}; per start, after its first minute:`,
+  );
   for (const row of rssRows) out.push(`  ${row}`);
   for (const note of result.notes) out.push(`note: ${note}`);
   out.push('');
   out.push(result.failures.length === 0 ? 'CHECK GREEN' : `CHECK FAILED (${result.failures.length}):`);
   for (const failure of result.failures) out.push(`  - ${failure}`);
 
-  const rss = Object.fromEntries(procs.map((p) => [p.name, p.incarnations.map((inc) => ({ pid: inc.pid, startedMs: inc.startedMs, endedMs: inc.endedMs, rss: inc.rss }))]));
+  const rss = Object.fromEntries(
+    procs.map((p) => [
+      p.name,
+      p.incarnations.map((inc) => ({ pid: inc.pid, startedMs: inc.startedMs, endedMs: inc.endedMs, rss: inc.rss })),
+    ]),
+  );
   writeFileSync(join(logDir, 'soak-records.json'), JSON.stringify({ faults, records, rss }, null, 0));
   await teardown();
   // What the gateway's logs say went wrong on the way (each process's log, each incarnation).
@@ -601,11 +758,17 @@ async function main(): Promise<number> {
     for (const [what, n] of [...warned].sort((a, b) => b[1] - a[1]).slice(0, 15)) out.push(`  ${n} × ${what}`);
   }
   // Nothing left behind: the servers' directories are gone and their processes with them.
-  const leftovers = [postgres.data, redisServer?.dir, sentinel?.dir, dir].filter((p): p is string => p !== undefined && existsSync(p));
+  const leftovers = [postgres.data, redisServer?.dir, sentinel?.dir, dir].filter(
+    (p): p is string => p !== undefined && existsSync(p),
+  );
   const alive = procs.flatMap((p) => p.incarnations.map((i) => i.pid)).filter((pid) => rssBytes(pid) !== undefined);
   if (leftovers.length) result.failures.push(`left on disk: ${leftovers.join(', ')}`);
   if (alive.length) result.failures.push(`gateway processes still running: ${alive.join(', ')}`);
-  out.push(leftovers.length === 0 && alive.length === 0 ? 'nothing left behind (Redis, PostgreSQL, gateway processes, temporary files)' : 'LEFT BEHIND: see above');
+  out.push(
+    leftovers.length === 0 && alive.length === 0
+      ? 'nothing left behind (Redis, PostgreSQL, gateway processes, temporary files)'
+      : 'LEFT BEHIND: see above',
+  );
   process.stdout.write(`${out.join('\n')}\n`);
   return result.failures.length === 0 && leftovers.length === 0 && alive.length === 0 ? 0 : 1;
 }

@@ -31,7 +31,9 @@ const server = createServer((req, res) => {
       }
       const parsed = speechRequestSchema.safeParse(JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}'));
       if (!parsed.success) {
-        res.writeHead(400, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: parsed.error.message } }));
+        res
+          .writeHead(400, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { message: parsed.error.message } }));
         return;
       }
       const { model: _model, ...fields } = parsed.data;

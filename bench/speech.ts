@@ -39,11 +39,13 @@ export function speechSettings(env: NodeJS.ProcessEnv, quietWaitMs: number): Spe
     return value;
   };
   const format = env.BENCH_SPEECH_FORMAT ?? 'mp3';
-  if (format !== 'mp3' && format !== 'wav' && format !== 'pcm') throw new Error(`BENCH_SPEECH_FORMAT: mp3, wav or pcm, got "${format}"`);
+  if (format !== 'mp3' && format !== 'wav' && format !== 'pcm')
+    throw new Error(`BENCH_SPEECH_FORMAT: mp3, wav or pcm, got "${format}"`);
   return {
     connections: (env.BENCH_SPEECH_CONNECTIONS ?? '1,64').split(',').map((s) => {
       const n = Number(s.trim());
-      if (!Number.isInteger(n) || n < 1 || n > 1024) throw new Error(`BENCH_SPEECH_CONNECTIONS: "${s}" is not an integer in 1..1024`);
+      if (!Number.isInteger(n) || n < 1 || n > 1024)
+        throw new Error(`BENCH_SPEECH_CONNECTIONS: "${s}" is not an integer in 1..1024`);
       return n;
     }),
     requests: Math.max(1, int('BENCH_SPEECH_REQUESTS', 256)),
@@ -93,16 +95,31 @@ function post(url: string, headers: Record<string, string>, body: string, agent:
   return new Promise((resolve, reject) => {
     const payload = Buffer.from(body);
     const t0 = performance.now();
-    const req = httpRequest(url, { method: 'POST', agent, headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length) } }, (res) => {
-      const pieces: Buffer[] = [];
-      let first = 0;
-      res.on('data', (piece: Buffer) => {
-        if (pieces.length === 0) first = performance.now() - t0;
-        pieces.push(piece);
-      });
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, firstByteMs: first, totalMs: performance.now() - t0, body: Buffer.concat(pieces) }));
-      res.on('error', reject);
-    });
+    const req = httpRequest(
+      url,
+      {
+        method: 'POST',
+        agent,
+        headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length) },
+      },
+      (res) => {
+        const pieces: Buffer[] = [];
+        let first = 0;
+        res.on('data', (piece: Buffer) => {
+          if (pieces.length === 0) first = performance.now() - t0;
+          pieces.push(piece);
+        });
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            firstByteMs: first,
+            totalMs: performance.now() - t0,
+            body: Buffer.concat(pieces),
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
     req.setTimeout(60_000, () => req.destroy(new Error('speech request timed out')));
     req.on('error', reject);
     req.end(payload);
@@ -133,7 +150,11 @@ async function measure(options: {
         while (next < count) {
           next += 1;
           const answer = await post(options.url, options.headers, options.body, agent).catch(() => undefined);
-          const good = answer !== undefined && answer.status === 200 && answer.body.length > 0 && (options.expected === undefined || answer.body.equals(options.expected));
+          const good =
+            answer !== undefined &&
+            answer.status === 200 &&
+            answer.body.length > 0 &&
+            (options.expected === undefined || answer.body.equals(options.expected));
           sample ??= good ? answer.body : undefined;
           if (!record) continue;
           if (!good) {
@@ -148,13 +169,23 @@ async function measure(options: {
   };
   try {
     await run(options.warmupPerConnection * options.connections, false);
-    const quiet = options.quietWaitMs > 0 ? await waitForQuiet({ maxWaitMs: options.quietWaitMs }) : { quiet: true, busyPct: null };
+    const quiet =
+      options.quietWaitMs > 0 ? await waitForQuiet({ maxWaitMs: options.quietWaitMs }) : { quiet: true, busyPct: null };
     const cpu = cpuWindow(options.cpuPids);
     await run(options.requests, true);
     const cpuMs = cpu();
-    const cpuMsPerRequest = Object.fromEntries(Object.entries(cpuMs).map(([name, ms]) => [name, ms === null ? null : ms / options.requests]));
+    const cpuMsPerRequest = Object.fromEntries(
+      Object.entries(cpuMs).map(([name, ms]) => [name, ms === null ? null : ms / options.requests]),
+    );
     return {
-      target: { requests: options.requests, failures, firstByte: summarise(firstBytes), total: summarise(totals), cpuMsPerRequest, before: { quiet: quiet.quiet, busyPct: quiet.busyPct } },
+      target: {
+        requests: options.requests,
+        failures,
+        firstByte: summarise(firstBytes),
+        total: summarise(totals),
+        cpuMsPerRequest,
+        before: { quiet: quiet.quiet, busyPct: quiet.busyPct },
+      },
       sample,
     };
   } finally {
@@ -162,9 +193,17 @@ async function measure(options: {
   }
 }
 
-export async function runSpeechBench(options: { settings: SpeechSettings; redis: Redis; redisUrl: string }): Promise<SpeechResults> {
+export async function runSpeechBench(options: {
+  settings: SpeechSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<SpeechResults> {
   const { settings, redis, redisUrl } = options;
-  const direct = spawnChild('speech-direct', ['--import', 'tsx', 'bench/speech-direct-process.ts', `--delay-ms=${settings.delayMs}`], { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' });
+  const direct = spawnChild(
+    'speech-direct',
+    ['--import', 'tsx', 'bench/speech-direct-process.ts', `--delay-ms=${settings.delayMs}`],
+    { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' },
+  );
   const started = JSON.parse(
     await Promise.race([
       direct.firstLine,
@@ -181,26 +220,62 @@ export async function runSpeechBench(options: { settings: SpeechSettings; redis:
       logTag: 'speech',
     });
     try {
-      const body = JSON.stringify({ model: 'mock-speech', input: settings.input, voice: 'alloy', response_format: settings.format });
+      const body = JSON.stringify({
+        model: 'mock-speech',
+        input: settings.input,
+        voice: 'alloy',
+        response_format: settings.format,
+      });
       const directUrl = `${started.url}/v1/audio/speech`;
       const gatewayUrl = `${gateway.url}/v1/audio/speech`;
       const headers = { authorization: `Bearer ${key}` };
       // The expected audio: the direct answer (the gateway's must be the same bytes); and the gateway's workers up.
-      const reference = await measure({ url: directUrl, headers: {}, body, connections: 1, requests: 1, warmupPerConnection: 0, expected: undefined, cpuPids: {}, quietWaitMs: 0 });
+      const reference = await measure({
+        url: directUrl,
+        headers: {},
+        body,
+        connections: 1,
+        requests: 1,
+        warmupPerConnection: 0,
+        expected: undefined,
+        cpuPids: {},
+        quietWaitMs: 0,
+      });
       const expected = reference.sample;
       if (!expected) throw new Error('the direct mock speech answered no audio');
-      const check = await measure({ url: gatewayUrl, headers, body, connections: 1, requests: 1, warmupPerConnection: 0, expected, cpuPids: {}, quietWaitMs: 0 });
+      const check = await measure({
+        url: gatewayUrl,
+        headers,
+        body,
+        connections: 1,
+        requests: 1,
+        warmupPerConnection: 0,
+        expected,
+        cpuPids: {},
+        quietWaitMs: 0,
+      });
       if (check.target.failures > 0) throw new Error('the gateway answered other bytes than the mock speech directly');
       const gatewayPids = discoverProcesses(gateway);
       const redisPid = await redisProcessId(redis);
       const cpuBase = { client: process.pid, ...(redisPid !== undefined ? { redis: redisPid } : {}) };
       const levels: SpeechLevel[] = [];
       for (const connections of settings.connections) {
-        const common = { body, connections, requests: Math.max(settings.requests, connections), warmupPerConnection: settings.warmupPerConnection, expected, quietWaitMs: settings.quietWaitMs };
+        const common = {
+          body,
+          connections,
+          requests: Math.max(settings.requests, connections),
+          warmupPerConnection: settings.warmupPerConnection,
+          expected,
+          quietWaitMs: settings.quietWaitMs,
+        };
         log(`speech: ${connections} connection(s), ${common.requests} requests directly to the mock speech`);
-        const directTarget = (await measure({ ...common, url: directUrl, headers: {}, cpuPids: { ...cpuBase, direct: direct.pid } })).target;
+        const directTarget = (
+          await measure({ ...common, url: directUrl, headers: {}, cpuPids: { ...cpuBase, direct: direct.pid } })
+        ).target;
         log(`speech: ${connections} connection(s), ${common.requests} requests through the gateway`);
-        const gatewayTarget = (await measure({ ...common, url: gatewayUrl, headers, cpuPids: { ...cpuBase, ...gatewayPids } })).target;
+        const gatewayTarget = (
+          await measure({ ...common, url: gatewayUrl, headers, cpuPids: { ...cpuBase, ...gatewayPids } })
+        ).target;
         levels.push({
           connections,
           direct: directTarget,
@@ -211,7 +286,10 @@ export async function runSpeechBench(options: { settings: SpeechSettings; redis:
       }
       const warnings = Object.values(gateway.children).reduce((sum, child) => sum + child.warnings, 0);
       if (warnings > 0) log(`gateway logged ${warnings} line(s) at warn or above: see bench/results/logs/speech-*.log`);
-      const audioSeconds = settings.format === 'mp3' ? settings.input.length * MOCK_SECONDS_PER_CHARACTER : (expected.length - (settings.format === 'wav' ? 44 : 0)) / 48_000;
+      const audioSeconds =
+        settings.format === 'mp3'
+          ? settings.input.length * MOCK_SECONDS_PER_CHARACTER
+          : (expected.length - (settings.format === 'wav' ? 44 : 0)) / 48_000;
       return { settings, audioBytes: expected.length, audioSeconds, levels, warnings };
     } finally {
       await stopGateway(gateway);
@@ -227,13 +305,19 @@ export function renderSpeech(results: SpeechResults): string {
   const { settings } = results;
   const out: string[] = [];
   out.push(
-    `Speech (POST /v1/audio/speech, mock-speech, ${settings.format}, ${results.audioBytes} bytes ≈ ${results.audioSeconds.toFixed(1)} s of audio, in chunks ${settings.delayMs} ms apart): ` +
-      `through the gateway (npm start: api + worker, Redis) against the same mock speech served directly by a process of its own; ` +
-      `ms from the request to the first byte of audio and to the last; each connection sequential on keep-alive; every answer checked byte for byte`,
+    `Speech (POST /v1/audio/speech, mock-speech, ${settings.format}, ${results.audioBytes} bytes ≈ ` +
+      `${results.audioSeconds.toFixed(1)} s of audio, in chunks ${settings.delayMs} ms apart): ` +
+      (`through the gateway (npm start: api + worker, Redis) against the same mock speech served directly by a ` +
+        `process of its own; `) +
+      (`ms from the request to the first byte of audio and to the last; each connection sequential on keep-alive; ` +
+        `every answer checked byte for byte`),
   );
   const rows: string[][] = [];
   for (const level of results.levels) {
-    for (const [name, target] of [['direct', level.direct], ['gateway', level.gateway]] as const) {
+    for (const [name, target] of [
+      ['direct', level.direct],
+      ['gateway', level.gateway],
+    ] as const) {
       const cpu = Object.entries(target.cpuMsPerRequest)
         .filter(([proc]) => proc !== 'client' && proc !== 'others')
         .map(([proc, ms]) => `${proc} ${f2(ms)}`)
@@ -253,6 +337,23 @@ export function renderSpeech(results: SpeechResults): string {
       ]);
     }
   }
-  out.push(table(['conns', 'target', 'ok', 'first byte p50', 'p99', 'last byte p50', 'p99', 'added first p50', 'added last p50', 'CPU ms/request', 'machine before'], rows));
+  out.push(
+    table(
+      [
+        'conns',
+        'target',
+        'ok',
+        'first byte p50',
+        'p99',
+        'last byte p50',
+        'p99',
+        'added first p50',
+        'added last p50',
+        'CPU ms/request',
+        'machine before',
+      ],
+      rows,
+    ),
+  );
   return out.join('\n\n');
 }

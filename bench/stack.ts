@@ -16,7 +16,8 @@ export const model = 'gpt-4o-mini';
 export const plainBody = { model, messages: [{ role: 'user', content: 'Say hello.' }] };
 export const streamBody = { ...plainBody, stream: true };
 
-export const log = (message: string) => process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
+export const log = (message: string) =>
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
 
 const baseEnv = (): Record<string, string> => ({ PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root' });
 
@@ -84,7 +85,11 @@ export interface SlotUse {
   utilisation: number;
 }
 
-export async function fakeControl(fake: Fake, method: 'GET' | 'POST', path: string): Promise<Record<string, FakeStats>> {
+export async function fakeControl(
+  fake: Fake,
+  method: 'GET' | 'POST',
+  path: string,
+): Promise<Record<string, FakeStats>> {
   const response = await fetch(`${fake.controlUrl}${path}`, { method, signal: AbortSignal.timeout(5000) });
   const text = await response.text();
   if (response.status !== 200) throw new Error(`fake control ${method} ${path}: ${response.status} ${text}`);
@@ -218,7 +223,11 @@ export function discoverProcesses(gateway: Gateway): Record<string, number> {
   const forked = childPids(top);
   gateway.forked = forked;
   if (forked.length === 0) gateway.pids = { gateway: top };
-  else gateway.pids = { api: top, ...Object.fromEntries(forked.map((pid, i) => [i === 0 ? 'worker' : `worker${i + 1}`, pid])) };
+  else
+    gateway.pids = {
+      api: top,
+      ...Object.fromEntries(forked.map((pid, i) => [i === 0 ? 'worker' : `worker${i + 1}`, pid])),
+    };
   return gateway.pids;
 }
 
@@ -237,7 +246,8 @@ export async function probe(gatewayUrl: string, apiKey: string, watched: Child[]
       last = `${response.status} ${await response.text()}`;
       if (response.status !== 200) return false;
       const body = JSON.parse(last.slice(4)) as { choices?: Array<{ message?: { content?: string } }> };
-      if (body.choices?.[0]?.message?.content !== FAKE_REPLY_TEXT) throw new Error(`unexpected answer (not the fake upstream?): ${last}`);
+      if (body.choices?.[0]?.message?.content !== FAKE_REPLY_TEXT)
+        throw new Error(`unexpected answer (not the fake upstream?): ${last}`);
       return true;
     },
     20_000,
@@ -247,8 +257,10 @@ export async function probe(gatewayUrl: string, apiKey: string, watched: Child[]
   });
 }
 
-
-/** The api first, so it drains while the workers still serve; then waits for what the gateway forked (killed after 10 s). */
+/**
+ * The api first, so it drains while the workers still serve; then waits for what the gateway forked (killed after 10
+ * s).
+ */
 export async function stopGateway(gateway: Gateway): Promise<void> {
   const { gateway: all, api, ...workers } = gateway.children;
   for (const child of [all, api, ...Object.values(workers)]) await child?.stop();
@@ -283,7 +295,15 @@ export async function startFloor(fakeUrl: string, redisUrl: string, concurrency 
   mkdirSync(logDir, { recursive: true });
   const child = spawnChild(
     'floor',
-    ['--import', 'tsx', 'bench/floor-process.ts', `--redis-url=${redisUrl}`, `--fake-url=${fakeUrl}`, '--port=0', `--concurrency=${concurrency}`],
+    [
+      '--import',
+      'tsx',
+      'bench/floor-process.ts',
+      `--redis-url=${redisUrl}`,
+      `--fake-url=${fakeUrl}`,
+      '--port=0',
+      `--concurrency=${concurrency}`,
+    ],
     baseEnv(),
     join(logDir, 'floor.log'),
   );
@@ -296,13 +316,23 @@ export async function startFloor(fakeUrl: string, redisUrl: string, concurrency 
   return { child, url: (JSON.parse(line) as { url: string }).url };
 }
 
-/** The floor of the MCP benchmark (bench/mcp-floor-process.ts): a bare BullMQ loop in front of one MCP server; `url` is its endpoint. */
+/**
+ * The floor of the MCP benchmark (bench/mcp-floor-process.ts): a bare BullMQ loop in front of one MCP server; `url` is
+ * its endpoint.
+ */
 export async function startMcpFloor(upstreamUrl: string, upstreamToken: string, redisUrl: string): Promise<Floor> {
   const logDir = join(root, 'bench', 'results', 'logs');
   mkdirSync(logDir, { recursive: true });
   const child = spawnChild(
     'mcp-floor',
-    ['--import', 'tsx', 'bench/mcp-floor-process.ts', `--redis-url=${redisUrl}`, `--upstream-url=${upstreamUrl}`, `--upstream-token=${upstreamToken}`],
+    [
+      '--import',
+      'tsx',
+      'bench/mcp-floor-process.ts',
+      `--redis-url=${redisUrl}`,
+      `--upstream-url=${upstreamUrl}`,
+      `--upstream-token=${upstreamToken}`,
+    ],
     baseEnv(),
     join(logDir, 'mcp-floor.log'),
   );
@@ -328,8 +358,10 @@ export async function probeStream(url: string, headers: Record<string, string>):
   });
   const text = await response.text();
   if (response.status !== 200) throw new Error(`stream probe of ${url}: ${response.status} ${text}`);
-  if (!/"content":"[^"]+"/.test(text)) throw new Error(`stream probe of ${url}: no content delta in ${JSON.stringify(text)}`);
-  if (!text.trimEnd().endsWith('data: [DONE]')) throw new Error(`stream probe of ${url}: does not end with data: [DONE]: ${JSON.stringify(text.slice(-200))}`);
+  if (!/"content":"[^"]+"/.test(text))
+    throw new Error(`stream probe of ${url}: no content delta in ${JSON.stringify(text)}`);
+  if (!text.trimEnd().endsWith('data: [DONE]'))
+    throw new Error(`stream probe of ${url}: does not end with data: [DONE]: ${JSON.stringify(text.slice(-200))}`);
   return text;
 }
 
@@ -338,13 +370,21 @@ export async function probeStream(url: string, headers: Record<string, string>):
  * to this Redis database (CLIENT LIST, filtered by database: other tenants of
  * the shared server may run workers of a queue with the same name).
  */
-export async function waitForQueueWorkers(redis: Redis, db: number, queue: string, count: number, watched: Child[]): Promise<void> {
+export async function waitForQueueWorkers(
+  redis: Redis,
+  db: number,
+  queue: string,
+  count: number,
+  watched: Child[],
+): Promise<void> {
   const name = `bull:${Buffer.from(queue).toString('base64')}`;
   await waitUntil(
     `${count} BullMQ worker(s) on queue "${queue}"`,
     async () => {
       const list = (await redis.client('LIST')) as string;
-      const matching = list.split('\n').filter((line) => line.includes(` db=${db} `) && line.includes(` name=${name} `));
+      const matching = list
+        .split('\n')
+        .filter((line) => line.includes(` db=${db} `) && line.includes(` name=${name} `));
       return matching.length >= count;
     },
     20_000,
@@ -358,7 +398,10 @@ export interface Portkey {
   version: string;
 }
 
-/** Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI); its log under bench/results/logs/<logName>.log. */
+/**
+ * Portkey's gateway from its npm package, as its `start:node` script runs it (headless: no UI); its log under
+ * bench/results/logs/<logName>.log.
+ */
 export async function startPortkey(logName: string): Promise<Portkey> {
   // A test tool (test/tools): `npm run bench` installs it, the gateway's own install does not.
   const dir = join(root, 'test', 'tools', 'node_modules', '@portkey-ai', 'gateway');
@@ -366,7 +409,9 @@ export async function startPortkey(logName: string): Promise<Portkey> {
   try {
     version = (JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as { version: string }).version;
   } catch {
-    throw new Error('@portkey-ai/gateway is not installed: run `node bin/test-setup.mjs --tools` (it is a test tool, test/tools)');
+    throw new Error(
+      '@portkey-ai/gateway is not installed: run `node bin/test-setup.mjs --tools` (it is a test tool, test/tools)',
+    );
   }
   const port = await freePort();
   const child = spawnChild(
@@ -376,6 +421,11 @@ export async function startPortkey(logName: string): Promise<Portkey> {
     join(root, 'bench', 'results', 'logs', `${logName}.log`),
   );
   const url = `http://127.0.0.1:${port}`;
-  await waitUntil('Portkey GET / 200', async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200, 30_000, [child]);
+  await waitUntil(
+    'Portkey GET / 200',
+    async () => (await fetch(`${url}/`, { signal: AbortSignal.timeout(1000) })).status === 200,
+    30_000,
+    [child],
+  );
   return { child, url, version };
 }

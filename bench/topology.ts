@@ -65,7 +65,8 @@ function envInts(name: string, fallback: string, min: number, max: number): numb
     .filter(Boolean)
     .map((s) => {
       const n = Number(s);
-      if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${name}: "${s}" is not an integer in ${min}..${max}`);
+      if (!Number.isInteger(n) || n < min || n > max)
+        throw new Error(`${name}: "${s}" is not an integer in ${min}..${max}`);
       return n;
     });
 }
@@ -165,8 +166,10 @@ interface RedisProbe {
   calls(): Promise<number>;
 }
 
-const infoCpuMs = (info: Record<string, string>) => (Number(info.used_cpu_sys ?? 0) + Number(info.used_cpu_user ?? 0)) * 1000;
-const totalCalls = (text: string) => [...text.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
+const infoCpuMs = (info: Record<string, string>) =>
+  (Number(info.used_cpu_sys ?? 0) + Number(info.used_cpu_user ?? 0)) * 1000;
+const totalCalls = (text: string) =>
+  [...text.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
 
 function singleRedisProbe(redis: Redis): RedisProbe {
   return {
@@ -184,15 +187,41 @@ function clusterNodeProbe(cluster: RedisClusterHarness, name: string, port: numb
   };
 }
 
-function runAutocannon(url: string, headers: Record<string, string>, body: string, connections: number, durationS: number, onLatency?: (ms: number) => void, keys?: readonly string[]) {
+function runAutocannon(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+  connections: number,
+  durationS: number,
+  onLatency?: (ms: number) => void,
+  keys?: readonly string[],
+) {
   // Several keys: each request takes the next, so the load is spread over their accounts.
   let next = 0;
-  const rotate = keys && keys.length > 1
-    ? [{ setupRequest: (req: autocannon.Request) => ({ ...req, headers: { ...req.headers, authorization: `Bearer ${keys[next++ % keys.length]}` } }) }]
-    : undefined;
+  const rotate =
+    keys && keys.length > 1
+      ? [
+          {
+            setupRequest: (req: autocannon.Request) => ({
+              ...req,
+              headers: { ...req.headers, authorization: `Bearer ${keys[next++ % keys.length]}` },
+            }),
+          },
+        ]
+      : undefined;
   return new Promise<autocannon.Result>((resolve, reject) => {
     const instance = autocannon(
-      { url, method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body, connections, pipelining: 1, duration: durationS, timeout: 10, ...(rotate ? { requests: rotate } : {}) },
+      {
+        url,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+        connections,
+        pipelining: 1,
+        duration: durationS,
+        timeout: 10,
+        ...(rotate ? { requests: rotate } : {}),
+      },
       (error: unknown, result: autocannon.Result) => (error ? reject(error) : resolve(result)),
     );
     if (onLatency) {
@@ -210,7 +239,10 @@ function split(urls: string[], connections: number): Array<[string, number]> {
   return urls.map((url, i) => [url, base + (i < extra ? 1 : 0)] as [string, number]).filter(([, c]) => c > 0);
 }
 
-/** Warm-up, a second's pause, then the measured run over every api at once, with CPU of every process and Redis node around it. */
+/**
+ * Warm-up, a second's pause, then the measured run over every api at once, with CPU of every process and Redis node
+ * around it.
+ */
 async function measure(options: {
   target: string;
   urls: string[];
@@ -226,7 +258,10 @@ async function measure(options: {
 }): Promise<CellResult> {
   const body = JSON.stringify(plainBody);
   const lanes = split(options.urls, options.connections);
-  if (options.warmupS > 0) await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.warmupS, undefined, options.keys)));
+  if (options.warmupS > 0)
+    await Promise.all(
+      lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.warmupS, undefined, options.keys)),
+    );
   // Let the warm-up's tail drain, then a second without load: what Redis does in the background.
   await sleep(1000);
   const idleCpuBefore = await Promise.all(options.redis.map((r) => r.cpuMs()));
@@ -242,7 +277,11 @@ async function measure(options: {
   const cpuBefore = Object.fromEntries(Object.entries(pids).map(([n, pid]) => [n, cpuTimeMs(pid)]));
   const busyBefore = systemBusyMs();
   const t0 = performance.now();
-  const results = await Promise.all(lanes.map(([url, c]) => runAutocannon(url, options.headers, body, c, options.durationS, (ms) => options.latencies.push(ms), options.keys)));
+  const results = await Promise.all(
+    lanes.map(([url, c]) =>
+      runAutocannon(url, options.headers, body, c, options.durationS, (ms) => options.latencies.push(ms), options.keys),
+    ),
+  );
   const wallMs = performance.now() - t0;
   const busyAfter = systemBusyMs();
   const cpuMs: Record<string, number | null> = {};
@@ -273,8 +312,12 @@ async function measure(options: {
     redisCpuMs: Object.fromEntries(options.redis.map((r, i) => [r.name, redisCpuAfter[i]! - redisCpuBefore[i]!])),
     redisCalls: Object.fromEntries(options.redis.map((r, i) => [r.name, redisCallsAfter[i]! - redisCallsBefore[i]!])),
     busyMs: busyBefore === undefined || busyAfter === undefined ? null : busyAfter - busyBefore,
-    idleRedisCpuMs: Object.fromEntries(options.redis.map((r, i) => [r.name, (idleCpuAfter[i]! - idleCpuBefore[i]!) * idleScale])),
-    idleRedisCalls: Object.fromEntries(options.redis.map((r, i) => [r.name, (idleCallsAfter[i]! - idleCallsBefore[i]!) * idleScale])),
+    idleRedisCpuMs: Object.fromEntries(
+      options.redis.map((r, i) => [r.name, (idleCpuAfter[i]! - idleCpuBefore[i]!) * idleScale]),
+    ),
+    idleRedisCalls: Object.fromEntries(
+      options.redis.map((r, i) => [r.name, (idleCallsAfter[i]! - idleCallsBefore[i]!) * idleScale]),
+    ),
   };
 }
 
@@ -282,11 +325,13 @@ async function measure(options: {
 function merge(into: CellResult | undefined, next: CellResult): CellResult {
   if (!into) return next;
   const sumRecord = <T extends number | null>(a: Record<string, T>, b: Record<string, T>) =>
-    Object.fromEntries([...new Set([...Object.keys(a), ...Object.keys(b)])].map((k) => {
-      const x = a[k];
-      const y = b[k];
-      return [k, x === null || y === null || x === undefined || y === undefined ? null : x + y];
-    })) as Record<string, T>;
+    Object.fromEntries(
+      [...new Set([...Object.keys(a), ...Object.keys(b)])].map((k) => {
+        const x = a[k];
+        const y = b[k];
+        return [k, x === null || y === null || x === undefined || y === undefined ? null : x + y];
+      }),
+    ) as Record<string, T>;
   const ok = into.ok + next.ok;
   const durationS = into.durationS + next.durationS;
   return {
@@ -327,7 +372,14 @@ interface Stack {
  * the halves apart; ready when every api answers /readyz, every worker its METRICS_PORT listener
  * (it opens after the worker's queues), and one real request through each api came back from the fake.
  */
-async function startStack(name: string, apis: number, workers: number, env: Record<string, string>, fakeUrl: string, apiKey: string): Promise<Stack> {
+async function startStack(
+  name: string,
+  apis: number,
+  workers: number,
+  env: Record<string, string>,
+  fakeUrl: string,
+  apiKey: string,
+): Promise<Stack> {
   const logDir = join(root, 'bench', 'results', 'logs');
   mkdirSync(logDir, { recursive: true });
   const common: Record<string, string> = {
@@ -341,7 +393,9 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
     // The usage buffer capped at its minimum, as in the overhead section.
     USAGE_BUFFER_RECORDS: '1000',
     ...env,
-    DATABASE_URL: env.DATABASE_URL ?? (await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : env.REDIS_URL!)),
+    DATABASE_URL:
+      env.DATABASE_URL ??
+      (await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : env.REDIS_URL!)),
   };
   const children: Child[] = [];
   const workerPorts: number[] = [];
@@ -351,17 +405,35 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
     for (let i = 1; i <= workers; i += 1) {
       const metricsPort = await freePort();
       workerPorts.push(metricsPort);
-      const child = spawnChild(label('worker', i, workers), ['dist/bin/start.js', '--role=worker'], { ...common, METRICS_PORT: String(metricsPort) }, join(logDir, `topology-${name}-${label('worker', i, workers)}.log`));
+      const child = spawnChild(
+        label('worker', i, workers),
+        ['dist/bin/start.js', '--role=worker'],
+        { ...common, METRICS_PORT: String(metricsPort) },
+        join(logDir, `topology-${name}-${label('worker', i, workers)}.log`),
+      );
       children.push(child);
     }
     for (let i = 1; i <= apis; i += 1) {
       const port = await freePort();
       apiUrls.push(`http://127.0.0.1:${port}`);
-      children.push(spawnChild(label('api', i, apis), ['dist/bin/start.js', '--role=api'], { ...common, PORT: String(port) }, join(logDir, `topology-${name}-${label('api', i, apis)}.log`)));
+      children.push(
+        spawnChild(
+          label('api', i, apis),
+          ['dist/bin/start.js', '--role=api'],
+          { ...common, PORT: String(port) },
+          join(logDir, `topology-${name}-${label('api', i, apis)}.log`),
+        ),
+      );
     }
     const ready = async (url: string) => (await fetch(url, { signal: AbortSignal.timeout(1000) })).status === 200;
     for (const url of apiUrls) await waitUntil(`GET ${url}/readyz 200`, () => ready(`${url}/readyz`), 30_000, children);
-    for (const port of workerPorts) await waitUntil(`a worker's GET /metrics on ${port}`, () => ready(`http://127.0.0.1:${port}/metrics`), 30_000, children);
+    for (const port of workerPorts)
+      await waitUntil(
+        `a worker's GET /metrics on ${port}`,
+        () => ready(`http://127.0.0.1:${port}/metrics`),
+        30_000,
+        children,
+      );
     for (const url of apiUrls) await probe(url, apiKey, children);
   } catch (error) {
     for (const child of children) await child.stop().catch(() => undefined);
@@ -381,19 +453,34 @@ async function startStack(name: string, apis: number, workers: number, env: Reco
   };
 }
 
-/** A key with quota and limits on, as the overhead section makes it: an account with a balance, a spending limit, rpm and tpm far above the load. */
+/**
+ * A key with quota and limits on, as the overhead section makes it: an account with a balance, a spending limit, rpm
+ * and tpm far above the load.
+ */
 async function benchKey(redis: Redis, tag: string): Promise<string> {
   return (await benchAccounts(redis, tag, 1))[0]!.key;
 }
 
 /** `count` accounts, each with a balance and one such key. */
-async function benchAccounts(redis: Redis, tag: string, count: number): Promise<Array<{ account: string; key: string }>> {
+async function benchAccounts(
+  redis: Redis,
+  tag: string,
+  count: number,
+): Promise<Array<{ account: string; key: string }>> {
   const keyStore = new KeyStore(redis, await testRecord(redis));
   const made: Array<{ account: string; key: string }> = [];
   for (let i = 0; i < count; i++) {
-    const account = await keyStore.accounts.create({ email: `bench-${tag}-${i}@example.com`, name: `bench ${tag} ${i}` });
+    const account = await keyStore.accounts.create({
+      email: `bench-${tag}-${i}@example.com`,
+      name: `bench ${tag} ${i}`,
+    });
     await keyStore.accounts.credit(account.id, 10 ** 12, 'bench');
-    const key = await keyStore.create(`bench-${tag}-${i}`, { accountId: account.id, limitMicros: 10 ** 12, rpm: 10 ** 8, tpm: 10 ** 9 });
+    const key = await keyStore.create(`bench-${tag}-${i}`, {
+      accountId: account.id,
+      limitMicros: 10 ** 12,
+      rpm: 10 ** 8,
+      tpm: 10 ** 9,
+    });
     made.push({ account: account.id, key: key.key });
   }
   return made;
@@ -405,18 +492,27 @@ const clusterAccounts = 30;
 const failures = (c: Pick<CellResult, 'errors' | 'timeouts' | 'non2xx'>) => c.errors + c.timeouts + c.non2xx;
 
 function logCell(c: CellResult): void {
-  const redisUs = Object.values(c.redisCpuMs).reduce((s, v) => s + v, 0) * 1000 / Math.max(1, c.ok);
-  log(`  ${c.target} @${c.connections}: ${Math.round(c.rpsByRound[c.rpsByRound.length - 1]!)} req/s, p50 ${c.latency.p50.toFixed(1)} ms, p99 ${c.latency.p99.toFixed(1)} ms, Redis ${Math.round(redisUs)} µs/req${failures(c) ? `, ${failures(c)} FAILED` : ''}`);
+  const redisUs = (Object.values(c.redisCpuMs).reduce((s, v) => s + v, 0) * 1000) / Math.max(1, c.ok);
+  log(
+    `  ${c.target} @${c.connections}: ${Math.round(c.rpsByRound[c.rpsByRound.length - 1]!)} req/s, p50 ${c.latency.p50.toFixed(1)} ms, p99 ${c.latency.p99.toFixed(1)} ms, Redis ${Math.round(redisUs)} µs/req${failures(c) ? `, ${failures(c)} FAILED` : ''}`,
+  );
 }
 
 // ---------------------------------------------------------------- the run
 
-export async function runTopology(options: { redis: Redis; redisUrl: string; machine: Machine; startedAt: string; settings: TopologySettings }): Promise<TopologyResults> {
+export async function runTopology(options: {
+  redis: Redis;
+  redisUrl: string;
+  machine: Machine;
+  startedAt: string;
+  settings: TopologySettings;
+}): Promise<TopologyResults> {
   const { redis, redisUrl, settings } = options;
   const { durationS, warmupS, rounds } = settings;
   const warnings: Record<string, number> = {};
   const noteWarnings = (stack: { name: string; children: Child[] }) => {
-    for (const c of stack.children) warnings[`${stack.name}/${c.name}`] = (warnings[`${stack.name}/${c.name}`] ?? 0) + c.warnings;
+    for (const c of stack.children)
+      warnings[`${stack.name}/${c.name}`] = (warnings[`${stack.name}/${c.name}`] ?? 0) + c.warnings;
   };
   const fake = await startFake();
   log(`fake upstream at ${fake.url} (pid ${fake.child.pid})`);
@@ -441,17 +537,46 @@ export async function runTopology(options: { redis: Redis; redisUrl: string; mac
     floorChild = floor.child;
     await probe(floor.url, 'sk-floor', [floor.child]);
 
-    interface Target { name: string; urls: string[]; headers: Record<string, string>; pids: Record<string, number> }
-    const targets: Target[] = [{ name: 'floor', urls: [`${floor.url}/v1/chat/completions`], headers: { authorization: 'Bearer sk-floor' }, pids: { floor: floor.child.pid } }];
-    single.targets.push({ name: 'floor', description: 'bench/floor-process.ts: HTTP → BullMQ → fake → PUBLISH in one process', db: floorDb, processes: { floor: floor.child.pid } });
-    for (const [name, apis, workers, db] of [['1api+1worker', 1, 1, oneDb], ['2api+2worker', 2, 2, twoDb]] as const) {
+    interface Target {
+      name: string;
+      urls: string[];
+      headers: Record<string, string>;
+      pids: Record<string, number>;
+    }
+    const targets: Target[] = [
+      {
+        name: 'floor',
+        urls: [`${floor.url}/v1/chat/completions`],
+        headers: { authorization: 'Bearer sk-floor' },
+        pids: { floor: floor.child.pid },
+      },
+    ];
+    single.targets.push({
+      name: 'floor',
+      description: 'bench/floor-process.ts: HTTP → BullMQ → fake → PUBLISH in one process',
+      db: floorDb,
+      processes: { floor: floor.child.pid },
+    });
+    for (const [name, apis, workers, db] of [
+      ['1api+1worker', 1, 1, oneDb],
+      ['2api+2worker', 2, 2, twoDb],
+    ] as const) {
       const key = await benchKey(await openDb(db), name);
       log(`${name}: starting (Redis db ${db})`);
       const stack = await startStack(name, apis, workers, { REDIS_URL: dbUrl(redisUrl, db) }, fake.url, key);
       stacks.push(stack);
-      targets.push({ name, urls: stack.apiUrls.map((u) => `${u}/v1/chat/completions`), headers: { authorization: `Bearer ${key}` }, pids: stack.pids });
+      targets.push({
+        name,
+        urls: stack.apiUrls.map((u) => `${u}/v1/chat/completions`),
+        headers: { authorization: `Bearer ${key}` },
+        pids: stack.pids,
+      });
       single.targets.push({ name, description: stack.description, db, processes: stack.pids });
-      log(`${name}: ready, ${Object.entries(stack.pids).map(([n, p]) => `${n} ${p}`).join(', ')}`);
+      log(
+        `${name}: ready, ${Object.entries(stack.pids)
+          .map(([n, p]) => `${n} ${p}`)
+          .join(', ')}`,
+      );
     }
     const redisPid = await redisProcessId(redis);
     const singleProbe = singleRedisProbe(redis);
@@ -491,10 +616,12 @@ export async function runTopology(options: { redis: Redis; redisUrl: string; mac
 
     // ---- Redis Cluster: 1 api + 1 worker, QUEUE_SHARDS_CHAT = each of settings.shards
     if (settings.clusterConnections.length > 0 && settings.shards.length > 0) {
-      clusterResult = await runCluster(settings, fake.url, fake.child.pid, noteWarnings, stacks).catch((error: Error) => {
-        log(`Cluster part failed: ${error.stack ?? error.message}`);
-        return { nodes: [], runs: [], error: error.message };
-      });
+      clusterResult = await runCluster(settings, fake.url, fake.child.pid, noteWarnings, stacks).catch(
+        (error: Error) => {
+          log(`Cluster part failed: ${error.stack ?? error.message}`);
+          return { nodes: [], runs: [], error: error.message };
+        },
+      );
     }
   } finally {
     for (const stack of stacks) {
@@ -530,13 +657,21 @@ async function runCluster(
   const { durationS, warmupS, rounds } = settings;
   log(`Redis Cluster: starting 3 primaries, ${settings.replicas} replica(s) each`);
   const cluster = await startRedisCluster({ primaries: 3, replicasPerPrimary: settings.replicas });
-  const client = new Cluster(cluster.startupNodes, { redisOptions: { maxRetriesPerRequest: 3 }, retryDelayOnFailover: 200 }) as unknown as Redis;
+  const client = new Cluster(cluster.startupNodes, {
+    redisOptions: { maxRetriesPerRequest: 3 },
+    retryDelayOnFailover: 200,
+  }) as unknown as Redis;
   client.on('error', () => undefined);
   try {
     const primaries = await cluster.primaries();
     const nodes: RedisNodeInfo[] = [];
     primaries.forEach((p, i) => {
-      nodes.push({ name: `P${i + 1}`, port: p.port, role: 'primary', slots: p.slots.map(([a, b]) => `${a}-${b}`).join(',') });
+      nodes.push({
+        name: `P${i + 1}`,
+        port: p.port,
+        role: 'primary',
+        slots: p.slots.map(([a, b]) => `${a}-${b}`).join(','),
+      });
       p.replicas.forEach((r, j) => nodes.push({ name: `P${i + 1}r${j + 1}`, port: r.port, role: 'replica' }));
     });
     const nameOfPort = (port: number) => nodes.find((n) => n.port === port)?.name ?? String(port);
@@ -554,8 +689,13 @@ async function runCluster(
       const primary = nameOfPort((await cluster.primaryForKey(billKey(a.account))).port);
       accountsByPrimary[primary] = (accountsByPrimary[primary] ?? 0) + 1;
     }
-    const spread = Object.entries(accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', ');
-    log(`Redis Cluster: ${nodes.map((n) => `${n.name} :${n.port}${n.slots ? ` (${n.slots})` : ''}`).join(', ')}; ${clusterAccounts} accounts billing on ${spread}`);
+    const spread = Object.entries(accountsByPrimary)
+      .sort()
+      .map(([p, n]) => `${p} ${n}`)
+      .join(', ');
+    log(
+      `Redis Cluster: ${nodes.map((n) => `${n.name} :${n.port}${n.slots ? ` (${n.slots})` : ''}`).join(', ')}; ${clusterAccounts} accounts billing on ${spread}`,
+    );
 
     const runs = new Map<number, ClusterRun>();
     const pools = new Map<string, Samples>();
@@ -568,13 +708,20 @@ async function runCluster(
           name,
           1,
           1,
-          { REDIS_CLUSTER_NODES: cluster.nodes, REDIS_URL: `redis://127.0.0.1:${cluster.ports[0]}`, QUEUE_SHARDS_CHAT: String(shards) },
+          {
+            REDIS_CLUSTER_NODES: cluster.nodes,
+            REDIS_URL: `redis://127.0.0.1:${cluster.ports[0]}`,
+            QUEUE_SHARDS_CHAT: String(shards),
+          },
           fakeUrl,
           key,
         );
         stacks.push(stack);
         const shardPrimaries: string[] = [];
-        for (let i = 0; i < shards; i += 1) shardPrimaries.push(nameOfPort((await cluster.primaryForKey(`bull:${shardQueueName('chat', i, shards)}:wait`)).port));
+        for (let i = 0; i < shards; i += 1)
+          shardPrimaries.push(
+            nameOfPort((await cluster.primaryForKey(`bull:${shardQueueName('chat', i, shards)}:wait`)).port),
+          );
         const run = runs.get(shards) ?? { shards, shardPrimaries, accountsByPrimary, cells: [] };
         runs.set(shards, run);
         for (const c of settings.clusterConnections) {
@@ -593,7 +740,11 @@ async function runCluster(
             keys,
           });
           logCell(r);
-          log(`    Redis µs/req by node: ${Object.entries(r.redisCpuMs).map(([n, ms]) => `${n} ${Math.round((ms * 1000) / Math.max(1, r.ok))}`).join(', ')}`);
+          log(
+            `    Redis µs/req by node: ${Object.entries(r.redisCpuMs)
+              .map(([n, ms]) => `${n} ${Math.round((ms * 1000) / Math.max(1, r.ok))}`)
+              .join(', ')}`,
+          );
           const at = run.cells.findIndex((x) => x.connections === c);
           if (at < 0) run.cells.push(r);
           else run.cells[at] = merge(run.cells[at], r);
@@ -608,13 +759,22 @@ async function runCluster(
       if (n.role !== 'primary') continue;
       const held: string[] = [];
       for (const run of [...runs.values()].sort((a, b) => a.shards - b.shards)) {
-        const mine = run.shardPrimaries.flatMap((p, i) => (p === n.name ? [`${shardQueueName('chat', i, run.shards)}`] : []));
+        const mine = run.shardPrimaries.flatMap((p, i) =>
+          p === n.name ? [`${shardQueueName('chat', i, run.shards)}`] : [],
+        );
         if (mine.length) held.push(`shards=${run.shards}: ${mine.join(' ')}`);
       }
-      if (accountsByPrimary[n.name]) held.push(`bills of ${accountsByPrimary[n.name]} of the ${clusterAccounts} accounts`);
+      if (accountsByPrimary[n.name])
+        held.push(`bills of ${accountsByPrimary[n.name]} of the ${clusterAccounts} accounts`);
       n.holds = held.join('; ');
     }
-    return { nodes, runs: settings.shards.filter((s, i, all) => all.indexOf(s) === i).map((s) => runs.get(s)!).filter(Boolean) };
+    return {
+      nodes,
+      runs: settings.shards
+        .filter((s, i, all) => all.indexOf(s) === i)
+        .map((s) => runs.get(s)!)
+        .filter(Boolean),
+    };
   } finally {
     client.disconnect();
     log('Redis Cluster: stopping');
@@ -626,14 +786,20 @@ async function runCluster(
 
 const int = (v: number) => (Number.isFinite(v) ? Math.round(v).toLocaleString('en-US') : '-');
 const ms = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : '-');
-const perReq = (c: CellResult, cpuMs: number | null | undefined) => (cpuMs === null || cpuMs === undefined ? Number.NaN : (cpuMs * 1000) / Math.max(1, c.ok));
-const pctCore = (c: CellResult, cpuMs: number | null | undefined) => (cpuMs === null || cpuMs === undefined ? Number.NaN : (cpuMs / c.wallMs) * 100);
+const perReq = (c: CellResult, cpuMs: number | null | undefined) =>
+  cpuMs === null || cpuMs === undefined ? Number.NaN : (cpuMs * 1000) / Math.max(1, c.ok);
+const pctCore = (c: CellResult, cpuMs: number | null | undefined) =>
+  cpuMs === null || cpuMs === undefined ? Number.NaN : (cpuMs / c.wallMs) * 100;
 const sum = (values: Array<number | null | undefined>) => values.reduce<number>((s, v) => s + (v ?? 0), 0);
 const redisTotalMs = (c: CellResult) => sum(Object.values(c.redisCpuMs));
 /** Every CPU ms of the machine not in a process the bench names (other tenants of the machine). */
 function othersMs(c: CellResult): number | null {
   if (c.busyMs === null) return null;
-  const named = sum(Object.entries(c.cpuMs).filter(([n]) => !n.startsWith('redis')).map(([, v]) => v));
+  const named = sum(
+    Object.entries(c.cpuMs)
+      .filter(([n]) => !n.startsWith('redis'))
+      .map(([, v]) => v),
+  );
   return Math.max(0, c.busyMs - named - redisTotalMs(c));
 }
 const role = (n: string) => (n.startsWith('api') ? 'api' : n.startsWith('worker') ? 'worker' : n);
@@ -649,7 +815,11 @@ function byRole(c: CellResult): Record<string, number | null> {
 }
 
 function mdTable(header: string[], rows: string[][]): string {
-  return [`| ${header.join(' | ')} |`, `|${header.map(() => '---').join('|')}|`, ...rows.map((r) => `| ${r.join(' | ')} |`)].join('\n');
+  return [
+    `| ${header.join(' | ')} |`,
+    `|${header.map(() => '---').join('|')}|`,
+    ...rows.map((r) => `| ${r.join(' | ')} |`),
+  ].join('\n');
 }
 
 /** The report: tables only. What the figures say is written once, in docs/benchmarks.md. */
@@ -660,9 +830,11 @@ export function renderTopology(r: TopologyResults): string {
   out.push(`## Topology (${r.startedAt.slice(0, 16).replace('T', ' ')}–${r.finishedAt.slice(11, 16)} UTC)`);
   out.push('');
   out.push(
-    `${m.cpu}, ${m.cores} cores, ${m.memoryGiB.toFixed(1)} GiB, ${m.os}; Node ${m.node}, Redis ${m.redis}, autocannon ${m.autocannon}; ` +
+    `${m.cpu}, ${m.cores} cores, ${m.memoryGiB.toFixed(1)} GiB, ${m.os}; Node ${m.node}, Redis ${m.redis}, ` +
+      `autocannon ${m.autocannon}; ` +
       `load average ${m.loadAverageAtStart.map((l) => l.toFixed(2)).join(' ')} at the start${m.loadAverageAtEnd ? `, ${m.loadAverageAtEnd.map((l) => l.toFixed(2)).join(' ')} at the end` : ''}. ` +
-      `${s.rounds} round(s) of ${s.warmupS} s warm-up + ${s.durationS} s per cell. CPU in µs per 2xx response; "others" is the machine's busy time outside the bench's processes; ` +
+      (`${s.rounds} round(s) of ${s.warmupS} s warm-up + ${s.durationS} s per cell. CPU in µs per 2xx response; ` +
+        `"others" is the machine's busy time outside the bench's processes; `) +
       `"busy" is busy time ÷ (wall time × ${r.cores} cores).`,
   );
   out.push('');
@@ -673,7 +845,23 @@ export function renderTopology(r: TopologyResults): string {
   const floorAt = (c: number) => r.single.cells.find((x) => x.target === 'floor' && x.connections === c);
   out.push(
     mdTable(
-      ['target', 'conns', 'req/s', 'by round', '× floor', 'p50 ms', 'p99 ms', 'errors', 'api µs', 'worker µs', 'Redis µs', 'fake µs', 'loadgen µs', 'others, % of a core', 'busy'],
+      [
+        'target',
+        'conns',
+        'req/s',
+        'by round',
+        '× floor',
+        'p50 ms',
+        'p99 ms',
+        'errors',
+        'api µs',
+        'worker µs',
+        'Redis µs',
+        'fake µs',
+        'loadgen µs',
+        'others, % of a core',
+        'busy',
+      ],
       r.single.cells.map((c) => {
         const roles = byRole(c);
         const floor = floorAt(c.connections);
@@ -701,7 +889,15 @@ export function renderTopology(r: TopologyResults): string {
   out.push('');
   out.push(
     mdTable(
-      ['target', 'conns', 'per process, % of a core', 'Redis % of a core', 'Redis cmds/req', 'Redis idle: % of a core, cmds/s', 'answered by api'],
+      [
+        'target',
+        'conns',
+        'per process, % of a core',
+        'Redis % of a core',
+        'Redis cmds/req',
+        'Redis idle: % of a core, cmds/s',
+        'answered by api',
+      ],
       r.single.cells.map((c) => [
         c.target,
         String(c.connections),
@@ -711,7 +907,8 @@ export function renderTopology(r: TopologyResults): string {
           .join(', '),
         int(pctCore(c, redisTotalMs(c))),
         (sum(Object.values(c.redisCalls)) / Math.max(1, c.ok)).toFixed(1),
-        `${(sum(Object.values(c.idleRedisCpuMs)) / c.rounds / 10).toFixed(1)}, ${int(sum(Object.values(c.idleRedisCalls)) / c.rounds)}`,
+        `${(sum(Object.values(c.idleRedisCpuMs)) / c.rounds / 10).toFixed(1)}, ` +
+          `${int(sum(Object.values(c.idleRedisCalls)) / c.rounds)}`,
         c.okByApi.length > 1 ? c.okByApi.map(int).join(' / ') : '',
       ]),
     ),
@@ -721,11 +918,18 @@ export function renderTopology(r: TopologyResults): string {
   // ---- Cluster
   const cl = r.cluster;
   if (cl) {
-    out.push(`### Redis Cluster: 3 primaries, ${s.replicas} replica(s) each; 1 api + 1 worker; QUEUE_SHARDS_CHAT = ${s.shards.join(', ')}`);
+    out.push(
+      `### Redis Cluster: 3 primaries, ${s.replicas} replica(s) each; 1 api + 1 worker; QUEUE_SHARDS_CHAT = ${s.shards.join(', ')}`,
+    );
     out.push('');
     if (cl.error) out.push(`The Cluster part failed: ${cl.error}`, '');
     if (cl.nodes.length) {
-      out.push(mdTable(['node', 'port', 'slots', 'holds'], cl.nodes.map((n) => [n.name, String(n.port), n.slots ?? 'replica', n.holds ?? ''])));
+      out.push(
+        mdTable(
+          ['node', 'port', 'slots', 'holds'],
+          cl.nodes.map((n) => [n.name, String(n.port), n.slots ?? 'replica', n.holds ?? '']),
+        ),
+      );
       out.push('');
     }
     const nodeNames = cl.nodes.map((n) => n.name);
@@ -756,11 +960,30 @@ export function renderTopology(r: TopologyResults): string {
         ]);
       }
     }
-    out.push('Redis CPU µs per request on each node (% of one core); "× floor" against the one-Redis floor at the same connections, measured earlier in this run.');
+    out.push(
+      'Redis CPU µs per request on each node (% of one core); "× floor" against the one-Redis floor at the same ' +
+        'connections, measured earlier in this run.',
+    );
     out.push('');
     out.push(
       mdTable(
-        ['shards', 'chat shards on', 'conns', 'req/s', '× floor', 'p50 ms', 'p99 ms', 'errors', 'api µs', 'worker µs', 'Redis µs (all nodes)', ...nodeNames.map((n) => `${n} µs`), 'busiest node share', 'others, % of a core', 'busy'],
+        [
+          'shards',
+          'chat shards on',
+          'conns',
+          'req/s',
+          '× floor',
+          'p50 ms',
+          'p99 ms',
+          'errors',
+          'api µs',
+          'worker µs',
+          'Redis µs (all nodes)',
+          ...nodeNames.map((n) => `${n} µs`),
+          'busiest node share',
+          'others, % of a core',
+          'busy',
+        ],
         rows,
       ),
     );
@@ -773,7 +996,13 @@ export function renderTopology(r: TopologyResults): string {
             String(run.shards),
             String(c.connections),
             nodeNames.map((n) => `${n} ${((c.redisCalls[n] ?? 0) / Math.max(1, c.ok)).toFixed(1)}`).join(', '),
-            nodeNames.map((n) => `${n} ${((c.idleRedisCpuMs[n] ?? 0) / c.rounds / 10).toFixed(1)} %, ${int((c.idleRedisCalls[n] ?? 0) / c.rounds)}`).join('; '),
+            nodeNames
+              .map(
+                (n) =>
+                  `${n} ${((c.idleRedisCpuMs[n] ?? 0) / c.rounds / 10).toFixed(1)} %, ` +
+                  `${int((c.idleRedisCalls[n] ?? 0) / c.rounds)}`,
+              )
+              .join('; '),
           ]),
         ),
       ),
@@ -789,7 +1018,10 @@ export function renderTopology(r: TopologyResults): string {
         return [
           String(run.shards),
           int(c.ok),
-          Object.entries(run.accountsByPrimary).sort().map(([p, n]) => `${p} ${n}`).join(', '),
+          Object.entries(run.accountsByPrimary)
+            .sort()
+            .map(([p, n]) => `${p} ${n}`)
+            .join(', '),
           int(perReq(c, total)),
           primaries.map((p) => int(perReq(c, c.redisCpuMs[p]))).join(' / '),
           primaries.map((p) => `${Math.round(((c.redisCpuMs[p] ?? 0) / Math.max(1e-9, total)) * 100)} %`).join(' / '),
@@ -798,7 +1030,15 @@ export function renderTopology(r: TopologyResults): string {
       });
     out.push(
       mdTable(
-        ['shards', 'requests (pooled)', `bills of the ${clusterAccounts} accounts`, 'Redis µs/req, all nodes', `${primaries.join(' / ')} µs`, 'split of Redis CPU', '1e6 ÷ busiest primary µs (req/s)'],
+        [
+          'shards',
+          'requests (pooled)',
+          `bills of the ${clusterAccounts} accounts`,
+          'Redis µs/req, all nodes',
+          `${primaries.join(' / ')} µs`,
+          'split of Redis CPU',
+          '1e6 ÷ busiest primary µs (req/s)',
+        ],
         pooled,
       ),
     );
@@ -806,16 +1046,26 @@ export function renderTopology(r: TopologyResults): string {
   }
 
   const failed = [...r.single.cells, ...(cl?.runs.flatMap((x) => x.cells) ?? [])].filter((c) => failures(c) > 0);
-  if (failed.length) out.push(`FAILURES: ${failed.map((c) => `${c.target} @${c.connections}: ${failures(c)}`).join('; ')}.`, '');
+  if (failed.length)
+    out.push(`FAILURES: ${failed.map((c) => `${c.target} @${c.connections}: ${failures(c)}`).join('; ')}.`, '');
   const warned = Object.entries(r.warnings).filter(([, n]) => n > 0);
-  if (warned.length) out.push(`Log lines at warn or above: ${warned.map(([p, n]) => `${p} ${n}`).join(', ')} (bench/results/logs/topology-*).`);
+  if (warned.length)
+    out.push(
+      `Log lines at warn or above: ${warned.map(([p, n]) => `${p} ${n}`).join(', ')} (bench/results/logs/topology-*).`,
+    );
   return out.join('\n').trimEnd();
 }
 
 // ---------------------------------------------------------------- entry from bench/run.ts
 
 /** Runs the section, prints the markdown report, writes it and the JSON under bench/results/. */
-export async function runTopologySection(options: { redis: Redis; redisUrl: string; machine: Machine; startedAt: string; loadAverageAtEnd: () => number[] }): Promise<void> {
+export async function runTopologySection(options: {
+  redis: Redis;
+  redisUrl: string;
+  machine: Machine;
+  startedAt: string;
+  loadAverageAtEnd: () => number[];
+}): Promise<void> {
   const settings = topologySettings();
   log(
     `topology: ${settings.rounds} round(s) × (${settings.warmupS} s warm-up + ${settings.durationS} s) per cell; one Redis @${settings.connections.join(',')}; ` +
@@ -829,7 +1079,11 @@ export async function runTopologySection(options: { redis: Redis; redisUrl: stri
   const stamp = results.startedAt.slice(0, 16).replace(/:/g, '');
   writeFileSync(join(outDir, 'latest-topology.json'), `${JSON.stringify(results, null, 2)}\n`);
   writeFileSync(join(outDir, `topology-${stamp}.md`), `${report}\n`);
-  process.stdout.write(`\n${report}\n\nResults written to bench/results/latest-topology.json and bench/results/topology-${stamp}.md\n`);
-  const failed = [...results.single.cells, ...(results.cluster?.runs.flatMap((x) => x.cells) ?? [])].some((c) => failures(c) > 0);
+  process.stdout.write(
+    `\n${report}\n\nResults written to bench/results/latest-topology.json and bench/results/topology-${stamp}.md\n`,
+  );
+  const failed = [...results.single.cells, ...(results.cluster?.runs.flatMap((x) => x.cells) ?? [])].some(
+    (c) => failures(c) > 0,
+  );
   if (failed || results.cluster?.error) process.exitCode = 1;
 }

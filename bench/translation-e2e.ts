@@ -47,7 +47,10 @@ export interface E2eRow {
   messages: E2eTarget;
   messagesAddedWallUsPerChunkP50: number;
   messagesGatewayCpuUsPerChunk: number | null;
-  /** The same stream through Google's `:streamGenerateContent?alt=sse`: Gemini's own chunks relayed, or the others' written as Gemini's. */
+  /**
+   * The same stream through Google's `:streamGenerateContent?alt=sse`: Gemini's own chunks relayed, or the others'
+   * written as Gemini's.
+   */
   gemini: E2eTarget;
   geminiAddedWallUsPerChunkP50: number;
   geminiGatewayCpuUsPerChunk: number | null;
@@ -76,12 +79,23 @@ function fetchStream(url: string, headers: Record<string, string>, body: string,
       {
         method: 'POST',
         agent,
-        headers: { ...headers, 'content-type': 'application/json', 'content-length': String(payload.length), accept: 'text/event-stream' },
+        headers: {
+          ...headers,
+          'content-type': 'application/json',
+          'content-length': String(payload.length),
+          accept: 'text/event-stream',
+        },
       },
       (res) => {
         const pieces: Buffer[] = [];
         res.on('data', (piece: Buffer) => pieces.push(piece));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, totalMs: performance.now() - t0, text: Buffer.concat(pieces).toString('utf8') }));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            totalMs: performance.now() - t0,
+            text: Buffer.concat(pieces).toString('utf8'),
+          }),
+        );
         res.on('error', reject);
       },
     );
@@ -144,7 +158,9 @@ function geminiAnswerIsComplete(text: string, expected: string): boolean {
   for (const frame of text.split(/\r?\n\r?\n/)) {
     const line = frame.split(/\r?\n/).find((l) => l.startsWith('data: '));
     if (line === undefined) continue;
-    const data = JSON.parse(line.slice(6)) as { candidates?: Array<{ content?: { parts?: Array<{ text?: string; thought?: boolean }> }; finishReason?: string }> };
+    const data = JSON.parse(line.slice(6)) as {
+      candidates?: Array<{ content?: { parts?: Array<{ text?: string; thought?: boolean }> }; finishReason?: string }>;
+    };
     const candidate = data.candidates?.[0];
     if (candidate?.finishReason) finished = true;
     for (const part of candidate?.content?.parts ?? []) if (!part.thought && part.text) content += part.text;
@@ -163,7 +179,8 @@ async function measureTarget(options: {
   quietWaitMs: number;
 }): Promise<E2eTarget> {
   const quiet = await waitForQuiet({ maxWaitMs: options.quietWaitMs });
-  if (!quiet.quiet) log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+  if (!quiet.quiet)
+    log(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const totals = new Samples();
   let failures = 0;
@@ -192,7 +209,14 @@ async function measureTarget(options: {
     agent.destroy();
   }
   const cpuMs = cpuSince?.() ?? Object.fromEntries(Object.keys(options.cpuPids).map((name) => [name, null]));
-  return { requests: options.count, failures, total: summarise(totals), bytes, cpuMs, before: { quiet: quiet.quiet, busyPct: quiet.busyPct } };
+  return {
+    requests: options.count,
+    failures,
+    total: summarise(totals),
+    bytes,
+    cpuMs,
+    before: { quiet: quiet.quiet, busyPct: quiet.busyPct },
+  };
 }
 
 export async function runE2e(options: {
@@ -206,8 +230,15 @@ export async function runE2e(options: {
   const { chunks, warmup, requests, quietWaitMs, redis, redisUrl } = options;
   const expected = expectedText(chunks);
   const fake: Fake = await startFake({ vendors: ['openai', 'anthropic', 'gemini'], streamChunks: chunks });
-  log(`translation e2e: fakes in pid ${fake.child.pid}: OpenAI ${fake.url}, Anthropic ${fake.anthropicUrl}, Gemini ${fake.geminiUrl}`);
-  const baseUrls: Record<Protocol, string> = { openai: fake.url, anthropic: fake.anthropicUrl!, gemini: fake.geminiUrl! };
+  log(
+    `translation e2e: fakes in pid ${fake.child.pid}: OpenAI ${fake.url}, Anthropic ${fake.anthropicUrl}, Gemini ` +
+      `${fake.geminiUrl}`,
+  );
+  const baseUrls: Record<Protocol, string> = {
+    openai: fake.url,
+    anthropic: fake.anthropicUrl!,
+    gemini: fake.geminiUrl!,
+  };
   try {
     await redis.flushdb();
     const { key } = await new KeyStore(redis, await testRecord(redis)).create('bench-translation');
@@ -230,11 +261,16 @@ export async function runE2e(options: {
       const rows: E2eRow[] = [];
       for (const protocol of protocols) {
         await fakeControl(fake, 'POST', '/__reset');
-        // The fake Anthropic has no default handler: queue one long stream per request to come (four targets: direct, chat, messages, gemini).
-        if (protocol === 'anthropic') await fakeControl(fake, 'POST', `/__enqueue?vendor=anthropic&count=${4 * (warmup + requests)}`);
+        // The fake Anthropic has no default handler: queue one long stream per request to come (four targets: direct,
+        // chat, messages, gemini).
+        if (protocol === 'anthropic')
+          await fakeControl(fake, 'POST', `/__enqueue?vendor=anthropic&count=${4 * (warmup + requests)}`);
         const upstreamBytes = Buffer.byteLength(longStream(protocol, chunks));
         const direct = directRequest(protocol, baseUrls[protocol], keys[protocol]);
-        log(`translation e2e, ${protocol}: direct to the fake (${warmup} + ${requests} sequential streams of ${chunks} deltas)`);
+        log(
+          `translation e2e, ${protocol}: direct to the fake (${warmup} + ${requests} sequential streams of ` +
+            `${chunks} deltas)`,
+        );
         const directResult = await measureTarget({
           ...direct,
           warmup,
@@ -263,7 +299,12 @@ export async function runE2e(options: {
         const messagesResult = await measureTarget({
           url: `${gateway.url}/v1/messages`,
           headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' },
-          body: JSON.stringify({ model: protocolModels[protocol], max_tokens: 1024, messages: [{ role: 'user', content: 'Say hello.' }], stream: true }),
+          body: JSON.stringify({
+            model: protocolModels[protocol],
+            max_tokens: 1024,
+            messages: [{ role: 'user', content: 'Say hello.' }],
+            stream: true,
+          }),
           warmup,
           count: requests,
           check: (fetched) => messagesAnswerIsComplete(fetched.text, chunks, expected),
@@ -298,7 +339,10 @@ export async function runE2e(options: {
           geminiGatewayCpuUsPerChunk: perChunk(geminiResult.cpuMs.gateway),
         });
       }
-      if (child.warnings > 0) log(`gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/translation-gateway.log`);
+      if (child.warnings > 0)
+        log(
+          `gateway logged ${child.warnings} line(s) at warn or above: see bench/results/logs/translation-gateway.log`,
+        );
       return { chunks, warmup, requests, gatewayPid: child.pid, rows, warnings: { gateway: child.warnings } };
     } finally {
       log('translation e2e: stopping the gateway');

@@ -30,7 +30,10 @@ export interface MicroRow {
   name: Protocol | 'transport';
   /** Upstream body bytes of one stream. */
   bytes: number;
-  /** StreamEvents the adapter yielded per stream (N content chunks plus role, finish and usage); for `transport`, body reads. */
+  /**
+   * StreamEvents the adapter yielded per stream (N content chunks plus role, finish and usage); for `transport`, body
+   * reads.
+   */
   events: number;
   /** Medians over the measured runs, per stream and per text delta. */
   wallMs: number;
@@ -63,9 +66,19 @@ const median = (values: number[]) => {
 };
 
 const request0 = (model: string) =>
-  ({ model, messages: [{ role: 'user', content: 'Say hello.' }], stream: true, stream_options: { include_usage: true } }) as ChatCompletionRequest;
+  ({
+    model,
+    messages: [{ role: 'user', content: 'Say hello.' }],
+    stream: true,
+    stream_options: { include_usage: true },
+  }) as ChatCompletionRequest;
 
-export async function runMicro(options: { chunks: number; runs: number; warmupRuns: number; quietWaitMs: number }): Promise<MicroResults> {
+export async function runMicro(options: {
+  chunks: number;
+  runs: number;
+  warmupRuns: number;
+  quietWaitMs: number;
+}): Promise<MicroResults> {
   const { chunks, runs, warmupRuns } = options;
   const catalog = loadCatalog();
   const log = pino({ level: 'silent' });
@@ -78,7 +91,12 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
   const expected = expectedText(chunks);
 
   const setups: Record<Protocol, { adapter: VendorAdapter; baseUrl: string; apiKey: string; enqueue: () => void }> = {
-    openai: { adapter: openaiAdapter, baseUrl: openai.url, apiKey: 'sk-bench', enqueue: () => openai.enqueue({ sse: bodies.openai }) },
+    openai: {
+      adapter: openaiAdapter,
+      baseUrl: openai.url,
+      apiKey: 'sk-bench',
+      enqueue: () => openai.enqueue({ sse: bodies.openai }),
+    },
     anthropic: {
       adapter: anthropicAdapter,
       baseUrl: anthropic.url,
@@ -88,7 +106,12 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
         anthropic.enqueue({ sse: bodies.anthropic });
       },
     },
-    gemini: { adapter: geminiAdapter, baseUrl: gemini.url, apiKey: 'gm-bench', enqueue: () => gemini.enqueue({ sse: bodies.gemini }) },
+    gemini: {
+      adapter: geminiAdapter,
+      baseUrl: gemini.url,
+      apiKey: 'gm-bench',
+      enqueue: () => gemini.enqueue({ sse: bodies.gemini }),
+    },
   };
 
   const context = (protocol: Protocol): CallContext => {
@@ -122,8 +145,17 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       for await (const piece of response.body) events += (piece as Buffer).length > 0 ? 1 : 0;
     } else {
       // What a worker does with a stream: the adapter's events, encoded as the client's chunks.
-      const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false, serviceTier: 'default' });
-      for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
+      const encoder = new ChatStreamEncoder({
+        form: 'chat.completion',
+        model: protocolModels[protocol],
+        includeUsage: true,
+        legacyFunctions: false,
+        serviceTier: 'default',
+      });
+      for await (const batch of setups[protocol].adapter.streamChat!(
+        request0(protocolModels[protocol]),
+        context(protocol),
+      )) {
         if (encoder.encode(batch).count > 0) events += batch.length;
       }
     }
@@ -138,11 +170,23 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
     let text = '';
     let contentChunks = 0;
     let usage = false;
-    const encoder = new ChatStreamEncoder({ form: 'chat.completion', model: protocolModels[protocol], includeUsage: true, legacyFunctions: false, serviceTier: 'default' });
-    for await (const batch of setups[protocol].adapter.streamChat!(request0(protocolModels[protocol]), context(protocol))) {
+    const encoder = new ChatStreamEncoder({
+      form: 'chat.completion',
+      model: protocolModels[protocol],
+      includeUsage: true,
+      legacyFunctions: false,
+      serviceTier: 'default',
+    });
+    for await (const batch of setups[protocol].adapter.streamChat!(
+      request0(protocolModels[protocol]),
+      context(protocol),
+    )) {
       for (const frame of encoder.encode(batch).frames.split('\n\n')) {
         if (frame === '') continue;
-        const chunk = JSON.parse(frame.slice(frame.indexOf('data: ') + 'data: '.length)) as { choices: Array<{ delta?: { content?: string } }>; usage?: unknown };
+        const chunk = JSON.parse(frame.slice(frame.indexOf('data: ') + 'data: '.length)) as {
+          choices: Array<{ delta?: { content?: string } }>;
+          usage?: unknown;
+        };
         const content = chunk.choices[0]?.delta?.content;
         if (content) {
           text += content;
@@ -152,7 +196,10 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
       }
     }
     if (text !== expected || contentChunks !== chunks || !usage) {
-      throw new Error(`translation bench: ${protocol} adapter output is not the expected stream (${contentChunks} content chunks, usage ${usage})`);
+      throw new Error(
+        `translation bench: ${protocol} adapter output is not the expected stream (${contentChunks} content ` +
+          `chunks, usage ${usage})`,
+      );
     }
   }
 
@@ -164,7 +211,8 @@ export async function runMicro(options: { chunks: number; runs: number; warmupRu
   try {
     for (const protocol of protocols) await verify(protocol);
     quiet = await waitForQuiet({ maxWaitMs: options.quietWaitMs });
-    if (!quiet.quiet) benchLog(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
+    if (!quiet.quiet)
+      benchLog(`  the machine did not go quiet (${quiet.busyPct?.toFixed(0)}% of a core busy): measuring anyway`);
     const cpu0 = process.cpuUsage();
     const busy0 = systemBusyMs();
     for (let round = 0; round < warmupRuns + runs; round += 1) {

@@ -26,10 +26,22 @@ export interface TranslationResults {
   e2e: E2eResults;
 }
 
-export async function runTranslation(options: { settings: TranslationSettings; redis: Redis; redisUrl: string }): Promise<TranslationResults> {
+export async function runTranslation(options: {
+  settings: TranslationSettings;
+  redis: Redis;
+  redisUrl: string;
+}): Promise<TranslationResults> {
   const { settings } = options;
-  log(`translation, in process: ${settings.microWarmupRuns} warm-up + ${settings.microRuns} measured rounds of one ${settings.chunks}-delta stream per protocol`);
-  const micro = await runMicro({ chunks: settings.chunks, runs: settings.microRuns, warmupRuns: settings.microWarmupRuns, quietWaitMs: settings.quietWaitMs });
+  log(
+    `translation, in process: ${settings.microWarmupRuns} warm-up + ${settings.microRuns} measured rounds of one ` +
+      `${settings.chunks}-delta stream per protocol`,
+  );
+  const micro = await runMicro({
+    chunks: settings.chunks,
+    runs: settings.microRuns,
+    warmupRuns: settings.microWarmupRuns,
+    quietWaitMs: settings.quietWaitMs,
+  });
   for (const row of micro.rows) {
     log(`  ${row.name}: ${row.wallUsPerChunk.toFixed(2)} µs/chunk wall, ${row.cpuUsPerChunk.toFixed(2)} µs/chunk CPU`);
   }
@@ -57,12 +69,25 @@ export function renderTranslation(results: TranslationResults): string {
     gemini: 'Gemini → OpenAI',
   };
   out.push(
-    `Translation cost per streamed chunk, in process: adapter.streamChatCompletion against its fake in the same process, one stream of ${settings.chunks} text deltas sent in one write; ` +
-      `whole consumption timed (fake included, nothing subtracted), median of ${micro.runs} rounds after ${micro.warmupRuns} warm-up; µs per text delta`,
+    `Translation cost per streamed chunk, in process: adapter.streamChatCompletion against its fake in the same ` +
+      `process, one stream of ${settings.chunks} text deltas sent in one write; ` +
+      (`whole consumption timed (fake included, nothing subtracted), median of ${micro.runs} rounds after ` +
+        `${micro.warmupRuns} warm-up; µs per text delta`),
   );
   out.push(
     table(
-      ['protocol', 'body', 'events', 'wall ms', 'CPU ms', 'wall µs/chunk', 'min–max', 'CPU µs/chunk', 'wall ×OpenAI', 'CPU ×OpenAI'],
+      [
+        'protocol',
+        'body',
+        'events',
+        'wall ms',
+        'CPU ms',
+        'wall µs/chunk',
+        'min–max',
+        'CPU µs/chunk',
+        'wall ×OpenAI',
+        'CPU ×OpenAI',
+      ],
       micro.rows.map((row) => [
         names[row.name] ?? row.name,
         kib(row.bytes),
@@ -83,12 +108,26 @@ export function renderTranslation(results: TranslationResults): string {
   );
   out.push('');
   out.push(
-    `Translation end to end: the same streams through the gateway (one process) vs directly from the fake (three fakes in one process); ` +
-      `${e2e.warmup} warm-up + ${e2e.requests} sequential requests each; ms to the last chunk; CPU µs per text delta over the measured gateway requests`,
+    `Translation end to end: the same streams through the gateway (one process) vs directly from the fake (three ` +
+      `fakes in one process); ` +
+      (`${e2e.warmup} warm-up + ${e2e.requests} sequential requests each; ms to the last chunk; CPU µs per text ` +
+        `delta over the measured gateway requests`),
   );
   out.push(
     table(
-      ['protocol', 'model', 'failed d/g', 'direct p50', 'direct p90', 'gateway p50', 'gateway p90', 'added µs/chunk', 'gateway CPU µs/chunk', 'Redis CPU µs/chunk', 'bytes in → out'],
+      [
+        'protocol',
+        'model',
+        'failed d/g',
+        'direct p50',
+        'direct p90',
+        'gateway p50',
+        'gateway p90',
+        'added µs/chunk',
+        'gateway CPU µs/chunk',
+        'Redis CPU µs/chunk',
+        'bytes in → out',
+      ],
       e2e.rows.map((row) => [
         names[row.protocol] ?? row.protocol,
         row.model,
@@ -106,12 +145,23 @@ export function renderTranslation(results: TranslationResults): string {
   );
   out.push('');
   out.push(
-    'The Messages API (`/v1/messages`, Anthropic\'s dialect) beside chat completions, the same streams and requests: ' +
-      'an Anthropic model\'s events relayed as the vendor sent them, the others\' answer events written as Anthropic\'s; ms to the last chunk',
+    "The Messages API (`/v1/messages`, Anthropic's dialect) beside chat completions, the same streams and requests: " +
+      ("an Anthropic model's events relayed as the vendor sent them, the others' answer events written as " +
+        "Anthropic's; ms to the last chunk"),
   );
   out.push(
     table(
-      ['vendor', 'chat p50', '/v1/messages p50', '/v1/messages p90', 'failed', 'added µs/chunk chat', 'added µs/chunk messages', 'gateway CPU µs/chunk chat', 'gateway CPU µs/chunk messages'],
+      [
+        'vendor',
+        'chat p50',
+        '/v1/messages p50',
+        '/v1/messages p90',
+        'failed',
+        'added µs/chunk chat',
+        'added µs/chunk messages',
+        'gateway CPU µs/chunk chat',
+        'gateway CPU µs/chunk messages',
+      ],
       e2e.rows.map((row) => [
         row.protocol,
         f2(row.gateway.total.p50),
@@ -127,12 +177,27 @@ export function renderTranslation(results: TranslationResults): string {
   );
   out.push('');
   out.push(
-    "Google's Gemini API (`:streamGenerateContent?alt=sse`) beside chat completions and the Messages API, the same streams and requests: " +
-      "a Gemini model's chunks relayed as the vendor sent them, the others' answer events written as Gemini's; ms to the last chunk",
+    "Google's Gemini API (`:streamGenerateContent?alt=sse`) beside chat completions and the Messages API, the " +
+      'same streams and requests: ' +
+      ("a Gemini model's chunks relayed as the vendor sent them, the others' answer events written as Gemini's; " +
+        'ms to the last chunk'),
   );
   out.push(
     table(
-      ['vendor', 'chat p50', 'messages p50', 'gemini p50', 'gemini p90', 'failed', 'added µs/chunk chat', 'messages', 'gemini', 'gateway CPU µs/chunk chat', 'messages', 'gemini'],
+      [
+        'vendor',
+        'chat p50',
+        'messages p50',
+        'gemini p50',
+        'gemini p90',
+        'failed',
+        'added µs/chunk chat',
+        'messages',
+        'gemini',
+        'gateway CPU µs/chunk chat',
+        'messages',
+        'gemini',
+      ],
       e2e.rows.map((row) => [
         row.protocol,
         f2(row.gateway.total.p50),
@@ -153,12 +218,17 @@ export function renderTranslation(results: TranslationResults): string {
     (['direct', 'gateway'] as const).map((target) => [
       names[row.protocol] ?? row.protocol,
       target,
-      Object.entries(row[target].cpuMs).map(([n, v]) => `${n} ${v ?? '-'}`).join(', '),
+      Object.entries(row[target].cpuMs)
+        .map(([n, v]) => `${n} ${v ?? '-'}`)
+        .join(', '),
       row[target].before.busyPct === null ? '-' : `${row[target].before.busyPct.toFixed(0)}%`,
     ]),
   );
   out.push('');
-  out.push(`CPU ms by process during the ${e2e.requests} measured requests (from /proc, 10 ms ticks; others = every other process), and the machine's busy share in the second before`);
+  out.push(
+    `CPU ms by process during the ${e2e.requests} measured requests (from /proc, 10 ms ticks; others = every ` +
+      `other process), and the machine's busy share in the second before`,
+  );
   out.push(table(['protocol', 'target', 'CPU ms', 'busy before'], cpuRows));
   if ((e2e.warnings.gateway ?? 0) > 0) out.push('', `Gateway log lines at warn or above: ${e2e.warnings.gateway}`);
   return out.join('\n');

@@ -1,7 +1,13 @@
 import { loadConfig } from '../shared/config.js';
 import { openRecord } from '../storage/record/database.js';
 import { locateRecord } from '../storage/record/embedded.js';
-import { auditActions, exportAudit, pruneAuditOlderThanDays, verifyAudit, type AuditFilter } from '../storage/record/audit-log.js';
+import {
+  auditActions,
+  exportAudit,
+  pruneAuditOlderThanDays,
+  verifyAudit,
+  type AuditFilter,
+} from '../storage/record/audit-log.js';
 import { parseCommandLine, reachRecord, runCli, UsageError } from './cli.js';
 
 const usage = `usage:
@@ -19,7 +25,10 @@ The record is the gateway's (DATABASE_URL, else the embedded one under DATA_DIR)
 function instant(flag: string, text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
   const ms = /^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(text.trim()) ? Date.parse(text.trim()) : NaN;
-  if (!Number.isFinite(ms)) throw new UsageError(`--${flag} must be an ISO 8601 date or time (2025-01-31, 2025-01-31T12:00:00Z), not "${text}"`);
+  if (!Number.isFinite(ms))
+    throw new UsageError(
+      `--${flag} must be an ISO 8601 date or time (2025-01-31, 2025-01-31T12:00:00Z), not "${text}"`,
+    );
   return ms;
 }
 
@@ -74,10 +83,24 @@ async function main(): Promise<number> {
           return 1;
         }
         const anchor = verdict.anchor ? { anchor: { after_id: verdict.anchor.id, proof: verdict.anchorProof } } : {};
-        console.log(JSON.stringify({ intact: true, rows: verdict.rows, first_id: verdict.firstId, last_id: verdict.lastId, last_hash: verdict.lastHash, ...anchor }));
-        console.error(`audit log intact: ${verdict.rows} rows ${from}${verdict.lastId !== null ? ` to row ${verdict.lastId}` : ''}; head ${verdict.lastHash}`);
+        console.log(
+          JSON.stringify({
+            intact: true,
+            rows: verdict.rows,
+            first_id: verdict.firstId,
+            last_id: verdict.lastId,
+            last_hash: verdict.lastHash,
+            ...anchor,
+          }),
+        );
+        console.error(
+          `audit log intact: ${verdict.rows} rows ${from}${verdict.lastId !== null ? ` to row ${verdict.lastId}` : ''}; head ${verdict.lastHash}`,
+        );
         if (verdict.anchorProof === 'id-only') {
-          console.error('note: the anchor is explained by an audit.pruned row from before prune rows named its hash: taken on its id only; the next prune writes a full one');
+          console.error(
+            'note: the anchor is explained by an audit.pruned row from before prune rows named its hash: taken ' +
+              'on its id only; the next prune writes a full one',
+          );
         }
         return 0;
       }

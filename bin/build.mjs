@@ -56,9 +56,11 @@ const result = await build({
 /** @type {Map<string, Uint8Array>} */
 const outputs = new Map(result.outputFiles.map((file) => [file.path, file.contents]));
 // JSON modules (`import … with { type: 'json' }`) are loaded from beside the .js, as tsc copies them.
-for (const file of sources.filter((f) => f.endsWith('.json'))) outputs.set(join(outDir, relative(root, file)), readFileSync(file));
+for (const file of sources.filter((f) => f.endsWith('.json')))
+  outputs.set(join(outDir, relative(root, file)), readFileSync(file));
 // Redis scripts (`.lua`) are read from beside the module that loads them, as JSON modules are.
-for (const file of sources.filter((f) => f.endsWith('.lua'))) outputs.set(join(outDir, relative(root, file)), readFileSync(file));
+for (const file of sources.filter((f) => f.endsWith('.lua')))
+  outputs.set(join(outDir, relative(root, file)), readFileSync(file));
 
 let written = 0;
 for (const [path, contents] of outputs) {
@@ -86,7 +88,10 @@ if (written || removed) {
 
 await buildConsole();
 
-/** The console's inputs as one hash: every file under console/ and the shared types it imports (path and bytes), and the versions of what it bundles. */
+/**
+ * The console's inputs as one hash: every file under console/ and the shared types it imports (path and bytes), and the
+ * versions of what it bundles.
+ */
 function consoleInputsHash(consoleDir) {
   const hash = createHash('sha256');
   const files = readdirSync(consoleDir, { recursive: true, withFileTypes: true })
@@ -121,10 +126,13 @@ async function buildConsole() {
     vite = await import('vite');
   } catch {
     // Only the dev dependencies bring Vite: a production install keeps the console it was built with.
-    console.error(`build: Vite is not installed, so the console is ${built ? 'left as it was built' : 'not built (/console answers 503)'}; run npm install to build it`);
+    console.error(
+      `build: Vite is not installed, so the console is ${built ? 'left as it was built' : 'not built (/console answers 503)'}; run npm install to build it`,
+    );
     return;
   }
-  // Built beside the old one and swapped in whole: a server starting meanwhile sees the old console or the new, never half of one.
+  // Built beside the old one and swapped in whole: a server starting meanwhile sees the old console or the new, never
+  // half of one.
   const staging = join(outDir, `.console-${process.pid}.tmp`);
   rmSync(staging, { recursive: true, force: true });
   try {

@@ -35,7 +35,9 @@ export function parseCommandLine<T extends ParseArgsConfig>(config: T) {
  * length of the command when no gateway runs it), a Cluster or Sentinels as
  * named; each must answer. `release` stops a private one nothing else uses.
  */
-export async function connectRedis(env: Record<string, string | undefined>): Promise<{ redis: Redis; release(): Promise<unknown> }> {
+export async function connectRedis(
+  env: Record<string, string | undefined>,
+): Promise<{ redis: Redis; release(): Promise<unknown> }> {
   const config = loadConfig(env);
   const configured = config.redis;
   if (configured.kind !== 'single') {
@@ -86,12 +88,23 @@ function recordProblem(url: string, error: NodeJS.ErrnoException, timeoutMs: num
       return 'the user';
     }
   })();
-  if (code === 'ECONNREFUSED') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): connection refused — is it running?`;
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no such host — check the host in DATABASE_URL`;
+  if (code === 'ECONNREFUSED')
+    return `cannot reach PostgreSQL at ${where} (DATABASE_URL): connection refused — is it running?`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN')
+    return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no such host — check the host in DATABASE_URL`;
   if (code === 'ENOENT') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no socket there — is it running?`;
-  if (code === '28P01' || code === '28000') return `PostgreSQL at ${where} refused ${user} (${error.message}): check the user and password in DATABASE_URL`;
-  if (code === '3D000') return `PostgreSQL at ${where} has no such database (${error.message}): create it (createdb) or fix the name in DATABASE_URL`;
-  if (/timeout/i.test(error.message) || code === 'ETIMEDOUT') return `cannot reach PostgreSQL at ${where} (DATABASE_URL): no answer within ${timeoutMs / 1000} s — is it running, and open to this machine?`;
+  if (code === '28P01' || code === '28000')
+    return `PostgreSQL at ${where} refused ${user} (${error.message}): check the user and password in DATABASE_URL`;
+  if (code === '3D000')
+    return (
+      `PostgreSQL at ${where} has no such database (${error.message}): create it (createdb) or fix the name in ` +
+      `DATABASE_URL`
+    );
+  if (/timeout/i.test(error.message) || code === 'ETIMEDOUT')
+    return (
+      `cannot reach PostgreSQL at ${where} (DATABASE_URL): no answer within ${timeoutMs / 1000} s — is it running, ` +
+      `and open to this machine?`
+    );
   return `cannot reach PostgreSQL at ${where} (DATABASE_URL): ${error.message}`;
 }
 
@@ -152,13 +165,21 @@ export async function auditCli(record: RecordDb, entry: Omit<AuditEntry, 'actor'
     who = `uid ${process.getuid?.() ?? '?'}@${hostname()}`;
   }
   try {
-    await appendAudit(record, { ...entry, actor: 'cli', userAgent: `switchyard-cli ${process.argv[1]?.split('/').pop() ?? ''} (${who})` });
+    await appendAudit(record, {
+      ...entry,
+      actor: 'cli',
+      userAgent: `switchyard-cli ${process.argv[1]?.split('/').pop() ?? ''} (${who})`,
+    });
   } catch (error) {
-    throw new Error(`the change was made, but the audit log could not record it (${entry.action}${entry.target ? ` ${entry.target}` : ''}): ${(error as Error).message}`);
+    throw new Error(
+      `the change was made, but the audit log could not record it (${entry.action}${entry.target ? ` ${entry.target}` : ''}): ${(error as Error).message}`,
+    );
   }
 }
 
-/** Runs a CLI's main and exits with its code: 2 and one line for a usage error, 1 and one line for any other failure. */
+/**
+ * Runs a CLI's main and exits with its code: 2 and one line for a usage error, 1 and one line for any other failure.
+ */
 export function runCli(name: string, main: () => Promise<number>): void {
   main().then(
     (code) => process.exit(code),

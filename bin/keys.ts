@@ -21,7 +21,12 @@ const usage = `usage:
   npm run keys -- revoke ID                      revoke a key
   npm run keys -- --help                         this text`;
 
-function number(flag: string, text: string | undefined, check: (n: number) => boolean, what: string): number | undefined {
+function number(
+  flag: string,
+  text: string | undefined,
+  check: (n: number) => boolean,
+  what: string,
+): number | undefined {
   if (text === undefined) return undefined;
   const value = text.trim() === '' ? NaN : Number(text);
   if (!Number.isFinite(value) || !check(value)) throw new UsageError(`--${flag} must be ${what}, not "${text}"`);
@@ -45,7 +50,12 @@ function keyOptions(values: Record<string, string | boolean | undefined>): KeyOp
     tpm: number('tpm', text('tpm'), isRateLimit, 'a whole number from 1 to 1000000000'),
     models: models ? [...new Set(models)] : undefined,
     expiresAt: number('expires-at', text('expires-at'), (n) => Number.isSafeInteger(n) && n >= 0, 'unix seconds'),
-    cacheTtlS: number('cache-ttl-s', text('cache-ttl-s'), (n) => Number.isSafeInteger(n) && n >= 0 && n <= maxCacheTtlS, `a whole number of seconds from 0 to ${maxCacheTtlS}`),
+    cacheTtlS: number(
+      'cache-ttl-s',
+      text('cache-ttl-s'),
+      (n) => Number.isSafeInteger(n) && n >= 0 && n <= maxCacheTtlS,
+      `a whole number of seconds from 0 to ${maxCacheTtlS}`,
+    ),
   };
 }
 
@@ -81,24 +91,37 @@ async function main(): Promise<number> {
   // Checked before connecting, so a typo costs no Redis round trip.
   const options = command === 'create' ? keyOptions(values) : {};
   const stores = await connectStores(process.env);
-  // The operator's command: its limits are an admin's (ceilings for the account's members), its keys count against MAX_KEYS_PER_ACCOUNT.
+  // The operator's command: its limits are an admin's (ceilings for the account's members), its keys count against
+  // MAX_KEYS_PER_ACCOUNT.
   const store = new KeyStore(stores.redis, stores.record, stores.hot, loadConfig(process.env));
   try {
     // Named by id or email, the account must exist: a key in no account would bill nobody.
     const owner = values.account === undefined ? undefined : await findAccount(store.accounts, values.account);
     if (command === 'create') {
       const key = await store.create(values.name!.trim(), { ...options, accountId: owner?.id }, 'admin');
-      await auditCli(stores.record, { action: 'key.created', teamId: key.accountId, target: key.id, after: keyAuditFields(key) });
+      await auditCli(stores.record, {
+        action: 'key.created',
+        teamId: key.accountId,
+        target: key.id,
+        after: keyAuditFields(key),
+      });
       const account = owner ?? (await store.accounts.get(key.accountId));
       const balance = account?.balanceMicros === undefined ? 'unlimited' : `${account.balanceMicros / 1e6} USD`;
       console.log(key.key);
-      // Console keys land in the signed-in person's account, these in the default one unless --account says otherwise: say which, and its balance.
-      console.error(`created ${key.id} "${key.name}" in account ${key.accountId} ("${account?.name || account?.email || key.accountId}", balance ${balance}); the key above is shown only once.`);
+      // Console keys land in the signed-in person's account, these in the default one unless --account says otherwise:
+      // say which, and its balance.
+      console.error(
+        `created ${key.id} "${key.name}" in account ${key.accountId} ` +
+          `("${account?.name || account?.email || key.accountId}", balance ${balance}); the key above is shown ` +
+          `only once.`,
+      );
     } else if (command === 'list') {
       for (const key of await store.list({ accountId: owner?.id })) {
         const limits = `limit=${show(key.limitMicros === undefined ? undefined : key.limitMicros / 1e6, ' USD')} spent=${key.spentMicros / 1e6} USD rpm=${show(key.rpm)} tpm=${show(key.tpm)}`;
         const expires = key.expiresAt === undefined ? 'never' : new Date(key.expiresAt * 1000).toISOString();
-        console.log(`${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.accountId}\t${limits}\texpires=${expires}\tmodels=${key.models?.join(',') ?? 'all'}\t${key.name}`);
+        console.log(
+          `${key.id}\t${key.hint}\t${new Date(key.created * 1000).toISOString()}\t${key.accountId}\t${limits}\texpires=${expires}\tmodels=${key.models?.join(',') ?? 'all'}\t${key.name}`,
+        );
       }
     } else {
       const before = await store.get(arg!);
@@ -106,7 +129,13 @@ async function main(): Promise<number> {
         console.error(`no key with id ${arg}`);
         return 1;
       }
-      await auditCli(stores.record, { action: 'key.revoked', teamId: before?.accountId ?? null, target: arg!, before: { revoked: false }, after: { revoked: true } });
+      await auditCli(stores.record, {
+        action: 'key.revoked',
+        teamId: before?.accountId ?? null,
+        target: arg!,
+        before: { revoked: false },
+        after: { revoked: true },
+      });
       console.error(`revoked ${arg}`);
     }
     return 0;
@@ -120,7 +149,10 @@ async function findAccount(accounts: AccountStore, idOrEmail: string): Promise<A
   // The default account is made on first use: named before any use, it must still be found.
   if (!byEmail) await accounts.ensureDefault();
   const account = byEmail ? await accounts.findByEmail(idOrEmail) : await accounts.get(idOrEmail);
-  if (!account) throw new Error(`no account with the ${byEmail ? 'email' : 'id'} ${idOrEmail} (npm run accounts -- list shows them)`);
+  if (!account)
+    throw new Error(
+      `no account with the ${byEmail ? 'email' : 'id'} ${idOrEmail} (npm run accounts -- list shows them)`,
+    );
   return account;
 }
 

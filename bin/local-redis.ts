@@ -15,7 +15,13 @@ export interface LocateOptions {
 
 /** A short-lived connection that never retries: for a PING, a CLIENT LIST or a SHUTDOWN. */
 function connection(url: string): Redis {
-  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, protocol: redisProtocol });
+  const client = new Redis(url, {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1000,
+    protocol: redisProtocol,
+  });
   client.on('error', () => undefined);
   return client;
 }
@@ -117,9 +123,15 @@ export async function locateRedis(
   const pidFile = resolve(dataDir, 'redis.pid');
   const defaultUrl = options.defaultUrl ?? 'redis://127.0.0.1:6379';
   if (env.REDIS_URL) {
-    // Asked for by name: it must answer (a Redis still starting gets a few seconds), or the start ends here, in one line.
+    // Asked for by name: it must answer (a Redis still starting gets a few seconds), or the start ends here, in one
+    // line.
     await reachRedis(env.REDIS_URL);
-    return { url: env.REDIS_URL, source: 'REDIS_URL', described: `Redis at ${redisAddresses(env.REDIS_URL)} (REDIS_URL)`, release: notOurs };
+    return {
+      url: env.REDIS_URL,
+      source: 'REDIS_URL',
+      described: `Redis at ${redisAddresses(env.REDIS_URL)} (REDIS_URL)`,
+      release: notOurs,
+    };
   }
   const release = async (url: string): Promise<'stopped' | 'kept'> => stopIfUnused(url, urlFile, pidFile);
   if (existsSync(urlFile)) {
@@ -144,7 +156,22 @@ export async function locateRedis(
     const port = await freePort();
     const result = spawnSync(
       'redis-server',
-      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dataDir, '--appendonly', 'yes', '--daemonize', 'yes', '--pidfile', pidFile, '--logfile', resolve(dataDir, 'redis.log')],
+      [
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--dir',
+        dataDir,
+        '--appendonly',
+        'yes',
+        '--daemonize',
+        'yes',
+        '--pidfile',
+        pidFile,
+        '--logfile',
+        resolve(dataDir, 'redis.log'),
+      ],
       { stdio: 'inherit', env },
     );
     const url = `redis://127.0.0.1:${port}`;
@@ -152,7 +179,9 @@ export async function locateRedis(
       if (await answers(url)) {
         writeFileSync(urlFile, `${url}\n`);
         const pid = readPid(pidFile);
-        const elsewhere = (await answers(defaultUrl)) ? ` (a Redis also answers at ${redisAddresses(defaultUrl)}: set REDIS_URL to use that one instead)` : '';
+        const elsewhere = (await answers(defaultUrl))
+          ? ` (a Redis also answers at ${redisAddresses(defaultUrl)}: set REDIS_URL to use that one instead)`
+          : '';
         return {
           url,
           source: 'started',
@@ -169,14 +198,16 @@ export async function locateRedis(
       source: 'default',
       warning: true,
       described:
-        `Redis: using the Redis that answers at ${redisAddresses(defaultUrl)} (its database 0), which no setting names and switchyard did not start` +
+        `Redis: using the Redis that answers at ${redisAddresses(defaultUrl)} (its database 0), which no setting ` +
+        `names and switchyard did not start` +
         `${start ? ' (redis-server is not installed, so no private one can run)' : ''}: set REDIS_URL to name the Redis to use`,
       release: notOurs,
     };
   }
   throw new Error(
     `No Redis answers at ${redisAddresses(defaultUrl)}${start ? ' and redis-server is not installed' : ''}: ` +
-      'set REDIS_URL to a running Redis, install redis-server (e.g. `apt-get install redis-server`), or run `docker compose up`.',
+      ('set REDIS_URL to a running Redis, install redis-server (e.g. `apt-get install redis-server`), or run ' +
+        '`docker compose up`.'),
   );
 }
 
@@ -208,4 +239,3 @@ async function stopIfUnused(url: string, urlFile: string, pidFile: string): Prom
   if (!(await answers(url))) rmSync(urlFile, { force: true });
   return 'stopped';
 }
-

@@ -24,7 +24,10 @@ Then start the gateway with DATABASE_URL set to the same URL, on the same Redis.
  * server is something to do once, knowingly, with the gateway stopped.
  */
 async function main(): Promise<number> {
-  const { positionals, values } = parseCommandLine({ allowPositionals: true, options: { help: { type: 'boolean', short: 'h' }, to: { type: 'string' } } });
+  const { positionals, values } = parseCommandLine({
+    allowPositionals: true,
+    options: { help: { type: 'boolean', short: 'h' }, to: { type: 'string' } },
+  });
   if (values.help) {
     console.log(usage);
     return 0;
@@ -35,7 +38,8 @@ async function main(): Promise<number> {
     return 2;
   }
   if (command !== 'copy') throw new UsageError(`unknown command "${command}"`);
-  if (!values.to || !/^postgres(ql)?:\/\//.test(values.to)) throw new UsageError('copy needs --to postgres://… (the database to move the record to)');
+  if (!values.to || !/^postgres(ql)?:\/\//.test(values.to))
+    throw new UsageError('copy needs --to postgres://… (the database to move the record to)');
   const config = loadConfig(process.env);
   const target = values.to;
   const shown = redactDatabaseUrl(target);
@@ -46,7 +50,10 @@ async function main(): Promise<number> {
   const located = await locateRecord(undefined, config.dataDir);
   try {
     if (located.source !== 'embedded') {
-      throw new Error(`the embedded record under ${config.dataDir} is in use by pid ${located.owner}: stop the gateway first, so nothing changes after the copy`);
+      throw new Error(
+        `the embedded record under ${config.dataDir} is in use by pid ${located.owner}: stop the gateway first, ` +
+          `so nothing changes after the copy`,
+      );
     }
     // Both sides at the current schema before a row moves.
     await (await openRecord(located.url, { max: 1 })).destroy();
@@ -58,14 +65,23 @@ async function main(): Promise<number> {
       await to.connect();
       try {
         const held = await recordRows(to);
-        if (held > 0) throw new Error(`${shown} already holds ${held} rows in ${recordTables.join(', ')}: copy into an empty database`);
+        if (held > 0)
+          throw new Error(
+            `${shown} already holds ${held} rows in ${recordTables.join(', ')}: copy into an empty database`,
+          );
         await from.query('begin isolation level repeatable read read only');
         await to.query('begin');
         try {
           const copied = await copyRecordTables(from, to);
           await to.query('commit');
-          console.error(`copied ${Object.entries(copied).map(([table, n]) => `${n} ${table}`).join(', ')} into ${shown}`);
-          console.error(`start the gateway with DATABASE_URL set to it (same REDIS_URL); ${config.dataDir} is left as it was`);
+          console.error(
+            `copied ${Object.entries(copied)
+              .map(([table, n]) => `${n} ${table}`)
+              .join(', ')} into ${shown}`,
+          );
+          console.error(
+            `start the gateway with DATABASE_URL set to it (same REDIS_URL); ${config.dataDir} is left as it was`,
+          );
         } catch (error) {
           await to.query('rollback').catch(() => undefined);
           throw error;

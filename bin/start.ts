@@ -41,7 +41,8 @@ async function main(): Promise<void> {
   // A PostgreSQL server named and not answering: one line now, not a driver's error from the migrations later.
   if (configured.databaseUrl && !child) await reachRecord(configured.databaseUrl);
   // Where one Redis is stays local-redis.ts's decision (the CLIs share it): REDIS_URL when set, else the private one
-  // under DATA_DIR (started here if none runs). A Cluster or Sentinels are named outright, and used as named once they answer.
+  // under DATA_DIR (started here if none runs). A Cluster or Sentinels are named outright, and used as named once they
+  // answer.
   const redis =
     configured.redis.kind === 'single'
       ? await locateRedis(process.env, !child, { dataDir: configured.dataDir })
@@ -56,7 +57,11 @@ async function main(): Promise<void> {
   releaseRedis = () => redis.release();
   // The first start makes the embedded record's cluster (initdb): said first, not seconds of silence.
   if (!configured.databaseUrl && !child && !embeddedRecordIn(configured.dataDir)) {
-    log.info({ dataDir: configured.dataDir }, `making the embedded record (PostgreSQL) under ${resolve(configured.dataDir)}: a first start takes a few seconds more`);
+    log.info(
+      { dataDir: configured.dataDir },
+      `making the embedded record (PostgreSQL) under ${resolve(configured.dataDir)}: a first start takes a few ` +
+        `seconds more`,
+    );
   }
   // The record: DATABASE_URL, else the embedded PostgreSQL under DATA_DIR, which this process owns (starts and
   // stops) or another process of this DATA_DIR owns; a process whose owner stops takes it over.
@@ -76,7 +81,10 @@ async function main(): Promise<void> {
   let stop = (signal: string): void => {
     if (requested && signal === 'SIGINT') process.exit(130);
     requested ??= signal;
-    log.info({ signal }, `stopping as soon as the start is done${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`);
+    log.info(
+      { signal },
+      `stopping as soon as the start is done${signal === 'SIGINT' ? ' (Ctrl-C again to exit now)' : ''}`,
+    );
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   if (child) {
@@ -97,7 +105,10 @@ async function main(): Promise<void> {
     if (record.source !== 'configured') {
       log.info({ dataDir: configured.dataDir, owner: record.owner }, record.described);
     } else {
-      log.info({ database: redactDatabaseUrl(record.url) }, `the record is in PostgreSQL at ${recordAddress(record.url)} (DATABASE_URL)`);
+      log.info(
+        { database: redactDatabaseUrl(record.url) },
+        `the record is in PostgreSQL at ${recordAddress(record.url)} (DATABASE_URL)`,
+      );
       if (record.notice) log.warn({ dataDir: configured.dataDir }, record.notice);
     }
     if (redis.warning) log.warn({ redis: redisAddresses(redis.url) }, redis.described);
@@ -105,19 +116,29 @@ async function main(): Promise<void> {
   }
 
   if (isMockStandingIn(config) && !child) {
-    log.warn(`no vendor key is set: running offline, the mock vendor answers for every model, ${mockPrice(config)}; set a vendor key to reach real vendors`);
+    log.warn(
+      `no vendor key is set: running offline, the mock vendor answers for every model, ${mockPrice(config)}; set ` +
+        `a vendor key to reach real vendors`,
+    );
   } else if (isMockEnabled(config) && !child) {
     log.info(`MOCK_VENDOR=on: the mock vendor serves its own models (mock-chat, …), ${mockPrice(config)}`);
   } else if (resolveChannels(config).size === 0 && !child) {
-    log.error('no vendor key is set and the mock is off (NODE_ENV=production turns MOCK_VENDOR=auto off): every model answers 404 and /readyz says not ready; set a vendor key (OPENAI_API_KEY, …), or MOCK_VENDOR=on to serve the mock models');
+    log.error(
+      'no vendor key is set and the mock is off (NODE_ENV=production turns MOCK_VENDOR=auto off): every model ' +
+        'answers 404 and /readyz says not ready; set a vendor key (OPENAI_API_KEY, …), or MOCK_VENDOR=on to serve ' +
+        'the mock models',
+    );
   }
 
   startIdleCollector();
-  const ownProcess = role === 'all' && (config.workerProcess === 'on' || (config.workerProcess === 'auto' && availableParallelism() > 1));
+  const ownProcess =
+    role === 'all' &&
+    (config.workerProcess === 'on' || (config.workerProcess === 'auto' && availableParallelism() > 1));
   // Tracing first: the api and the workers install their hooks only when it is on. With the workers
   // in their own process, this one is the api (the child traces as a worker).
   const tracing = await startTracing(config.tracing, ownProcess ? 'api' : (role as TracingRole), { log });
-  if (tracing) log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
+  if (tracing)
+    log.info({ collector: new URL(config.tracing.endpoint!).origin }, 'tracing on: spans are exported over OTLP/HTTP');
   // Each runs with the stop's deadline (epoch ms): the end of SHUTDOWN_GRACE_MS, after which nothing is waited for.
   const cleanups: Array<{ what: string; run: (until: number) => Promise<void> }> = [];
   let inFlight = () => 0;
@@ -130,13 +151,18 @@ async function main(): Promise<void> {
     if (running) announceReady();
   };
   // The worker process starts first, its start beside the api's: the first request used to wait for all of it.
-  const workerProcess = ownProcess ? superviseWorkerProcess(config, log, new WorkerProcessMetrics(), workersStarted) : undefined;
+  const workerProcess = ownProcess
+    ? superviseWorkerProcess(config, log, new WorkerProcessMetrics(), workersStarted)
+    : undefined;
   if (workerProcess) setMetricsPeer(() => workerProcess.metrics.collect());
   if (role !== 'worker') {
     const api = await createApiServer(config, log, { workersReady: () => workersRunning });
     const port = await api.listen(config.port, config.host);
     const base = `http://${displayHost(config.host)}:${port}`;
-    log.info({ port, host: config.host, instance: api.instanceId, ready: workersRunning }, `gateway listening on ${base}/v1${workersRunning ? '' : '; ready once its workers take jobs'}`);
+    log.info(
+      { port, host: config.host, instance: api.instanceId, ready: workersRunning },
+      `gateway listening on ${base}/v1${workersRunning ? '' : '; ready once its workers take jobs'}`,
+    );
     let announced = false;
     announceReady = () => {
       if (announced) return;
@@ -172,12 +198,21 @@ async function main(): Promise<void> {
     if (!child && role === 'worker' && config.metrics.port !== undefined) {
       // A worker process has no HTTP server of its own: METRICS_PORT gives it one for GET /metrics.
       // And GET /readyz: 200 while this worker reaches Redis (compose's worker health checks probe it).
-      const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token, { redis: config.redis });
-      cleanups.push({ what: 'the metrics listener', run: (until) => settledBy(listener.close(), until + closeMarginMs).then(() => undefined) });
+      const listener = await startMetricsListener(config.metrics.port, config.host, log, config.metrics.token, {
+        redis: config.redis,
+      });
+      cleanups.push({
+        what: 'the metrics listener',
+        run: (until) => settledBy(listener.close(), until + closeMarginMs).then(() => undefined),
+      });
     }
   }
-  // A start that fails exits, and the embedded database's lock goes with the process (embedded.ts). Last: the api and the workers are done with the embedded database before it stops.
-  cleanups.push({ what: 'the record', run: (until) => settledBy(record.close(), Math.max(until, Date.now()) + closeMarginMs).then(() => undefined) });
+  // A start that fails exits, and the embedded database's lock goes with the process (embedded.ts). Last: the api and
+  // the workers are done with the embedded database before it stops.
+  cleanups.push({
+    what: 'the record',
+    run: (until) => settledBy(record.close(), Math.max(until, Date.now()) + closeMarginMs).then(() => undefined),
+  });
 
   const logDrain = (signal: string) => {
     const seconds = Math.round(config.shutdownGraceMs / 100) / 10;
@@ -208,10 +243,16 @@ async function main(): Promise<void> {
     let step = 'the start of the stop';
     // Every step is bounded (a dead Redis would hold BullMQ's close or a QUIT for ever); this is the last word
     // if one is not: past the deadline and the margin to close, the process exits, saying what it gave up.
-    setTimeout(() => {
-      log.error({ step, graceMs: config.shutdownGraceMs }, `the stop did not end within the grace period and the margin to close; exiting, given up: ${step}`);
-      process.exit(1);
-    }, until + closeMarginMs + (ownProcess ? 2 : 1) * exitMarginMs - Date.now());
+    setTimeout(
+      () => {
+        log.error(
+          { step, graceMs: config.shutdownGraceMs },
+          `the stop did not end within the grace period and the margin to close; exiting, given up: ${step}`,
+        );
+        process.exit(1);
+      },
+      until + closeMarginMs + (ownProcess ? 2 : 1) * exitMarginMs - Date.now(),
+    );
     // The api drains first so its requests can still be served by the workers.
     void (async () => {
       for (const cleanup of cleanups) {
@@ -221,12 +262,18 @@ async function main(): Promise<void> {
       step = 'exporting the last spans';
       // The spans still buffered go out, for a few seconds at most (an unreachable collector does not hold the exit).
       if (tracing) await flushTracing(tracing, log);
-      // Last: the private redis-server, once nothing here uses it (another gateway of this DATA_DIR may: then it runs on).
+      // Last: the private redis-server, once nothing here uses it (another gateway of this DATA_DIR may: then it runs
+      // on).
       step = 'the private redis-server';
       if (!child) {
         const released = await redis.release().catch(() => 'kept' as const);
-        if (released === 'stopped') log.info({ redis: redisAddresses(redis.url) }, 'stopped the private redis-server (nothing else used it)');
-        else if (released === 'kept') log.info({ redis: redisAddresses(redis.url) }, 'the private redis-server runs on: another process of this DATA_DIR still uses it');
+        if (released === 'stopped')
+          log.info({ redis: redisAddresses(redis.url) }, 'stopped the private redis-server (nothing else used it)');
+        else if (released === 'kept')
+          log.info(
+            { redis: redisAddresses(redis.url) },
+            'the private redis-server runs on: another process of this DATA_DIR still uses it',
+          );
       }
       log.info('stopped');
       process.exit(0);
@@ -247,15 +294,25 @@ async function ensurePortFree(port: number, host: string): Promise<void> {
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     if (code === 'EADDRINUSE') {
-      throw new Error(`port ${port} on ${displayHost(host)} is in use (another gateway?): stop it, or set PORT to a free port (PORT=${port === 65535 ? port - 1 : port + 1} npm start); nothing was started`);
+      throw new Error(
+        `port ${port} on ${displayHost(host)} is in use (another gateway?): stop it, or set PORT to a free port ` +
+          `(PORT=${port === 65535 ? port - 1 : port + 1} npm start); nothing was started`,
+      );
     }
-    if (code === 'EACCES') throw new Error(`port ${port} on ${displayHost(host)} needs privileges this process lacks: set PORT to 1024 or above; nothing was started`);
+    if (code === 'EACCES')
+      throw new Error(
+        `port ${port} on ${displayHost(host)} needs privileges this process lacks: set PORT to 1024 or above; ` +
+          `nothing was started`,
+      );
     throw error;
   }
   await new Promise((resolve) => probe.close(resolve));
 }
 
-/** What the start line says of the mock's answers and money: billed at the listed prices with MOCK_BILLING=on, else free. */
+/**
+ * What the start line says of the mock's answers and money: billed at the listed prices with MOCK_BILLING=on, else
+ * free.
+ */
 function mockPrice(config: Pick<Config, 'mock'>): string {
   return config.mock.billed ? "billed at each model's listed price (MOCK_BILLING=on)" : 'free (MOCK_BILLING is off)';
 }
@@ -269,11 +326,17 @@ function displayHost(host: string): string {
 const tracingFlushMs = 5000;
 
 async function flushTracing(tracing: Tracing, log: Logger): Promise<void> {
-  const exported = tracing.shutdown().catch((error: unknown) => log.warn({ err: error }, 'could not export the last spans'));
-  if (!(await settledBy(exported, Date.now() + tracingFlushMs))) log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
+  const exported = tracing
+    .shutdown()
+    .catch((error: unknown) => log.warn({ err: error }, 'could not export the last spans'));
+  if (!(await settledBy(exported, Date.now() + tracingFlushMs)))
+    log.warn(`the last spans were not exported within ${tracingFlushMs} ms`);
 }
 
-/** Past the margin to close, how much longer a process waits before it exits anyway (a parent: twice, for its worker process's). */
+/**
+ * Past the margin to close, how much longer a process waits before it exits anyway (a parent: twice, for its worker
+ * process's).
+ */
 const exitMarginMs = 1000;
 
 const stopByMessage = 'switchyard:stop-by';
@@ -308,7 +371,11 @@ function superviseWorkerProcess(
   const launch = () => {
     const proc = fork(script, ['--role=worker', childFlag], {
       // The Redis the api uses (possibly a private one it found or started), whatever REDIS_URL said.
-      env: { ...process.env, REDIS_URL: config.redisUrl, ...(config.databaseUrl ? { DATABASE_URL: config.databaseUrl } : {}) },
+      env: {
+        ...process.env,
+        REDIS_URL: config.redisUrl,
+        ...(config.databaseUrl ? { DATABASE_URL: config.databaseUrl } : {}),
+      },
       execArgv: process.execArgv,
       stdio: 'inherit',
     });
@@ -345,7 +412,11 @@ function superviseWorkerProcess(
       proc.kill('SIGTERM');
       // It ends by the same deadline on its own; one that does not is killed.
       if (await settledBy(exited, until + closeMarginMs + exitMarginMs + exitMarginMs / 2)) return;
-      log.error({ pid: proc.pid }, 'the worker process did not stop in time: killed, its running jobs given up (another worker runs them again once their locks expire)');
+      log.error(
+        { pid: proc.pid },
+        'the worker process did not stop in time: killed, its running jobs given up (another worker runs them ' +
+          'again once their locks expire)',
+      );
       proc.kill('SIGKILL');
       await settledBy(exited, Date.now() + exitMarginMs / 2);
     },

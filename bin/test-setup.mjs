@@ -1,11 +1,11 @@
 // What `npm test` needs before its first test, checked and, where it can, brought: the test tools (test/tools: the real
-// coding agents and a peer gateway, programs the tests run; never part of the gateway's own install), the system programs the
-// tests start (redis-server and redis-cli, Debian's chromium, nginx, kubectl), and a PostgreSQL for the record's tests (the one
-// at TEST_DATABASE_URL, else the embedded one the gateway ships). As root with apt-get, missing programs are installed
-// from Debian's packages (kubectl from a Kubernetes apt repository, where apt has one); otherwise it stops
-// before any test with one line naming what is missing and the command that installs it. `node bin/test-setup.mjs`
-// runs the checks alone (exit 1 when something is missing); with `--tools`, only the test tools (what `npm run bench`
-// needs).
+// coding agents and a peer gateway, programs the tests run; never part of the gateway's own install), the system
+// programs the tests start (redis-server and redis-cli, Debian's chromium, nginx, kubectl), and a PostgreSQL for the
+// record's tests (the one at TEST_DATABASE_URL, else the embedded one the gateway ships). As root with apt-get, missing
+// programs are installed from Debian's packages (kubectl from a Kubernetes apt repository, where apt has one);
+// otherwise it stops before any test with one line naming what is missing and the command that installs it. `node
+// bin/test-setup.mjs` runs the checks alone (exit 1 when something is missing); with `--tools`, only the test tools
+// (what `npm run bench` needs).
 import { spawnSync } from 'node:child_process';
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
@@ -20,10 +20,21 @@ const toolsDir = join(root, 'test', 'tools');
  */
 export const systemParts = [
   { program: 'redis-server', package: 'redis-server', why: 'each test file starts its own Redis' },
-  { program: 'redis-cli', package: 'redis-tools', why: 'the Cluster and Sentinel tests build their topologies with it' },
+  {
+    program: 'redis-cli',
+    package: 'redis-tools',
+    why: 'the Cluster and Sentinel tests build their topologies with it',
+  },
   { program: 'chromium', package: 'chromium', why: 'the console’s browser tests' },
   { program: 'nginx', package: 'nginx-light', why: 'the compose balancer’s test' },
-  { program: 'kubectl', package: 'kubectl', why: 'the Kubernetes manifests’ test renders them with kubectl kustomize', from: 'an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them' },
+  {
+    program: 'kubectl',
+    package: 'kubectl',
+    why: 'the Kubernetes manifests’ test renders them with kubectl kustomize',
+    from:
+      'an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: ' +
+      'Debian’s kubernetes-client is too old to render them',
+  },
 ];
 
 /** Whether `program` is an executable file on PATH. */
@@ -52,7 +63,9 @@ function toolsInstalled() {
   if (!existsSync(installed)) return false;
   const want = JSON.parse(readFileSync(join(toolsDir, 'package-lock.json'), 'utf8')).packages ?? {};
   const have = JSON.parse(readFileSync(installed, 'utf8')).packages ?? {};
-  return Object.entries(want).every(([path, entry]) => path === '' || entry.optional || have[path]?.version === entry.version);
+  return Object.entries(want).every(
+    ([path, entry]) => path === '' || entry.optional || have[path]?.version === entry.version,
+  );
 }
 
 function run(command, args, options = {}) {
@@ -63,7 +76,10 @@ function run(command, args, options = {}) {
 /** Installs the test tools from their lockfile when they are missing or not as it pins them. */
 function installTools() {
   if (toolsInstalled()) return true;
-  console.log('npm test: installing the test tools (test/tools: Claude Code, Codex, Gemini CLI, Portkey) from test/tools/package-lock.json');
+  console.log(
+    'npm test: installing the test tools (test/tools: Claude Code, Codex, Gemini CLI, Portkey) from ' +
+      'test/tools/package-lock.json',
+  );
   return run('npm', ['ci', '--prefix', toolsDir, '--no-audit', '--no-fund', '--loglevel=error']);
 }
 
@@ -74,7 +90,10 @@ function installPackages(packages) {
   if (!isRoot() || !onPath('apt-get')) return false;
   console.log(`npm test: installing ${packages.join(', ')} from Debian's packages`);
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  return run('apt-get', ['update', '-qq'], { env }) && run('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...packages], { env });
+  return (
+    run('apt-get', ['update', '-qq'], { env }) &&
+    run('apt-get', ['install', '-y', '-qq', '--no-install-recommends', ...packages], { env })
+  );
 }
 
 /** The one line that says what is missing and the command that installs it. */
@@ -91,7 +110,8 @@ export const defaultTestDatabase = 'postgres://postgres@127.0.0.1:5432/postgres'
  * embedded server the gateway ships, started for this run under .data/test-record and stopped with it.
  */
 async function testDatabase() {
-  // The record's own code, from its sources (the runner is plain JavaScript): whether a server answers, and the embedded one.
+  // The record's own code, from its sources (the runner is plain JavaScript): whether a server answers, and the
+  // embedded one.
   const { register } = await import('tsx/esm/api');
   register();
   const source = (file) => import(pathToFileURL(join(root, 'storage', 'record', file)).href);

@@ -40,7 +40,9 @@ const alone = [
 // `node bin/test.mjs unit` runs one folder's files (`npm run test:unit`); options go on to node --test.
 const folders = process.argv.slice(2).filter((arg) => !arg.startsWith('-'));
 const options = process.argv.slice(2).filter((arg) => arg.startsWith('-'));
-const files = globSync((folders.length ? folders : ['unit', 'integration', 'browser']).map((folder) => `test/${folder}/*.test.ts`)).sort();
+const files = globSync(
+  (folders.length ? folders : ['unit', 'integration', 'browser']).map((folder) => `test/${folder}/*.test.ts`),
+).sort();
 const missing = alone.filter((file) => !existsSync(file));
 if (missing.length) throw new Error(`bin/test.mjs names files that are not there: ${missing.join(', ')}`);
 // Each file's time in the last runs (bin/test-timings.mjs), kept beside the install: the slowest files start first,
@@ -55,7 +57,8 @@ try {
 } catch {
   // none yet: every file counts as slow, in name order
 }
-const slowestFirst = (list) => [...list].sort((a, b) => (timings[b] ?? Infinity) - (timings[a] ?? Infinity) || a.localeCompare(b));
+const slowestFirst = (list) =>
+  [...list].sort((a, b) => (timings[b] ?? Infinity) - (timings[a] ?? Infinity) || a.localeCompare(b));
 const together = slowestFirst(files.filter((file) => !alone.includes(file)));
 const apart = files.filter((file) => alone.includes(file));
 // On a Redis the tests were told to use (TEST_REDIS_URL), every file picks its databases from the same 1–15 and
@@ -63,7 +66,8 @@ const apart = files.filter((file) => alone.includes(file));
 const sharedRedis = process.env.TEST_REDIS_URL || process.env.TEST_REDIS_HOST || process.env.TEST_REDIS_PORT;
 const concurrency = sharedRedis ? '1' : process.env.TEST_CONCURRENCY || '2';
 
-// Before any test: the test tools, the programs the tests start and a PostgreSQL, brought or named (bin/test-setup.mjs).
+// Before any test: the test tools, the programs the tests start and a PostgreSQL, brought or named
+// (bin/test-setup.mjs).
 const prepared = await prepareTests();
 
 // Beside the reporter people read (spec, unless options name their own), the files' times go to a file of this run.
@@ -79,9 +83,20 @@ function round(what, list, n) {
   if (list.length === 0) return 0;
   console.log(`\n${list.length} test files ${what}\n`);
   const destination = join(scratch, `round-${rounds.length}.json`);
-  const reporters = timed ? ['--test-reporter=spec', '--test-reporter-destination=stdout', `--test-reporter=${join(root, 'bin', 'test-timings.mjs')}`, `--test-reporter-destination=${destination}`] : [];
+  const reporters = timed
+    ? [
+        '--test-reporter=spec',
+        '--test-reporter-destination=stdout',
+        `--test-reporter=${join(root, 'bin', 'test-timings.mjs')}`,
+        `--test-reporter-destination=${destination}`,
+      ]
+    : [];
   const started = performance.now();
-  const run = spawnSync(process.execPath, ['--import', 'tsx', '--test', `--test-concurrency=${n}`, ...reporters, ...options, ...list], { stdio: 'inherit', env: prepared.env });
+  const run = spawnSync(
+    process.execPath,
+    ['--import', 'tsx', '--test', `--test-concurrency=${n}`, ...reporters, ...options, ...list],
+    { stdio: 'inherit', env: prepared.env },
+  );
   rounds.push({ what, files: list.length, ms: performance.now() - started });
   if (timed && existsSync(destination)) {
     const report = JSON.parse(readFileSync(destination, 'utf8') || '{}');
@@ -97,7 +112,9 @@ const minutes = (ms) => `${Math.floor(ms / 60_000)}:${String(Math.round((ms % 60
 /** The run's wall time, each round's, and the ten slowest files; their times kept for the next run's order. */
 function summary(startedAt) {
   if (Object.keys(measured).length > 0) {
-    const slowest = Object.entries(measured).sort(([, a], [, b]) => b - a).slice(0, 10);
+    const slowest = Object.entries(measured)
+      .sort(([, a], [, b]) => b - a)
+      .slice(0, 10);
     console.log('\nthe ten slowest test files:');
     for (const [file, ms] of slowest) console.log(`  ${minutes(ms).padStart(6)}  ${file}`);
     try {
@@ -124,7 +141,9 @@ try {
     // V8's code cache for every Node process of the run (the test files, the gateways they start, their tools), kept
     // beside the install: a process loads a module compiled by an earlier one without compiling it again.
     prepared.env.NODE_COMPILE_CACHE ??= join(cacheDir, 'compile-cache');
-    const failed = [round(`${concurrency} at a time`, together, concurrency), round('one at a time', apart, 1)].some((status) => status !== 0);
+    const failed = [round(`${concurrency} at a time`, together, concurrency), round('one at a time', apart, 1)].some(
+      (status) => status !== 0,
+    );
     process.exitCode = failed ? 1 : 0;
   }
 } finally {

@@ -59,7 +59,10 @@ export interface KeyAccess {
   expiresAt?: number;
   /** The account's share of contended capacity against others' (`shared/scheduling`); undefined = 1. */
   weight?: number;
-  /** The service tiers the key's account may use (an admin's grant); undefined = the configured default (`config.scheduling.tiersGranted`). */
+  /**
+   * The service tiers the key's account may use (an admin's grant); undefined = the configured default
+   * (`config.scheduling.tiersGranted`).
+   */
   tiers?: readonly ServiceTier[];
   /**
    * The key's default response-cache TTL, seconds (set by its owner or an admin): a request of the key that sends
@@ -93,7 +96,10 @@ export function serviceTiersText(tiers: readonly ServiceTier[] | null | undefine
   return tiers ? serviceTiers.filter((tier) => tiers.includes(tier)).join(',') : '';
 }
 
-/** The tiers a `serviceTiersText` names; undefined for '' / NULL (the configured default), or for a list naming no tier at all. */
+/**
+ * The tiers a `serviceTiersText` names; undefined for '' / NULL (the configured default), or for a list naming no tier
+ * at all.
+ */
 export function parseServiceTiers(text: string | null | undefined): ServiceTier[] | undefined {
   if (!text) return undefined;
   const named = text.split(',').map((name) => name.trim());
@@ -105,7 +111,13 @@ export function parseServiceTiers(text: string | null | undefined): ServiceTier[
  * The metrics of one usage entry that the per-day aggregates sum (`saved_micros`: what the response cache saved;
  * `prompt_cache_saved_micros`: what the vendor's prompt cache saved, signed).
  */
-export const usageMetrics = ['requests', ...usageAmounts, 'cost_micros', 'saved_micros', 'prompt_cache_saved_micros'] as const;
+export const usageMetrics = [
+  'requests',
+  ...usageAmounts,
+  'cost_micros',
+  'saved_micros',
+  'prompt_cache_saved_micros',
+] as const;
 export type UsageMetric = (typeof usageMetrics)[number];
 
 /** UTC day of a time, as the aggregates and `/admin/usage` name it. */

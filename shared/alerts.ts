@@ -54,7 +54,14 @@ export function readAlertEntry(entryId: string, fields: readonly string[]): Aler
   const limitMicros = Number(limit);
   const spentMicros = Number(spent);
   const createdMs = Number(entryId.split('-')[0]);
-  if (!teamId || !mark || !Number.isSafeInteger(thresholdPercent) || !Number.isSafeInteger(limitMicros) || !Number.isSafeInteger(spentMicros) || !Number.isSafeInteger(createdMs)) {
+  if (
+    !teamId ||
+    !mark ||
+    !Number.isSafeInteger(thresholdPercent) ||
+    !Number.isSafeInteger(limitMicros) ||
+    !Number.isSafeInteger(spentMicros) ||
+    !Number.isSafeInteger(createdMs)
+  ) {
     return undefined;
   }
   const base = { teamId, thresholdPercent, limitMicros, spentMicros, createdMs };
@@ -68,11 +75,27 @@ export function readAlertEntry(entryId: string, fields: readonly string[]): Aler
     const periodStart = Number(start);
     if (!scopeId) return undefined;
     const slot = `${letter}${periodStart}`;
-    return { ...base, id: alertId(teamId, kind, scopeId, slot, thresholdPercent), kind, scopeId, period, periodStart, periodEnd: periodEnd(period, periodStart * 1000) };
+    return {
+      ...base,
+      id: alertId(teamId, kind, scopeId, slot, thresholdPercent),
+      kind,
+      scopeId,
+      period,
+      periodStart,
+      periodEnd: periodEnd(period, periodStart * 1000),
+    };
   }
   if (mark.startsWith('b:')) return undefined;
   // Else the mark is a key's id: its lifetime limit, crossed once ever.
-  return { ...base, id: alertId(teamId, 'key_lifetime', mark, 'lifetime', thresholdPercent), kind: 'key_lifetime', scopeId: mark, period: null, periodStart: null, periodEnd: null };
+  return {
+    ...base,
+    id: alertId(teamId, 'key_lifetime', mark, 'lifetime', thresholdPercent),
+    kind: 'key_lifetime',
+    scopeId: mark,
+    period: null,
+    periodStart: null,
+    periodEnd: null,
+  };
 }
 
 /** The alert's id: the team, the kind, the scope, the period ('<d|w|m><start>' or 'lifetime'), the threshold. */

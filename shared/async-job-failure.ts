@@ -18,7 +18,10 @@ export function encodeAsyncJobFailure(wire: WireError): string {
   return JSON.stringify(wire);
 }
 
-/** The wire error of a failed async job's reason; undefined for a reason that is not one (e.g. BullMQ's stalled-job reason). */
+/**
+ * The wire error of a failed async job's reason; undefined for a reason that is not one (e.g. BullMQ's stalled-job
+ * reason).
+ */
 export function decodeAsyncJobFailure(reason: string | undefined): WireError | undefined {
   if (!reason) return undefined;
   try {

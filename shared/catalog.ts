@@ -2,7 +2,18 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import builtIn from './catalog.json' with { type: 'json' };
 
-export const capabilitySchema = z.enum(['chat', 'reasoning', 'completion', 'embedding', 'image', 'video', 'transcription', 'speech', 'realtime', 'moderation']);
+export const capabilitySchema = z.enum([
+  'chat',
+  'reasoning',
+  'completion',
+  'embedding',
+  'image',
+  'video',
+  'transcription',
+  'speech',
+  'realtime',
+  'moderation',
+]);
 export type Capability = z.infer<typeof capabilitySchema>;
 
 export const routeSchema = z.object({
@@ -86,7 +97,6 @@ export const catalogModelSchema = z.looseObject({
 export type CatalogModel = z.infer<typeof catalogModelSchema>;
 
 const catalogFileSchema = z.object({ models: z.array(catalogModelSchema) });
-
 
 export class Catalog {
   private readonly byId = new Map<string, CatalogModel>();

@@ -12,8 +12,16 @@ export const channelFailureWindowMin = 15;
 
 const minuteOf = (ms: number) => Math.floor(ms / 60_000);
 
-/** One failed call of `model` on the channel (a 5xx, a network error, a 429, a refused credential), for every worker to see. */
-export async function recordChannelFailure(redis: Redis, channelId: string, model: string, now = Date.now()): Promise<void> {
+/**
+ * One failed call of `model` on the channel (a 5xx, a network error, a 429, a refused credential), for every worker to
+ * see.
+ */
+export async function recordChannelFailure(
+  redis: Redis,
+  channelId: string,
+  model: string,
+  now = Date.now(),
+): Promise<void> {
   const key = channelFailuresKey(minuteOf(now));
   // Kept a minute past the window, so a page reading at the end of a minute still finds the window's first.
   await redis
@@ -30,11 +38,13 @@ export async function recordChannelFailure(redis: Redis, channelId: string, mode
 export async function readChannelFailures(redis: Redis, now = Date.now()): Promise<Map<string, number>> {
   const last = minuteOf(now);
   const pipeline = redis.pipeline();
-  for (let minute = last - channelFailureWindowMin + 1; minute <= last; minute++) pipeline.hgetall(channelFailuresKey(minute));
+  for (let minute = last - channelFailureWindowMin + 1; minute <= last; minute++)
+    pipeline.hgetall(channelFailuresKey(minute));
   const counts = new Map<string, number>();
   for (const [error, value] of (await pipeline.exec()) ?? []) {
     if (error) throw error;
-    for (const [field, n] of Object.entries(value as Record<string, string>)) counts.set(field, (counts.get(field) ?? 0) + Number(n));
+    for (const [field, n] of Object.entries(value as Record<string, string>))
+      counts.set(field, (counts.get(field) ?? 0) + Number(n));
   }
   return counts;
 }

@@ -35,7 +35,10 @@ export interface AccountView {
   weight: number;
   /** The service tiers an admin granted it; null: the gateway's default (SERVICE_TIERS_GRANTED). */
   service_tiers: ServiceTier[] | null;
-  /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
+  /**
+   * The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its
+   * own.
+   */
   cache_max_ttl_s: number | null;
   /** The MCP tools its keys may use, `server/tool` patterns (an admin's); null: every tool. */
   mcp_tools: readonly string[] | null;
@@ -81,7 +84,10 @@ export interface KeyView extends KeyLimitValues, BudgetValues {
   account_id: string;
   /** Its default response-cache TTL, seconds: requests without Cache-Control are cached this long (null or 0: none). */
   cache_ttl_s: number | null;
-  /** The MCP tools it may use within its account's, `server/tool` patterns (an admin's); null: every tool its account allows. */
+  /**
+   * The MCP tools it may use within its account's, `server/tool` patterns (an admin's); null: every tool its account
+   * allows.
+   */
   mcp_tools: readonly string[] | null;
   spent_usd: number;
   last_used_at: number | null;
@@ -104,9 +110,14 @@ export interface KeyCreatorView {
 export interface OwnedKeyView extends KeyView {
   account_email: string | null;
   account_name: string | null;
-  /** A person's account or a team's (null: an account no longer found). The Default account is a person's, with no email. */
+  /**
+   * A person's account or a team's (null: an account no longer found). The Default account is a person's, with no
+   * email.
+   */
   account_kind: AccountKind | null;
-  /** Its account's cache cap (`AccountView.cache_max_ttl_s`): 0, its answers are never cached; null, no cap of its own. */
+  /**
+   * Its account's cache cap (`AccountView.cache_max_ttl_s`): 0, its answers are never cached; null, no cap of its own.
+   */
   account_cache_max_ttl_s: number | null;
 }
 
@@ -188,7 +199,9 @@ export interface RequestTally {
   cache_hits: number;
 }
 
-/** A usage report's row: what its requests used and cost (the record's day totals) and how they ended (the request log). */
+/**
+ * A usage report's row: what its requests used and cost (the record's day totals) and how they ended (the request log).
+ */
 export type UsageRow = UsageTotals & RequestTally;
 export type KeyUsageRow = KeyUsageTotals & RequestTally;
 
@@ -224,11 +237,17 @@ export interface UsageReport {
   by_model: UsageRow[];
   by_key: KeyUsageRow[];
   latency: ModelLatency[];
-  /** An admin's report of every account: how many accounts exist, and how many made a request in the range; null otherwise. */
+  /**
+   * An admin's report of every account: how many accounts exist, and how many made a request in the range; null
+   * otherwise.
+   */
   accounts: { total: number; active: number } | null;
 }
 
-/** A Realtime session's row (endpoint `realtime`) as the activity list gives it: how long it lasted, how many responses it billed. */
+/**
+ * A Realtime session's row (endpoint `realtime`) as the activity list gives it: how long it lasted, how many responses
+ * it billed.
+ */
 export interface SessionFacts {
   duration_ms: number;
   responses: number;
@@ -299,7 +318,9 @@ export interface ConsoleBatch {
   openai_status: OpenAIBatchStatus | null;
   /** An OpenAI batch's input file and, once written, its output and error files (null for a message batch). */
   files: { input: BatchFile; output: BatchFile | null; error: BatchFile | null } | null;
-  /** The catalog ids of the models its requests name, each once, sorted (null for a batch made before they were kept). */
+  /**
+   * The catalog ids of the models its requests name, each once, sorted (null for a batch made before they were kept).
+   */
   models: string[] | null;
   created_at: number;
   expires_at: number;
@@ -310,7 +331,10 @@ export interface ConsoleBatch {
   /** Billed so far. */
   cost_usd: number;
   cost_micros: number;
-  /** `/v1/messages/batches/{id}/results` once ended, an OpenAI batch's `/v1/files/{output}/content` once written (read with an API key), else null. */
+  /**
+   * `/v1/messages/batches/{id}/results` once ended, an OpenAI batch's `/v1/files/{output}/content` once written (read
+   * with an API key), else null.
+   */
   results_path: string | null;
 }
 
@@ -389,7 +413,13 @@ export interface QueueList extends List<QueueCounts> {
    * How long BullMQ keeps a finished job of a waiting client (BullMQ's removeOnComplete and removeOnFail): the
    * completed and failed counts are of the jobs still kept, not totals. An async job is kept `async_seconds`.
    */
-  keeps: { completed_seconds: number; completed_count: number; failed_seconds: number; failed_count: number; async_seconds: number };
+  keeps: {
+    completed_seconds: number;
+    completed_count: number;
+    failed_seconds: number;
+    failed_count: number;
+    async_seconds: number;
+  };
 }
 
 /** A team as the console's team switcher and Team page show it, with the signed-in person's role in it. */
@@ -418,7 +448,9 @@ export interface TeamMemberView {
   created: number;
 }
 
-/** `GET /console/api/teams`: the person's teams (their own first); for an admin, every team with its member count too. */
+/**
+ * `GET /console/api/teams`: the person's teams (their own first); for an admin, every team with its member count too.
+ */
 export interface TeamList {
   object: 'list';
   data: TeamView[];
@@ -447,7 +479,9 @@ export interface MemberCapView {
   cap_resets_at: string | null;
 }
 
-/** `GET /console/api/teams/:id/budget`: the team's budget per period and its members' caps, with this period's spend. */
+/**
+ * `GET /console/api/teams/:id/budget`: the team's budget per period and its members' caps, with this period's spend.
+ */
 export interface TeamBudgetView extends BudgetValues {
   object: 'team.budget';
   team_id: string;
@@ -517,7 +551,10 @@ export interface McpServerConsoleView {
   url: string | null;
   transport: string | null;
   header_names: string[] | null;
-  /** An admin's only: `file` (MCP_SERVERS_FILE, changed by deploying) or `admin` (added here: an admin may change or remove it). */
+  /**
+   * An admin's only: `file` (MCP_SERVERS_FILE, changed by deploying) or `admin` (added here: an admin may change or
+   * remove it).
+   */
   source: 'file' | 'admin' | null;
   /** An admin's only: whether its calls' arguments are kept in the request log. */
   keep_arguments: boolean | null;

@@ -5,7 +5,12 @@ import type { QueueName } from './queues.js';
 import { chatCompletionRequestSchema, type ChatCompletionRequest } from './schemas/chat.js';
 import { completionRequestSchema, type CompletionRequest } from './schemas/completions.js';
 import { embeddingRequestSchema, type EmbeddingRequest } from './schemas/embeddings.js';
-import { imageEditFieldsSchema, imageGenerationRequestSchema, imageVariationFieldsSchema, type ImageGenerationRequest } from './schemas/images.js';
+import {
+  imageEditFieldsSchema,
+  imageGenerationRequestSchema,
+  imageVariationFieldsSchema,
+  type ImageGenerationRequest,
+} from './schemas/images.js';
 import {
   transcriptionFieldsSchema,
   translationFieldsSchema,
@@ -44,7 +49,12 @@ export interface ResultKeeping {
   failedCount: number;
 }
 
-export const heldAnswer: ResultKeeping = { completedSeconds: 60, failedSeconds: 3600, completedCount: 1000, failedCount: 5000 };
+export const heldAnswer: ResultKeeping = {
+  completedSeconds: 60,
+  failedSeconds: 3600,
+  completedCount: 1000,
+  failedCount: 5000,
+};
 
 /** Every queue's deadline: how long a request may wait and run (`REQUEST_DEADLINE_MS_<QUEUE>`). */
 const queueDeadline = (queue: QueueName) => (config: Pick<Config, 'deadlineMs'>) => config.deadlineMs[queue];
@@ -63,7 +73,9 @@ export interface EndpointRow {
   schema: z.ZodType;
   /** Answers with SSE when the client sets `stream`. */
   streams: boolean;
-  /** Takes files: they go to the blob store, the job carries references, and the worker deletes them when the job ends. */
+  /**
+   * Takes files: they go to the blob store, the job carries references, and the worker deletes them when the job ends.
+   */
   uploads: false | { maxBytes: 'maxImageBytes' | 'maxAudioBytes' };
   /** Always answered as a resource to read later (a 200 with the queued resource), never held open. */
   asyncOnly: boolean;
@@ -144,7 +156,9 @@ export const endpoints = {
     deadlineMs: queueDeadline('chat'),
     keep: heldAnswer,
   },
-  /** Counted by Anthropic for its models, by the gateway's tokenizer for the others: through the queue, billed nothing. */
+  /**
+   * Counted by Anthropic for its models, by the gateway's tokenizer for the others: through the queue, billed nothing.
+   */
   'messages.count_tokens': {
     method: 'POST',
     path: '/v1/messages/count_tokens',
@@ -310,7 +324,10 @@ export const endpoints = {
     deadlineMs: queueDeadline('audio'),
     keep: heldAnswer,
   },
-  /** Speech in any language written in English: a transcription's models (those the catalog says translate), forms and limits. */
+  /**
+   * Speech in any language written in English: a transcription's models (those the catalog says translate), forms and
+   * limits.
+   */
   'audio.translations': {
     method: 'POST',
     path: '/v1/audio/translations',
@@ -364,7 +381,9 @@ export type Endpoint = keyof typeof endpoints;
 export const endpointNames = Object.keys(endpoints) as Endpoint[];
 
 /** Every capability some endpoint serves: a model of another capability is not listed. */
-export const servedCapabilities: ReadonlySet<Capability> = new Set(endpointNames.flatMap((name) => endpoints[name].capabilities));
+export const servedCapabilities: ReadonlySet<Capability> = new Set(
+  endpointNames.flatMap((name) => endpoints[name].capabilities),
+);
 
 /** What each endpoint's job carries: the validated request (with uploads as blob references). */
 export interface EndpointPayloads {
@@ -375,7 +394,10 @@ export interface EndpointPayloads {
   /** The request as the client wrote it (for Anthropic), its chat form (for the others), and what the answer echoes. */
   messages: MessagesJob;
   'messages.count_tokens': MessagesJob;
-  /** Google's Gemini API: the request as the client wrote it (for Gemini), its chat form (for the others), and how a stream is written. */
+  /**
+   * Google's Gemini API: the request as the client wrote it (for Gemini), its chat form (for the others), and how a
+   * stream is written.
+   */
   'gemini.generate': GeminiJob;
   'gemini.count_tokens': GeminiJob;
   'gemini.embed': GeminiEmbedJob;

@@ -92,7 +92,10 @@ export const overloaded = (retryAfterSeconds: number, message = 'The server is o
 const redisUnavailable =
   /MaxRetriesPerRequest|Connection is closed|ECONNREFUSED|ECONNRESET|Stream isn't writeable|Too many Cluster redirections|CLUSTERDOWN|TRYAGAIN|MASTERDOWN|LOADING|READONLY|Failed to refresh slots cache|None of startup nodes is available/;
 
-/** The 503 for an error that says Redis could not be reached (a retry shortly may well succeed); undefined for any other error. */
+/**
+ * The 503 for an error that says Redis could not be reached (a retry shortly may well succeed); undefined for any other
+ * error.
+ */
 export function queueUnavailable(caught: unknown): GatewayError | undefined {
   if (!redisUnavailable.test(`${(caught as Error)?.name} ${(caught as Error)?.message}`)) return undefined;
   return new GatewayError(503, 'The gateway cannot reach its queue right now; retry shortly.', {
@@ -103,10 +106,16 @@ export function queueUnavailable(caught: unknown): GatewayError | undefined {
   });
 }
 
-/** Set by the record's pool (storage/record/database.ts) on an error of taking a connection: PostgreSQL could not be reached. */
+/**
+ * Set by the record's pool (storage/record/database.ts) on an error of taking a connection: PostgreSQL could not be
+ * reached.
+ */
 export const recordUnreachable = Symbol.for('switchyard.recordUnreachable');
 
-/** SQLSTATE classes that say the server is away, not that the statement was wrong: 08 (connection), 57P0x (shutting down, starting up). */
+/**
+ * SQLSTATE classes that say the server is away, not that the statement was wrong: 08 (connection), 57P0x (shutting
+ * down, starting up).
+ */
 const recordAwayState = /^(08\d{3}|57P0\d)$/;
 
 /**
@@ -116,7 +125,11 @@ const recordAwayState = /^(08\d{3}|57P0\d)$/;
  */
 export function recordUnavailable(caught: unknown): GatewayError | undefined {
   const error = caught as { [recordUnreachable]?: boolean; code?: unknown } | null;
-  if (!error || (error[recordUnreachable] !== true && !(typeof error.code === 'string' && recordAwayState.test(error.code)))) return undefined;
+  if (
+    !error ||
+    (error[recordUnreachable] !== true && !(typeof error.code === 'string' && recordAwayState.test(error.code)))
+  )
+    return undefined;
   return new GatewayError(503, 'The gateway cannot reach its record right now; retry shortly.', {
     code: 'record_unavailable',
     headers: { 'retry-after': '2' },

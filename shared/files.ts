@@ -10,7 +10,10 @@ import type { Readable } from 'node:stream';
  * error files here. The implementation is `storage/account-files.ts`.
  */
 
-/** What a file is for: uploaded for a batch (`batch`), or for another use (`user_data`); written by a batch (`batch_output`). */
+/**
+ * What a file is for: uploaded for a batch (`batch`), or for another use (`user_data`); written by a batch
+ * (`batch_output`).
+ */
 export type FilePurpose = 'batch' | 'batch_output' | 'user_data';
 
 /** OpenAI's file object. */

@@ -12,7 +12,13 @@ import type { EmbeddingRequest } from './schemas/embeddings.js';
  */
 
 /** The methods a model answers under `models/{model}:{method}`. */
-export const geminiMethods = ['generateContent', 'streamGenerateContent', 'countTokens', 'embedContent', 'batchEmbedContents'] as const;
+export const geminiMethods = [
+  'generateContent',
+  'streamGenerateContent',
+  'countTokens',
+  'embedContent',
+  'batchEmbedContents',
+] as const;
 export type GeminiMethod = (typeof geminiMethods)[number];
 
 /**
@@ -95,8 +101,20 @@ export function googleErrorStatus(status: number): GoogleErrorStatus {
  * `{"error":{"code","message","status","details"}}`: Google's error body. A refusal to retry later says when in a
  * `google.rpc.RetryInfo` detail (`retryDelay`, as `"12s"`), where an OpenAI client reads `Retry-After`.
  */
-export function geminiErrorBody(status: number, message: string, retryAfterSeconds?: number): { error: Record<string, unknown> } {
-  const details = retryAfterSeconds !== undefined ? [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: `${Math.max(0, Math.ceil(retryAfterSeconds))}s` }] : undefined;
+export function geminiErrorBody(
+  status: number,
+  message: string,
+  retryAfterSeconds?: number,
+): { error: Record<string, unknown> } {
+  const details =
+    retryAfterSeconds !== undefined
+      ? [
+          {
+            '@type': 'type.googleapis.com/google.rpc.RetryInfo',
+            retryDelay: `${Math.max(0, Math.ceil(retryAfterSeconds))}s`,
+          },
+        ]
+      : undefined;
   return { error: { code: status, message, status: googleErrorStatus(status), ...(details ? { details } : {}) } };
 }
 
@@ -120,10 +138,14 @@ export function geminiToolNamesBack(request: Readonly<Record<string, unknown>>):
   const names = new Map<string, string>();
   const tools = Array.isArray(request.tools) ? (request.tools as unknown[]) : [];
   for (const tool of tools) {
-    const declarations = typeof tool === 'object' && tool !== null ? (tool as { functionDeclarations?: unknown }).functionDeclarations : undefined;
+    const declarations =
+      typeof tool === 'object' && tool !== null
+        ? (tool as { functionDeclarations?: unknown }).functionDeclarations
+        : undefined;
     if (!Array.isArray(declarations)) continue;
     for (const declaration of declarations) {
-      const name = typeof declaration === 'object' && declaration !== null ? (declaration as { name?: unknown }).name : undefined;
+      const name =
+        typeof declaration === 'object' && declaration !== null ? (declaration as { name?: unknown }).name : undefined;
       if (typeof name !== 'string') continue;
       const chat = chatToolName(name);
       if (chat !== name) names.set(chat, name);

@@ -6,7 +6,10 @@ import type { FairClaim } from './scheduling/fair-queue.js';
 import type { ServiceTier } from './scheduling/service-tier.js';
 import type { JobCachePlan } from './cache/index.js';
 
-/** The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job is found. */
+/**
+ * The job contract between the api and the workers: what a BullMQ job carries, what it returns, and where an async job
+ * is found.
+ */
 
 /**
  * What a job carries. Kept small: large request bodies are stored apart under `payloadKey`.
@@ -21,7 +24,10 @@ import type { JobCachePlan } from './cache/index.js';
 export interface GatewayJobData {
   /** The request's id: money and the request log. */
   requestId: string;
-  /** The queue's id (absent in jobs queued before the two were named apart, whose `requestId` is both): read it with `jobIdOf`. */
+  /**
+   * The queue's id (absent in jobs queued before the two were named apart, whose `requestId` is both): read it with
+   * `jobIdOf`.
+   */
   jobId?: string;
   /** Pub/sub channel of the api instance holding the client connection. */
   replyTo: string;
@@ -39,7 +45,8 @@ export interface GatewayJobData {
   /**
    * The band it is served in (chat and Responses requests; absent: `default`): the tier it asked for where its
    * account may use it (`shared/scheduling/tiers.ts`). What it is billed at and echoed as is the tier it was
-   * served in (`shared/scheduling/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue gave it.
+   * served in (`shared/scheduling/served-tier.ts`): the vendor's word where the vendor sells tiers, else what the queue
+   * gave it.
    */
   serviceTier?: ServiceTier;
   /** A request of a Message Batch (shared/batches/): its result is recorded in its batch, not sent to a client. */
@@ -48,14 +55,18 @@ export interface GatewayJobData {
   contended?: boolean;
   /**
    * Its place's claim (account, weight, tokens, tier), kept so a worker can place it again at the same fair place in
-   * another vendor's lane when its model falls back there (`shared/scheduling/lane-move.ts`); absent in jobs of older apis.
+   * another vendor's lane when its model falls back there (`shared/scheduling/lane-move.ts`); absent in jobs of older
+   * apis.
    */
   claim?: FairClaim;
   /** Times it was moved to another vendor's lane (at most once). */
   laneMoves?: number;
   /** Epoch ms of its first wait on a vendor rate limit (RATE_LIMIT_WAIT_MS bounds them all). */
   rateLimitedSince?: number;
-  /** The request opted into the response cache (shared/cache/): its hash, how long its answer is kept, whether its job leads. */
+  /**
+   * The request opted into the response cache (shared/cache/): its hash, how long its answer is kept, whether its job
+   * leads.
+   */
   cache?: JobCachePlan;
   /** How the client reached the gateway (for links to stored files). */
   baseUrl?: string;
@@ -72,7 +83,10 @@ export interface GatewayJobData {
   trace?: Record<string, string>;
 }
 
-/** The queue's id of a job; a job queued by an api before the ids were named apart carries only `requestId`, then its job id too. */
+/**
+ * The queue's id of a job; a job queued by an api before the ids were named apart carries only `requestId`, then its
+ * job id too.
+ */
 export function jobIdOf(data: Pick<GatewayJobData, 'requestId' | 'jobId'>): string {
   return data.jobId ?? data.requestId;
 }
@@ -90,8 +104,12 @@ export interface GatewayJobResult {
   movedTo?: string;
 }
 
-/** Whether a job's result is the stub a move to another vendor's lane left behind (`shared/scheduling/lane-move.ts`). */
-export function movedStub(result: GatewayJobResult | null | undefined): result is GatewayJobResult & { movedTo: string } {
+/**
+ * Whether a job's result is the stub a move to another vendor's lane left behind (`shared/scheduling/lane-move.ts`).
+ */
+export function movedStub(
+  result: GatewayJobResult | null | undefined,
+): result is GatewayJobResult & { movedTo: string } {
   return typeof result?.movedTo === 'string';
 }
 

@@ -16,11 +16,15 @@ export function createLogger(level: string, name: string, format: LogFormat = 'j
     name,
     level,
     base: { pid: process.pid },
-    redact: { paths: ['apiKey', '*.apiKey', 'authorization', '*.authorization', 'headers.authorization'], censor: '[redacted]' },
+    redact: {
+      paths: ['apiKey', '*.apiKey', 'authorization', '*.authorization', 'headers.authorization'],
+      censor: '[redacted]',
+    },
   };
   const pretty = format === 'pretty' || (format === 'auto' && process.stdout.isTTY === true);
   // In this process, no worker thread: pino's own stdout destination, written asynchronously and flushed at exit (two
-  // processes sharing one stdout, as `npm start`'s do, may see their lines arrive out of the order they were logged in).
+  // processes sharing one stdout, as `npm start`'s do, may see their lines arrive out of the order they were logged
+  // in).
   return pretty ? pino(options, prettyLines(name)) : pino(options);
 }
 
@@ -42,7 +46,11 @@ function prettyLines(name: string): DestinationStream {
 }
 
 /** One JSON log line as `HH:MM:SS LEVEL [who] message key=value …`, an error's stack below it from ERROR up. */
-export function prettyLine(json: string, who = '', paint: (code: number, text: string) => string = (_code, text) => text): string {
+export function prettyLine(
+  json: string,
+  who = '',
+  paint: (code: number, text: string) => string = (_code, text) => text,
+): string {
   let entry: Record<string, unknown>;
   try {
     entry = JSON.parse(json) as Record<string, unknown>;
@@ -55,7 +63,10 @@ export function prettyLine(json: string, who = '', paint: (code: number, text: s
   const message = String(entry.msg ?? '');
   const fields = Object.entries(entry)
     // A value the message already says (the URL, the port) is not said twice.
-    .filter(([key, value]) => !unsaid.has(key) && value !== undefined && !(typeof value !== 'object' && message.includes(String(value))))
+    .filter(
+      ([key, value]) =>
+        !unsaid.has(key) && value !== undefined && !(typeof value !== 'object' && message.includes(String(value))),
+    )
     .map(([key, value]) => `${key}=${typeof value === 'string' && !/\s/.test(value) ? value : JSON.stringify(value)}`);
   const err = entry.err as { message?: string; stack?: string } | undefined;
   const text = [message, err?.message && !message.includes(err.message) ? `: ${err.message}` : ''].join('');

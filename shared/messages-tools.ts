@@ -15,7 +15,9 @@ export function chatToolName(name: string): string {
 }
 
 /** Each chat name that differs from the client's (a tool renamed for chat), mapped back to the client's name. */
-export function toolNamesBack(tools: readonly ({ name: string } | { type: 'mcp_toolset' })[] | null | undefined): Map<string, string> {
+export function toolNamesBack(
+  tools: readonly ({ name: string } | { type: 'mcp_toolset' })[] | null | undefined,
+): Map<string, string> {
   const names = new Map<string, string>();
   for (const tool of tools ?? []) {
     if (!('name' in tool)) continue;

@@ -18,7 +18,9 @@ export interface MessagesJob {
   chat: ChatCompletionRequest;
   /** The model name the answer says: the one the client asked for (an alias as written). */
   model: string;
-  /** The prompt's tokens as counted at the api: `message_start` says them when a vendor tells its count only at the end. */
+  /**
+   * The prompt's tokens as counted at the api: `message_start` says them when a vendor tells its count only at the end.
+   */
   inputTokens: number;
   /** The client's `anthropic-beta` header, passed to Anthropic as sent. */
   betas?: string;
@@ -74,7 +76,11 @@ export function anthropicStatus(status: number): number {
 
 /** `{"type":"error","error":{type,message},"request_id"}`: Anthropic's error body. */
 export function anthropicErrorBody(status: number, message: string, requestId?: string): Record<string, unknown> {
-  return { type: 'error', error: { type: anthropicErrorType(status), message }, ...(requestId ? { request_id: requestId } : {}) };
+  return {
+    type: 'error',
+    error: { type: anthropicErrorType(status), message },
+    ...(requestId ? { request_id: requestId } : {}),
+  };
 }
 
 /** The paths that speak Anthropic's dialect (a canonical path): the Messages API and what hangs under it. */

@@ -81,7 +81,9 @@ export class WorkerProcessMetrics {
     if (!registry) return undefined;
     this.up ??= new Gauge({
       name: `${metricsPrefix}worker_process_up`,
-      help: 'Whether the worker process of `npm start` answered this scrape (1) or not (0: its metrics are missing from it).',
+      help:
+        'Whether the worker process of `npm start` answered this scrape (1) or not (0: its metrics are missing ' +
+        'from it).',
       registers: [registry],
     });
     return this.up;
@@ -122,7 +124,11 @@ function restoreNonFinite(metrics: MetricsJson): MetricsJson {
  * whatever TRUST_PROXY says): any client can write one. The metrics name
  * every account's traffic, so they are not for whoever finds the port.
  */
-export function metricsScrapeAllowed(authorization: string | undefined, token: string | undefined, peer: string | undefined): boolean {
+export function metricsScrapeAllowed(
+  authorization: string | undefined,
+  token: string | undefined,
+  peer: string | undefined,
+): boolean {
   if (token === undefined) return isLoopback(peer);
   const given = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
   if (given === undefined) return false;
@@ -139,7 +145,9 @@ export function isLoopback(address: string | undefined): boolean {
 }
 
 /** Why a scrape without METRICS_TOKEN from another machine is refused, and what to do. */
-export const metricsLoopbackOnly = 'GET /metrics is served only to this machine (loopback) while METRICS_TOKEN is unset: set METRICS_TOKEN to scrape it from elsewhere.';
+export const metricsLoopbackOnly =
+  'GET /metrics is served only to this machine (loopback) while METRICS_TOKEN is unset: set METRICS_TOKEN to ' +
+  'scrape it from elsewhere.';
 
 /** How long a readiness probe waits on Redis's PING (a container health check's timeout is a few seconds). */
 export const readinessPingTimeoutMs = 1500;
@@ -151,11 +159,17 @@ export const readinessPingTimeoutMs = 1500;
  * answer, so a worker cut off from Redis reports not ready.
  */
 function redisReadiness(target: RedisTarget | string): { check(): Promise<boolean>; close(): void } {
-  const redis = createRedis(target, { connectionName: 'worker-readiness', enableOfflineQueue: false, maxRetriesPerRequest: 0 });
+  const redis = createRedis(target, {
+    connectionName: 'worker-readiness',
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+  });
   return {
     async check() {
       let timer: NodeJS.Timeout | undefined;
-      const timeout = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), readinessPingTimeoutMs)));
+      const timeout = new Promise<boolean>(
+        (resolve) => (timer = setTimeout(() => resolve(false), readinessPingTimeoutMs)),
+      );
       const ping = redis.ping().then(
         (reply) => reply === 'PONG',
         () => false,
@@ -191,7 +205,9 @@ export async function startMetricsListener(
     const path = (req.url ?? '/').split('?')[0];
     const known = path === '/metrics' || (probe !== undefined && path === '/readyz');
     if (!known || (req.method !== 'GET' && req.method !== 'HEAD')) {
-      res.writeHead(known ? 405 : 404, known ? { ...text, allow: 'GET, HEAD' } : text).end(known ? 'Method not allowed\n' : 'Not found\n');
+      res
+        .writeHead(known ? 405 : 404, known ? { ...text, allow: 'GET, HEAD' } : text)
+        .end(known ? 'Method not allowed\n' : 'Not found\n');
       return;
     }
     if (path === '/readyz') {
@@ -207,7 +223,8 @@ export async function startMetricsListener(
       return;
     }
     renderMetrics().then(
-      (body) => res.writeHead(200, { 'content-type': metricsContentType }).end(req.method === 'HEAD' ? undefined : body),
+      (body) =>
+        res.writeHead(200, { 'content-type': metricsContentType }).end(req.method === 'HEAD' ? undefined : body),
       (error: unknown) => {
         log.warn({ err: error }, 'could not render metrics');
         res.writeHead(500, text).end('Could not render metrics\n');
@@ -225,7 +242,10 @@ export async function startMetricsListener(
   }
   const address = server.address();
   const bound = typeof address === 'object' && address ? address.port : port;
-  log.info({ port: bound }, `worker metrics listening on http://${host}:${bound}/metrics${probe ? ` (readiness: /readyz)` : ''}`);
+  log.info(
+    { port: bound },
+    `worker metrics listening on http://${host}:${bound}/metrics${probe ? ` (readiness: /readyz)` : ''}`,
+  );
   return {
     port: bound,
     close: () =>

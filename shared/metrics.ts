@@ -20,7 +20,9 @@ import { AggregatorRegistry, collectDefaultMetrics, Counter, Gauge, Histogram, R
 export const metricsPrefix = 'switchyard_';
 
 /** 1 ms to 10 min: from a cached embedding to the longest held request. */
-export const durationBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600];
+export const durationBuckets = [
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+];
 
 export type MetricsJson = Awaited<ReturnType<Registry['getMetricsAsJSON']>>;
 
@@ -29,7 +31,9 @@ export interface MetricsOptions {
   perKey: boolean;
   /** `METRICS_PER_ACCOUNT`: an `account` label on the queue wait and backlog metrics (off when not given). */
   perAccount?: boolean;
-  /** `METRICS_TOP_ACCOUNTS`: how many accounts that label names, the busiest; the rest are `other` (20 when not given). */
+  /**
+   * `METRICS_TOP_ACCOUNTS`: how many accounts that label names, the busiest; the rest are `other` (20 when not given).
+   */
   topAccounts?: number;
 }
 
@@ -41,7 +45,12 @@ export const otherAccount = 'other';
  * `favoured` (the current top) counts `stickiness` times its own, so a place
  * changes hands only to an account clearly busier, not back and forth.
  */
-export function busiest(counts: Iterable<[string, number]>, size: number, favoured?: ReadonlySet<string>, stickiness = 1): string[] {
+export function busiest(
+  counts: Iterable<[string, number]>,
+  size: number,
+  favoured?: ReadonlySet<string>,
+  stickiness = 1,
+): string[] {
   const score = ([account, count]: [string, number]) => (favoured?.has(account) ? count * stickiness : count);
   return [...counts]
     .sort((a, b) => score(b) - score(a))
@@ -82,7 +91,11 @@ export class TopAccounts {
   /** Counts a job of `account`; the label value its series go under. */
   label(account: string): string {
     const now = this.now();
-    if (now - this.refreshedAt >= TopAccounts.refreshMs || (this.counts.size >= this.capacity && !this.counts.has(account))) this.refresh(now);
+    if (
+      now - this.refreshedAt >= TopAccounts.refreshMs ||
+      (this.counts.size >= this.capacity && !this.counts.has(account))
+    )
+      this.refresh(now);
     this.counts.set(account, (this.counts.get(account) ?? 0) + 1);
     if (this.top.has(account)) return account;
     if (this.top.size < this.size) {
@@ -166,7 +179,10 @@ export class GatewayMetrics {
   // The workers: jobs.
   readonly jobWait: Children<Histogram.Internal<string>>;
   readonly queueWait: Children<Histogram.Internal<string>>;
-  /** The accounts `queueWait` names (METRICS_PER_ACCOUNT=on): this process's busiest; an account dropped loses its series. */
+  /**
+   * The accounts `queueWait` names (METRICS_PER_ACCOUNT=on): this process's busiest; an account dropped loses its
+   * series.
+   */
   readonly waitAccounts: TopAccounts;
   // The api: what waits, by account and tier.
   readonly queueBacklog: Gauge<'queue' | 'tier' | 'account'>;
@@ -241,34 +257,93 @@ export class GatewayMetrics {
       return new Children((values) => metric.labels(...values));
     };
 
-    this.httpRequests = counterChildren('http_requests_total', 'HTTP requests answered by the api, by route template, resolved catalog model (empty when none) and status class.', keyed(['route', 'model', 'status_class']));
-    this.httpDuration = histogramChildren('http_request_duration_seconds', 'Time from a request’s arrival to the end of its answer (a stream: its last chunk), by route template and status class.', ['route', 'status_class']);
-    this.httpFirstByte = histogramChildren('http_time_to_first_byte_seconds', 'Time from a request’s arrival to the first byte of its answer (a stream: its first chunk, keep-alive comments aside), by route template and resolved model.', ['route', 'model']);
+    this.httpRequests = counterChildren(
+      'http_requests_total',
+      'HTTP requests answered by the api, by route template, resolved catalog model (empty when none) and status ' +
+        'class.',
+      keyed(['route', 'model', 'status_class']),
+    );
+    this.httpDuration = histogramChildren(
+      'http_request_duration_seconds',
+      'Time from a request’s arrival to the end of its answer (a stream: its last chunk), by route template and ' +
+        'status class.',
+      ['route', 'status_class'],
+    );
+    this.httpFirstByte = histogramChildren(
+      'http_time_to_first_byte_seconds',
+      'Time from a request’s arrival to the first byte of its answer (a stream: its first chunk, keep-alive ' +
+        'comments aside), by route template and resolved model.',
+      ['route', 'model'],
+    );
 
     const self = this;
     this.queueJobs = new Gauge({
       name: `${metricsPrefix}queue_jobs`,
-      help: 'Jobs of each capability\'s shared lane (queue="chat": all its shards) and each capped vendor\'s lane (queue="lane@openai": every capability\'s jobs for it) by state (waiting, active, delayed, failed), as the api last read them (every 200 ms, for its backpressure); no Redis command per scrape.',
+      help:
+        'Jobs of each capability\'s shared lane (queue="chat": all its shards) and each capped vendor\'s lane ' +
+        '(queue="lane@openai": every capability\'s jobs for it) by state (waiting, active, delayed, failed), as ' +
+        'the api last read them (every 200 ms, for its backpressure); no Redis command per scrape.',
       labelNames: ['queue', 'state'],
       registers,
       collect() {
         const depths = self.queueDepths?.();
         if (!depths) return;
-        for (const [queue, counts] of depths) for (const [state, count] of Object.entries(counts)) this.labels(queue, state).set(count);
+        for (const [queue, counts] of depths)
+          for (const [state, count] of Object.entries(counts)) this.labels(queue, state).set(count);
       },
     });
-    this.quotaRefusals = counterChildren('quota_refusals_total', 'Requests refused 429 insufficient_quota at admission, by reason: key_limit (the key’s limit_usd) or account_balance.', keyed(['reason']));
-    this.rateLimitRefusals = counterChildren('rate_limit_refusals_total', 'Requests refused 429 rate_limit_exceeded at admission, by reason: rpm or tpm.', keyed(['reason']));
-    this.streamChunks = counter('stream_chunks_relayed_total', 'Server-sent events relayed live from workers to streaming clients (the closing [DONE] aside).', []);
-    this.streamResumes = counterChildren('stream_resumes_total', 'Stream resumes and replays served (a 2xx), by route template.', ['route']);
-    this.clientDisconnects = counterChildren('client_disconnects_total', 'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a resumed or followed stream).', ['kind']);
+    this.quotaRefusals = counterChildren(
+      'quota_refusals_total',
+      'Requests refused 429 insufficient_quota at admission, by reason: key_limit (the key’s limit_usd) or ' +
+        'account_balance.',
+      keyed(['reason']),
+    );
+    this.rateLimitRefusals = counterChildren(
+      'rate_limit_refusals_total',
+      'Requests refused 429 rate_limit_exceeded at admission, by reason: rpm or tpm.',
+      keyed(['reason']),
+    );
+    this.streamChunks = counter(
+      'stream_chunks_relayed_total',
+      'Server-sent events relayed live from workers to streaming clients (the closing [DONE] aside).',
+      [],
+    );
+    this.streamResumes = counterChildren(
+      'stream_resumes_total',
+      'Stream resumes and replays served (a 2xx), by route template.',
+      ['route'],
+    );
+    this.clientDisconnects = counterChildren(
+      'client_disconnects_total',
+      'Clients that left before their answer was complete, by kind: held (a plain request), stream, follow (a ' +
+        'resumed or followed stream).',
+      ['kind'],
+    );
 
-    this.jobWait = histogramChildren('job_wait_seconds', 'Time a job waited in its queue, from its enqueue to the start of its first run.', ['queue']);
-    this.queueWait = histogramChildren('queue_wait_seconds', 'Time a job waited in its queue before its first run, by capability, service tier (priority, default, flex) and (METRICS_PER_ACCOUNT=on) paying account: the fair share and the tiers as each account sees them. Only the METRICS_TOP_ACCOUNTS accounts with the most jobs of this worker process lately (a minute\'s half-life) are named, every other under account="other"; an account that drops out loses its series.', byAccount(['queue', 'tier']));
-    this.waitAccounts = new TopAccounts(topAccounts, (account) => this.queueWait.remove((values) => values[2] === account));
+    this.jobWait = histogramChildren(
+      'job_wait_seconds',
+      'Time a job waited in its queue, from its enqueue to the start of its first run.',
+      ['queue'],
+    );
+    this.queueWait = histogramChildren(
+      'queue_wait_seconds',
+      'Time a job waited in its queue before its first run, by capability, service tier (priority, default, ' +
+        'flex) and (METRICS_PER_ACCOUNT=on) paying account: the fair share and the tiers as each account sees ' +
+        'them. Only the METRICS_TOP_ACCOUNTS accounts with the most jobs of this worker process lately (a ' +
+        'minute\'s half-life) are named, every other under account="other"; an account that drops out loses its ' +
+        'series.',
+      byAccount(['queue', 'tier']),
+    );
+    this.waitAccounts = new TopAccounts(topAccounts, (account) =>
+      this.queueWait.remove((values) => values[2] === account),
+    );
     this.queueBacklog = new Gauge({
       name: `${metricsPrefix}queue_backlog`,
-      help: 'Jobs waiting in each capability\'s shared lane and each vendor lane (queue as in switchyard_queue_jobs), by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue depths); no Redis command per scrape. Only the METRICS_TOP_ACCOUNTS accounts with the most waiting jobs are named, every other added up under account="other".',
+      help:
+        "Jobs waiting in each capability's shared lane and each vendor lane (queue as in switchyard_queue_jobs), " +
+        'by service tier and (METRICS_PER_ACCOUNT=on) paying account, as the api last read them (with the queue ' +
+        'depths); no Redis command per scrape. Only the METRICS_TOP_ACCOUNTS accounts with the most waiting jobs ' +
+        'are named, every other added up under account="other".',
       labelNames: byAccount(['queue', 'tier']),
       registers,
       collect() {
@@ -281,7 +356,8 @@ export class GatewayMetrics {
           const totals = new Map<string, number>();
           for (const [, , account, waiting] of rows) totals.set(account, (totals.get(account) ?? 0) + waiting);
           const named = new Set(busiest(totals, topAccounts));
-          for (const [queue, tier, account, waiting] of rows) this.labels(queue, tier, named.has(account) ? account : otherAccount).inc(waiting);
+          for (const [queue, tier, account, waiting] of rows)
+            this.labels(queue, tier, named.has(account) ? account : otherAccount).inc(waiting);
           return;
         }
         // Without the account label, a tier's accounts added up.
@@ -290,7 +366,10 @@ export class GatewayMetrics {
     });
     this.laneStranded = new Gauge({
       name: `${metricsPrefix}lane_stranded`,
-      help: 'Jobs waiting in a lane that no worker serves with a configured cap (the cap was removed, or is set on the api and not on the workers): the workers drain it at a default; a series only while it has jobs. As the api last read it, every few seconds.',
+      help:
+        'Jobs waiting in a lane that no worker serves with a configured cap (the cap was removed, or is set on the ' +
+        'api and not on the workers): the workers drain it at a default; a series only while it has jobs. As the ' +
+        'api last read it, every few seconds.',
       labelNames: ['lane'],
       registers,
       collect() {
@@ -300,18 +379,56 @@ export class GatewayMetrics {
         for (const [lane, waiting] of stranded) this.labels(lane).set(waiting);
       },
     });
-    this.jobRun = histogramChildren('job_run_seconds', 'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).', ['queue']);
-    this.jobsRetried = counterChildren('jobs_retried_total', 'Job runs that ended to run again: reason error (a failed attempt, retried after a backoff) or rate_limited (put back to wait without spending an attempt).', ['queue', 'reason']);
-    this.jobsStalled = counterChildren('jobs_stalled_total', 'Jobs found stalled (their worker stopped renewing the lock) and handed back to the queue.', ['queue']);
-    this.jobsRecovered = counterChildren('jobs_recovered_total', 'Jobs that completed after an earlier failed attempt or a stall.', ['queue']);
+    this.jobRun = histogramChildren(
+      'job_run_seconds',
+      'Time of each run of a job in a worker (each attempt, and each resumption after a rate-limit wait).',
+      ['queue'],
+    );
+    this.jobsRetried = counterChildren(
+      'jobs_retried_total',
+      'Job runs that ended to run again: reason error (a failed attempt, retried after a backoff) or ' +
+        'rate_limited (put back to wait without spending an attempt).',
+      ['queue', 'reason'],
+    );
+    this.jobsStalled = counterChildren(
+      'jobs_stalled_total',
+      'Jobs found stalled (their worker stopped renewing the lock) and handed back to the queue.',
+      ['queue'],
+    );
+    this.jobsRecovered = counterChildren(
+      'jobs_recovered_total',
+      'Jobs that completed after an earlier failed attempt or a stall.',
+      ['queue'],
+    );
 
-    this.vendorCalls = counterChildren('vendor_calls_total', 'Calls to a vendor channel (one per job run that held a vendor slot), by outcome: ok, error, cancelled (the client left).', ['vendor', 'channel', 'outcome']);
-    this.vendorErrors = counterChildren('vendor_errors_total', 'Failed vendor calls by kind: 429, 5xx, timeout, network, auth (credentials or quota refused), 4xx, bad_response, other.', ['vendor', 'channel', 'kind']);
-    this.vendorDuration = histogramChildren('vendor_call_duration_seconds', 'Time of a vendor call, from its vendor slot being held until the vendor’s part is done (a stream: its end).', ['vendor', 'channel']);
-    this.channelCooldowns = counterChildren('channel_cooldowns_total', 'Rests this worker put a channel under, by reason: auth (the whole channel), rate (a 429), failures (repeated 5xx or network errors).', ['vendor', 'channel', 'reason']);
+    this.vendorCalls = counterChildren(
+      'vendor_calls_total',
+      'Calls to a vendor channel (one per job run that held a vendor slot), by outcome: ok, error, cancelled ' +
+        '(the client left).',
+      ['vendor', 'channel', 'outcome'],
+    );
+    this.vendorErrors = counterChildren(
+      'vendor_errors_total',
+      'Failed vendor calls by kind: 429, 5xx, timeout, network, auth (credentials or quota refused), 4xx, ' +
+        'bad_response, other.',
+      ['vendor', 'channel', 'kind'],
+    );
+    this.vendorDuration = histogramChildren(
+      'vendor_call_duration_seconds',
+      'Time of a vendor call, from its vendor slot being held until the vendor’s part is done (a stream: its end).',
+      ['vendor', 'channel'],
+    );
+    this.channelCooldowns = counterChildren(
+      'channel_cooldowns_total',
+      'Rests this worker put a channel under, by reason: auth (the whole channel), rate (a 429), failures ' +
+        '(repeated 5xx or network errors).',
+      ['vendor', 'channel', 'reason'],
+    );
     this.channelCoolingDown = new Gauge({
       name: `${metricsPrefix}channel_cooling_down`,
-      help: 'Rests a channel is under now (channel-wide, or one per upstream model), as this worker last read the shared cooldowns (once a second).',
+      help:
+        'Rests a channel is under now (channel-wide, or one per upstream model), as this worker last read the ' +
+        'shared cooldowns (once a second).',
       labelNames: ['vendor', 'channel'],
       registers,
       collect() {
@@ -320,36 +437,109 @@ export class GatewayMetrics {
         for (const [vendor, channel, count] of rests) this.labels(vendor, channel).set(count);
       },
     });
-    this.vendorSlotsInUse = gaugeChildren('vendor_slots_in_use', 'Slots of a vendor’s global concurrency cap (<VENDOR>_MAX_CONCURRENCY) this process holds; summed over worker processes, the slots in use.', ['vendor']);
-    this.vendorSlotWaiters = gaugeChildren('vendor_slot_waiters', 'Jobs of this process waiting for a vendor slot (its concurrency cap or its rpm).', ['vendor']);
+    this.vendorSlotsInUse = gaugeChildren(
+      'vendor_slots_in_use',
+      'Slots of a vendor’s global concurrency cap (<VENDOR>_MAX_CONCURRENCY) this process holds; summed over ' +
+        'worker processes, the slots in use.',
+      ['vendor'],
+    );
+    this.vendorSlotWaiters = gaugeChildren(
+      'vendor_slot_waiters',
+      'Jobs of this process waiting for a vendor slot (its concurrency cap or its rpm).',
+      ['vendor'],
+    );
 
-    this.tokens = counterChildren('tokens_total', 'Tokens billed, by catalog model and direction: in (prompt), out (completion), cached (the part of in the vendor read from its prompt cache, billed at its cached price).', keyed(['model', 'direction']));
-    this.costMicros = counterChildren('cost_micros_total', 'Cost billed, in micro-dollars (1e-6 USD), by catalog model.', keyed(['model']));
-    this.overruns = counterChildren('settlement_overruns_total', 'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a key limit or balance can be passed by the difference.', ['model', 'vendor']);
-    this.overrunMicros = counterChildren('settlement_overrun_micros_total', 'What answers cost past their reservations, in micro-dollars.', ['model', 'vendor']);
+    this.tokens = counterChildren(
+      'tokens_total',
+      'Tokens billed, by catalog model and direction: in (prompt), out (completion), cached (the part of in the ' +
+        'vendor read from its prompt cache, billed at its cached price).',
+      keyed(['model', 'direction']),
+    );
+    this.costMicros = counterChildren(
+      'cost_micros_total',
+      'Cost billed, in micro-dollars (1e-6 USD), by catalog model.',
+      keyed(['model']),
+    );
+    this.overruns = counterChildren(
+      'settlement_overruns_total',
+      'Requests whose answer cost more than their reservation (a vendor past max_tokens, an estimate too low): a ' +
+        'key limit or balance can be passed by the difference.',
+      ['model', 'vendor'],
+    );
+    this.overrunMicros = counterChildren(
+      'settlement_overrun_micros_total',
+      'What answers cost past their reservations, in micro-dollars.',
+      ['model', 'vendor'],
+    );
     // A counter only goes up: a request whose cache writes cost more than its cache reads saved adds nothing here, and
     // the record's `prompt_cache_saved_micros` keeps the signed sum.
     this.promptCacheSavedMicros = counterChildren(
       'prompt_cache_saved_micros_total',
-      'What the vendors\' prompt caches saved, in micro-dollars, by catalog model: the prompt at the plain input price less what it was billed ' +
+      "What the vendors' prompt caches saved, in micro-dollars, by catalog model: the prompt at the plain input " +
+        'price less what it was billed ' +
         '(cached and cache-write tokens at their own prices), for each request where that is above 0. ' +
-        'Not the gateway\'s response cache (cache_saved_micros_total).',
+        "Not the gateway's response cache (cache_saved_micros_total).",
       ['model'],
     );
-    this.cacheRequests = counterChildren('cache_requests_total', 'Requests that opted into the response cache, by catalog model and result: hit (answered from the cache), coalesced (shared an identical request\'s vendor call), miss (asked the vendor).', ['model', 'result']);
-    this.cacheSavedMicros = counterChildren('cache_saved_micros_total', 'What hits and coalesced requests saved their accounts, in micro-dollars: the stored answer\'s price less what they were billed.', ['model']);
-    this.cacheStored = counterChildren('cache_entries_stored_total', 'Answers kept in the response cache, by catalog model.', ['model']);
-    this.cacheStoredBytes = counterChildren('cache_stored_bytes_total', 'Bytes of answers kept in the response cache (as stored: gzipped past 2 KiB), by catalog model.', ['model']);
-    this.batches = counterChildren('batches_total', 'Batches by event and dialect (anthropic: Message Batches, openai: the Batch API): created, canceled (a cancel asked), ended (every request has its result), failed (an OpenAI batch whose file could not run).', ['event', 'dialect']);
-    this.batchRequests = counterChildren('batch_requests_total', 'Requests of batches by outcome as recorded in their batch, and dialect: succeeded, errored, canceled, expired.', ['outcome', 'dialect']);
-    this.usageBuffered = new Gauge({ name: `${metricsPrefix}usage_buffer_records`, help: 'Settled usage entries waiting in Redis to be written to the record (PostgreSQL); grows while the database is away.', registers });
-    this.usageWritten = counter('usage_records_written_total', 'Usage entries written to the record (PostgreSQL) by this process.', []);
-    this.usageWriteFailures = counter('usage_write_failures_total', 'Batches of usage entries the record (PostgreSQL) refused or did not answer; they are written again later.', []);
-    this.usageDeadLetters = counter('usage_dead_letters_total', 'Usage entries the record (PostgreSQL) refused every time they were written alone, moved to their bucket\'s dead-letter stream for the operator.', []);
+    this.cacheRequests = counterChildren(
+      'cache_requests_total',
+      'Requests that opted into the response cache, by catalog model and result: hit (answered from the cache), ' +
+        "coalesced (shared an identical request's vendor call), miss (asked the vendor).",
+      ['model', 'result'],
+    );
+    this.cacheSavedMicros = counterChildren(
+      'cache_saved_micros_total',
+      "What hits and coalesced requests saved their accounts, in micro-dollars: the stored answer's price less " +
+        'what they were billed.',
+      ['model'],
+    );
+    this.cacheStored = counterChildren(
+      'cache_entries_stored_total',
+      'Answers kept in the response cache, by catalog model.',
+      ['model'],
+    );
+    this.cacheStoredBytes = counterChildren(
+      'cache_stored_bytes_total',
+      'Bytes of answers kept in the response cache (as stored: gzipped past 2 KiB), by catalog model.',
+      ['model'],
+    );
+    this.batches = counterChildren(
+      'batches_total',
+      'Batches by event and dialect (anthropic: Message Batches, openai: the Batch API): created, canceled (a ' +
+        'cancel asked), ended (every request has its result), failed (an OpenAI batch whose file could not run).',
+      ['event', 'dialect'],
+    );
+    this.batchRequests = counterChildren(
+      'batch_requests_total',
+      'Requests of batches by outcome as recorded in their batch, and dialect: succeeded, errored, canceled, expired.',
+      ['outcome', 'dialect'],
+    );
+    this.usageBuffered = new Gauge({
+      name: `${metricsPrefix}usage_buffer_records`,
+      help:
+        'Settled usage entries waiting in Redis to be written to the record (PostgreSQL); grows while the database ' +
+        'is away.',
+      registers,
+    });
+    this.usageWritten = counter(
+      'usage_records_written_total',
+      'Usage entries written to the record (PostgreSQL) by this process.',
+      [],
+    );
+    this.usageWriteFailures = counter(
+      'usage_write_failures_total',
+      'Batches of usage entries the record (PostgreSQL) refused or did not answer; they are written again later.',
+      [],
+    );
+    this.usageDeadLetters = counter(
+      'usage_dead_letters_total',
+      "Usage entries the record (PostgreSQL) refused every time they were written alone, moved to their bucket's " +
+        'dead-letter stream for the operator.',
+      [],
+    );
 
     collectDefaultMetrics({ register: this.registry, prefix: metricsPrefix });
   }
-
 }
 
 let current: GatewayMetrics | undefined;
@@ -365,7 +555,10 @@ export function activeMetrics(): GatewayMetrics | undefined {
   return current;
 }
 
-/** Where a process finds metrics kept by another (the worker process `npm start` forks): undefined when it does not answer. */
+/**
+ * Where a process finds metrics kept by another (the worker process `npm start` forks): undefined when it does not
+ * answer.
+ */
 export type MetricsPeer = () => Promise<MetricsJson | undefined>;
 let peer: MetricsPeer | undefined;
 

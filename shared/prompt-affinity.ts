@@ -17,7 +17,10 @@ import type { EndpointRequest } from './endpoints.js';
  *   to `autoPrefixChars`. A prompt shorter than that is not cached by the vendor, and has no key: it goes by weight.
  */
 
-/** About 1,024 tokens of JSON: OpenAI caches prompts from there, and the shortest prefix Anthropic and Gemini cache is about as long. */
+/**
+ * About 1,024 tokens of JSON: OpenAI caches prompts from there, and the shortest prefix Anthropic and Gemini cache is
+ * about as long.
+ */
 export const autoPrefixChars = 4096;
 
 const digest = (text: string) => createHash('sha256').update(text).digest('base64url').slice(0, 22);
@@ -27,7 +30,8 @@ const digest = (text: string) => createHash('sha256').update(text).digest('base6
  * first: a long prompt (a megabyte of text, an inline image) costs what its first `limit` characters do, not its size.
  */
 function leading(parts: readonly unknown[], limit: number): string | undefined {
-  const cut = (_: string, value: unknown) => (typeof value === 'string' && value.length > limit ? value.slice(0, limit) : value);
+  const cut = (_: string, value: unknown) =>
+    typeof value === 'string' && value.length > limit ? value.slice(0, limit) : value;
   let text = '';
   for (const part of parts) {
     text += JSON.stringify(part, cut) ?? 'null';
@@ -37,16 +41,28 @@ function leading(parts: readonly unknown[], limit: number): string | undefined {
 }
 
 /** Whether a block of an Anthropic request (a tool, a system block, a message's block) sets a breakpoint. */
-const breaks = (block: unknown): boolean => typeof block === 'object' && block !== null && (block as { cache_control?: unknown }).cache_control != null;
+const breaks = (block: unknown): boolean =>
+  typeof block === 'object' && block !== null && (block as { cache_control?: unknown }).cache_control != null;
 
-/** An Anthropic request's prefix up to its first breakpoint (tools, then system, then messages, Anthropic's order); undefined without one. */
-function anthropicPrefix(request: { tools?: readonly unknown[]; system?: unknown; messages: readonly { role: string; content: unknown }[] }): string | undefined {
+/**
+ * An Anthropic request's prefix up to its first breakpoint (tools, then system, then messages, Anthropic's order);
+ * undefined without one.
+ */
+function anthropicPrefix(request: {
+  tools?: readonly unknown[];
+  system?: unknown;
+  messages: readonly { role: string; content: unknown }[];
+}): string | undefined {
   const parts: unknown[] = [];
   for (const tool of request.tools ?? []) {
     parts.push(tool);
     if (breaks(tool)) return JSON.stringify(parts);
   }
-  for (const block of Array.isArray(request.system) ? request.system : request.system === undefined ? [] : [request.system]) {
+  for (const block of Array.isArray(request.system)
+    ? request.system
+    : request.system === undefined
+      ? []
+      : [request.system]) {
     parts.push(block);
     if (breaks(block)) return JSON.stringify(parts);
   }
@@ -68,13 +84,19 @@ function chatPrefix(chat: { tools?: readonly unknown[] | null; messages: readonl
   return leading([...(chat.tools ?? []), ...chat.messages], autoPrefixChars);
 }
 
-/** The request's affinity key, or undefined when nothing of it is cached (a short prompt, an endpoint that caches nothing). */
+/**
+ * The request's affinity key, or undefined when nothing of it is cached (a short prompt, an endpoint that caches
+ * nothing).
+ */
 export function affinityKey(request: EndpointRequest): string | undefined {
   const named = (key: unknown) => (typeof key === 'string' && key !== '' ? `k:${digest(key)}` : undefined);
   const prefixed = (prefix: string | undefined) => (prefix === undefined ? undefined : `p:${digest(prefix)}`);
   switch (request.endpoint) {
     case 'chat.completions':
-      return named((request.payload as { prompt_cache_key?: unknown }).prompt_cache_key) ?? prefixed(chatPrefix(request.payload));
+      return (
+        named((request.payload as { prompt_cache_key?: unknown }).prompt_cache_key) ??
+        prefixed(chatPrefix(request.payload))
+      );
     case 'responses':
       return named(request.payload.promptCacheKey) ?? prefixed(chatPrefix(request.payload.chat));
     case 'messages':
@@ -95,7 +117,10 @@ function score(key: string, id: string, weight: number): number {
   return -weight / Math.log(u);
 }
 
-/** The channels in the key's order: the first is where its prefix lives; each next one is where it goes when those before rest. */
+/**
+ * The channels in the key's order: the first is where its prefix lives; each next one is where it goes when those
+ * before rest.
+ */
 export function rendezvousOrder<T extends { id: string; weight: number }>(key: string, channels: readonly T[]): T[] {
   return channels
     .map((channel) => ({ channel, score: score(key, channel.id, channel.weight) }))

@@ -1,9 +1,15 @@
 import slotOf from 'cluster-key-slot';
 
-/** One BullMQ queue per capability; a capability's workers scale alone. `realtime` holds Realtime sessions (a job each, for its life). */
+/**
+ * One BullMQ queue per capability; a capability's workers scale alone. `realtime` holds Realtime sessions (a job each,
+ * for its life).
+ */
 export const queueNames = ['chat', 'embeddings', 'image', 'audio', 'video', 'realtime'] as const;
 export type QueueName = (typeof queueNames)[number];
-/** What a worker process may serve (WORKER_QUEUES): the capabilities' queues, and `mcp`, the upstream MCP servers' tool calls (a queue per server). */
+/**
+ * What a worker process may serve (WORKER_QUEUES): the capabilities' queues, and `mcp`, the upstream MCP servers' tool
+ * calls (a queue per server).
+ */
 export const workerCapabilities = [...queueNames, 'mcp'] as const;
 export type WorkerCapability = (typeof workerCapabilities)[number];
 
@@ -67,7 +73,10 @@ export function legacyLaneQueueName(queue: QueueName, vendor: string): string {
   return `{${queue}@${vendor}}`;
 }
 
-/** The shard of a capability a job id belongs to (FNV-1a of the id): the api and every lookup agree without asking Redis. */
+/**
+ * The shard of a capability a job id belongs to (FNV-1a of the id): the api and every lookup agree without asking
+ * Redis.
+ */
 export function shardOfJob(jobId: string, shards: number): number {
   if (shards <= 1) return 0;
   let hash = 0x811c9dc5;

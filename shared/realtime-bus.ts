@@ -1,7 +1,13 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from './logger.js';
 import { isCluster } from './redis.js';
-import { encodeRealtime, realtimeDownChannel, realtimeUpChannel, type RealtimeDownKind, type RealtimeUpKind } from './realtime.js';
+import {
+  encodeRealtime,
+  realtimeDownChannel,
+  realtimeUpChannel,
+  type RealtimeDownKind,
+  type RealtimeUpKind,
+} from './realtime.js';
 
 /**
  * One process's end of its Realtime sessions' channels (shared/realtime.ts), the api's and the worker's alike: the
@@ -48,17 +54,25 @@ export class RealtimeBus<Side extends 'api' | 'worker'> {
     const channel = this.hears(sessionId);
     if (!this.listeners.delete(channel)) return;
     const done = this.sharded ? this.subscriber.sunsubscribe(channel) : this.subscriber.unsubscribe(channel);
-    done.catch((error: unknown) => this.log.debug({ err: error, session: sessionId }, 'could not unsubscribe a realtime session channel'));
+    done.catch((error: unknown) =>
+      this.log.debug({ err: error, session: sessionId }, 'could not unsubscribe a realtime session channel'),
+    );
   }
 
   /** One message to the other side; resolves once Redis took it (a failure is logged: the beats bound what follows). */
-  send(sessionId: string, kind: Side extends 'api' ? RealtimeUpKind : RealtimeDownKind, payload = '', stampMs?: number): Promise<void> {
+  send(
+    sessionId: string,
+    kind: Side extends 'api' ? RealtimeUpKind : RealtimeDownKind,
+    payload = '',
+    stampMs?: number,
+  ): Promise<void> {
     const message = encodeRealtime(kind, payload, stampMs);
     const channel = this.speaks(sessionId);
     const sent = this.sharded ? this.publisher.spublish(channel, message) : this.publisher.publish(channel, message);
     return sent.then(
       () => undefined,
-      (error: unknown) => this.log.debug({ err: error, session: sessionId, kind }, 'could not publish on a realtime session channel'),
+      (error: unknown) =>
+        this.log.debug({ err: error, session: sessionId, kind }, 'could not publish on a realtime session channel'),
     );
   }
 }

@@ -30,7 +30,9 @@ export function realtimeSessionCap(config: Pick<Config, 'realtimeWorker' | 'chan
   return definition?.protocol === 'mock' ? 0 : defaultRealtimeVendorSessions;
 }
 
-/** The vendor whose session slot a model's sessions take: its first route's, or the mock's when the mock answers for it. */
+/**
+ * The vendor whose session slot a model's sessions take: its first route's, or the mock's when the mock answers for it.
+ */
 export function realtimeVendorOf(config: VendorConfig, model: Pick<CatalogModel, 'routes'>): string {
   const first = model.routes[0]?.vendor;
   return first === undefined || mockAnswers(config, first) ? 'mock' : first;
@@ -39,14 +41,20 @@ export function realtimeVendorOf(config: VendorConfig, model: Pick<CatalogModel,
 /** The vendors with a Realtime lane: every vendor with a channel here and a session cap. */
 export function realtimeLaneVendors(config: RealtimeQueueConfig): string[] {
   const vendors = new Set<string>();
-  for (const [vendor, channels] of resolveChannels(config)) vendors.add(channels.every((channel) => channel.protocol === 'mock') ? 'mock' : vendor);
+  for (const [vendor, channels] of resolveChannels(config))
+    vendors.add(channels.every((channel) => channel.protocol === 'mock') ? 'mock' : vendor);
   return [...vendors].filter((vendor) => realtimeSessionCap(config, vendor) > 0).sort();
 }
 
 /** The BullMQ queue a session is added to: its vendor's Realtime lane, or its shard of the `realtime` queue. */
-export function realtimeQueueName(config: RealtimeQueueConfig, model: Pick<CatalogModel, 'routes'>, sessionId: string): string {
+export function realtimeQueueName(
+  config: RealtimeQueueConfig,
+  model: Pick<CatalogModel, 'routes'>,
+  sessionId: string,
+): string {
   const vendor = realtimeVendorOf(config, model);
-  if (realtimeSessionCap(config, vendor) > 0 && realtimeLaneVendors(config).includes(vendor)) return realtimeLaneQueueName(vendor);
+  if (realtimeSessionCap(config, vendor) > 0 && realtimeLaneVendors(config).includes(vendor))
+    return realtimeLaneQueueName(vendor);
   const shards = Math.max(1, config.queueShards.realtime ?? 1);
   return shardQueueName('realtime', shardOfJob(sessionId, shards), shards);
 }

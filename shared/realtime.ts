@@ -5,11 +5,12 @@
  * request. The api answers the client's upgrade only once a worker has taken the job and opened the vendor's socket
  * (`started` on the down channel), or with an HTTP status when it cannot be (`refused`, or no start within the wait).
  * From then on events cross Redis on two channels of the session's own, one each way, each message one line of kind
- * (an `event` also its sender's clock when the frame reached it, epoch ms with a fraction, so the other side measures the
- * latency the relay added) then its payload untouched:
+ * (an `event` also its sender's clock when the frame reached it, epoch ms with a fraction, so the other side measures
+ * the latency the relay added) then its payload untouched:
  *
  *   up (api → worker):   `event <ms>\n<client event JSON>`, `close\n<RealtimeClose JSON>`, `beat\n`
- *   down (worker → api): `started\n<RealtimeStarted JSON>`, `refused\n<WireError JSON>`, `event <ms>\n<server event JSON>`,
+ *   down (worker → api): `started\n<RealtimeStarted JSON>`, `refused\n<WireError JSON>`, `event <ms>\n<server event
+ *   JSON>`,
  *                        `close\n<RealtimeClose JSON>`, `beat\n`
  *
  * Each side beats every `realtimeBeatMs` while the session lives and takes the other for dead after
@@ -36,7 +37,9 @@ export function decodeRealtime(message: string): { kind: string; stampMs?: numbe
   const payload = message.slice(newline + 1);
   if (space < 0) return { kind: head, payload };
   const stampMs = Number(head.slice(space + 1));
-  return Number.isFinite(stampMs) ? { kind: head.slice(0, space), stampMs, payload } : { kind: head.slice(0, space), payload };
+  return Number.isFinite(stampMs)
+    ? { kind: head.slice(0, space), stampMs, payload }
+    : { kind: head.slice(0, space), payload };
 }
 
 /** The clock an `event` is stamped with: epoch ms with a fraction. */
@@ -72,7 +75,9 @@ export interface RealtimeClose {
  * dashboard and the recount read it; the worker reads only the fields below.
  */
 export interface RealtimeJobData {
-  /** The upgrade request's id: money (the reservation, each response's settlement) and the session's request-log row. */
+  /**
+   * The upgrade request's id: money (the reservation, each response's settlement) and the session's request-log row.
+   */
   requestId: string;
   /** The session's id (`sess_…`), also the job's id and the channels' name. */
   jobId: string;
@@ -95,7 +100,9 @@ export interface RealtimeJobData {
    * the reservation to the limit in force at that moment (`CurrentAccess`), this one only when the key cannot be read.
    */
   keyLimitMicros?: number;
-  /** The budgets per period in force at the upgrade: as `keyLimitMicros`, the worker holds renewals to the current ones. */
+  /**
+   * The budgets per period in force at the upgrade: as `keyLimitMicros`, the worker holds renewals to the current ones.
+   */
   budgets?: readonly BudgetInForce[];
   /** The key's account's name, for a refusal by a member's cap in it. */
   accountName?: string;

@@ -69,7 +69,9 @@ export class RedisJournal {
     const run = this.replaying.then(async () => {
       let lost = 0;
       for (let start = 0; start < entries.length; start += replayChunk) {
-        const done = await Promise.all(entries.slice(start, start + replayChunk).map((entry) => entry.rewrite(this.redis)));
+        const done = await Promise.all(
+          entries.slice(start, start + replayChunk).map((entry) => entry.rewrite(this.redis)),
+        );
         lost += done.filter(Boolean).length;
       }
       return { sent: entries.length, lost };
@@ -104,9 +106,17 @@ export function journalWrite(redis: Redis, rewrite: Rewrite): void {
     redis.on('ready', () => {
       made.replay().then(
         ({ sent, lost }) => {
-          if (lost > 0) process.stderr.write(`redis: ${lost} settlements of the last ${sent} writes were lost by Redis (a failover or a restart) and are applied again\n`);
+          if (lost > 0)
+            process.stderr.write(
+              `redis: ${lost} settlements of the last ${sent} writes were lost by Redis (a failover or a ` +
+                `restart) and are applied again\n`,
+            );
         },
-        (error: unknown) => process.stderr.write(`redis: could not send the last writes again after a reconnection: ${error instanceof Error ? error.message : String(error)}\n`),
+        (error: unknown) =>
+          process.stderr.write(
+            `redis: could not send the last writes again after a reconnection: ` +
+              `${error instanceof Error ? error.message : String(error)}\n`,
+          ),
       );
     });
   }

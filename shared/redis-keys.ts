@@ -36,9 +36,13 @@ export const batchQueuedKey = (batchId: string) => `${keyPrefix}batch:{${batchId
 export const batchIntakeKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:intake`;
 /** Held by the api writing an OpenAI batch's files or a part of its results (api/batches/openai-finalize.ts). */
 export const batchFinalizeLeaseKey = (batchId: string) => `${keyPrefix}batch:{${batchId}}:finalize`;
-/** Where a worker asks the apis to refill a batch's window (the message: the batch's id); any api that hears it does. */
+/**
+ * Where a worker asks the apis to refill a batch's window (the message: the batch's id); any api that hears it does.
+ */
 export const batchRefillChannel = `${keyPrefix}batches:refill`;
-/** Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel. */
+/**
+ * Batches not yet ended, by their expiry (a sorted set, ms): what the sweep ends at their deadline or after a cancel.
+ */
 export const openBatchesKey = `${keyPrefix}batches:open`;
 /** The sweep's lock: one api at a time walks the open batches. */
 export const batchSweepLockKey = `${keyPrefix}batches:sweep-lock`;
@@ -53,12 +57,15 @@ export const accountBatchesKey = (accountId: string) => `${keyPrefix}batches:{${
  */
 export const accountFileKey = (accountId: string, fileId: string) => `${keyPrefix}files:{${accountId}}:file:${fileId}`;
 /** An account's files by place (a sorted set scored by `seq`, which grows with creation): all, or one purpose's. */
-export const accountFilesKey = (accountId: string, purpose?: string) => `${keyPrefix}files:{${accountId}}:${purpose === undefined ? 'all' : `purpose:${purpose}`}`;
+export const accountFilesKey = (accountId: string, purpose?: string) =>
+  `${keyPrefix}files:{${accountId}}:${purpose === undefined ? 'all' : `purpose:${purpose}`}`;
 /** An account's file counter: each new file's place in its lists. */
 export const accountFilesSeqKey = (accountId: string) => `${keyPrefix}files:{${accountId}}:seq`;
 /** Files that expire, by when (a sorted set, epoch ms; member `fileMember`): the blob janitor deletes them when due. */
 export const expiringFilesKey = `${keyPrefix}files:expiring`;
-/** Uploads under way, by start (a sorted set, epoch ms; member `fileMember`): the bytes of one whose api died are swept. */
+/**
+ * Uploads under way, by start (a sorted set, epoch ms; member `fileMember`): the bytes of one whose api died are swept.
+ */
 export const fileUploadsKey = `${keyPrefix}files:uploading`;
 /** A file's member in the two gateway-wide sets above. */
 export const fileMember = (accountId: string, fileId: string) => `${accountId} ${fileId}`;
@@ -67,9 +74,15 @@ export const fileMember = (accountId: string, fileId: string) => `${accountId} $
 
 /** One stored answer: the account's, for one request hash (a hash of the request's canonical form). */
 export const cacheEntryKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:e:${hash}`;
-/** The lead mark, set while a job answers that request (its leader): identical requests that opted in follow it instead of queuing their own. */
+/**
+ * The lead mark, set while a job answers that request (its leader): identical requests that opted in follow it instead
+ * of queuing their own.
+ */
 export const cacheLeadKey = (accountId: string, hash: string) => `${keyPrefix}cache:{${accountId}}:f:${hash}`;
-/** The account's entries by expiry (member `hash keyId model`, score epoch ms) and their total size, for its bound and purges. */
+/**
+ * The account's entries by expiry (member `hash keyId model`, score epoch ms) and their total size, for its bound and
+ * purges.
+ */
 export const cacheIndexKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:index`;
 export const cacheBytesKey = (accountId: string) => `${keyPrefix}cache:{${accountId}}:bytes`;
 /** Each entry's stored size, key and model (`size keyId model`), by hash: what the bound and a purge read. */
@@ -85,7 +98,10 @@ export const payloadKey = (jobId: string) => `${keyPrefix}payload:${jobId}`;
 export const resultKey = (jobId: string) => `${keyPrefix}result:${jobId}`;
 /** A stream's replay log (stream): what a client that resumes or arrives late reads. */
 export const replayStreamKey = (jobId: string) => `${keyPrefix}replay:${jobId}`;
-/** Set (with a short TTL) while someone follows a stream's log: a stream whose first client left keeps running while it exists. */
+/**
+ * Set (with a short TTL) while someone follows a stream's log: a stream whose first client left keeps running while it
+ * exists.
+ */
 export const streamWatchKey = (jobId: string) => `${keyPrefix}watch:${jobId}`;
 /** The answer id a chat stream's chunks carry, naming its request: a client may resume by either. */
 export const streamAliasKey = (answerId: string) => `${keyPrefix}stream-id:${answerId}`;
@@ -100,7 +116,8 @@ export const videosOfKey = (keyId: string) => `${keyPrefix}videos:${keyId}`;
 
 /**
  * A prompt's cached prefix on one vendor channel (workers/prompt-warming.ts): `w` while it is taken as in the vendor's
- * cache, `p:<job id>` while the request that writes it is at the vendor. Keyed by the channel and the prefix's affinity key.
+ * cache, `p:<job id>` while the request that writes it is at the vendor. Keyed by the channel and the prefix's affinity
+ * key.
  */
 export const promptWarmKey = (channelId: string, affinityKey: string) => `${keyPrefix}warm:${channelId}:${affinityKey}`;
 
@@ -108,7 +125,9 @@ export const promptWarmKey = (channelId: string, affinityKey: string) => `${keyP
 export const replyChannel = (apiInstanceId: string) => `${keyPrefix}reply:${apiInstanceId}`;
 /** A worker process's channel for the answers of its tool loop's calls (workers/mcp/loop-calls.ts). */
 export const mcpLoopReplyChannel = (processId: string) => `${keyPrefix}mcp-loop:${processId}`;
-/** Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up. */
+/**
+ * Set (with a TTL) by a live api for its reply channel: a worker whose answers reach nobody checks it before giving up.
+ */
 export const apiAliveKey = (replyTo: string) => `${keyPrefix}alive:${replyTo}`;
 /** Every worker hears here the job ids whose requests were cancelled or abandoned. */
 export const cancelChannel = `${keyPrefix}cancel`;
@@ -138,9 +157,14 @@ export function fairKeys(queueName: string): string[] {
     `${base}:weights`, // the weights of the accounts that wait: account -> weight
   ];
 }
-/** Every job counted in a queue's backlog, by id (hash: job id -> its member encoding, shared/scheduling/lua/fair.lua). */
+/**
+ * Every job counted in a queue's backlog, by id (hash: job id -> its member encoding, shared/scheduling/lua/fair.lua).
+ */
 export const fairMembersKey = (queueName: string) => `${keyPrefix}fair:${queueName}:members`;
-/** Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): admission's shares and `/metrics`' backlog. */
+/**
+ * Jobs waiting in a queue by tier and account (hash: `tier|account` -> count): admission's shares and `/metrics`'
+ * backlog.
+ */
 export const backlogKey = (queueName: string) => `${keyPrefix}fair:${queueName}:waiting`;
 /** The weights of the accounts waiting in a queue (hash: account -> weight): admission's shares. */
 export const waitingWeightsKey = (queueName: string) => `${keyPrefix}fair:${queueName}:weights`;
@@ -154,7 +178,10 @@ export const lanesKnownKey = `${keyPrefix}lanes:known`;
 export const vendorInflightKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:inflight`;
 /** A vendor's calls started in the rolling minute (sorted set scored by start); beside its leases, on one slot. */
 export const vendorRpmKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:rpm`;
-/** A capped vendor's pace (hash beside its leases): `avg` call ms (moving average), `last` start ms, `busy` ms until which its slots count as all taken. */
+/**
+ * A capped vendor's pace (hash beside its leases): `avg` call ms (moving average), `last` start ms, `busy` ms until
+ * which its slots count as all taken.
+ */
 export const vendorPaceKey = (vendor: string) => `${keyPrefix}limit:{${vendor}}:pace`;
 /** Every worker hears a released slot here (message: the vendor), so waiters retry at once instead of polling. */
 export const slotFreedChannel = `${keyPrefix}limit-freed`;
@@ -172,23 +199,31 @@ export const channelFailuresKey = (minute: number) => `${keyPrefix}{channel-heal
 
 // ---- console sign-in, beside the accounts (one slot) ----
 
-/** A console session (hash: account, csrf, created, and for a sign-in through a provider: ends, id_token), under the SHA-256 of its token; TTL = its idle expiry. */
+/**
+ * A console session (hash: account, csrf, created, and for a sign-in through a provider: ends, id_token), under the
+ * SHA-256 of its token; TTL = its idle expiry.
+ */
 export const sessionKey = (tokenHash: string) => `${accountsPrefix}session:${tokenHash}`;
 /** The session hashes of one account (set), to end them all at once. */
 export const accountSessionsKey = (accountId: string) => `${accountsPrefix}account-sessions:${accountId}`;
 /** Failed sign-ins of one email or address in the current window (TTL = the window), under a hash of the value. */
-export const signinFailuresKey = (scope: 'email' | 'ip', value: string) => `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
+export const signinFailuresKey = (scope: 'email' | 'ip', value: string) =>
+  `${accountsPrefix}signin-fail:${scope}:${createHash('sha256').update(value).digest('hex').slice(0, 32)}`;
 /**
  * One OpenID Connect sign-in under way (a string, JSON: the browser it is bound to, its PKCE verifier, its nonce,
  * its redirect URL), under its `state`; taken once (GETDEL) by the callback; TTL = the time a sign-in may take.
  */
-export const oidcAttemptKey = (state: string) => `${accountsPrefix}oidc-attempt:${createHash('sha256').update(state).digest('hex')}`;
+export const oidcAttemptKey = (state: string) =>
+  `${accountsPrefix}oidc-attempt:${createHash('sha256').update(state).digest('hex')}`;
 
 // ---- one for the whole gateway ----
 
 /** Held by the worker that sweeps old blobs for the current interval. */
 export const janitorLockKey = `${keyPrefix}janitor`;
-/** The secret blob download URLs are signed with, when `BLOB_URL_SECRET` is unset: generated once, by whichever process comes first. */
+/**
+ * The secret blob download URLs are signed with, when `BLOB_URL_SECRET` is unset: generated once, by whichever process
+ * comes first.
+ */
 export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
 
 // ---- accounts, keys and money ----
@@ -218,9 +253,10 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *   sy:session:<sha256(token)> hash account, csrf, created (ms), ends (ms) and id_token (signed in through a
  *                                  provider): a console session, TTL = its idle expiry
  *   sy:account-sessions:<id> set   session hashes of one account, to end them all at once
- *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL = the window)
- *   sy:oidc-attempt:<sha256(state)> string an OpenID Connect sign-in under way (JSON), taken once by its callback (TTL)
- *   sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to the stamp of
+ *   sy:signin-fail:<email|ip> string sign-in attempts in the current window, counted before the password check (TTL =
+ *   the window) sy:oidc-attempt:<sha256(state)> string an OpenID Connect sign-in under way (JSON), taken once by its
+ *   callback (TTL) sy:record-loaded         string set once the hot state was loaded from the record (PostgreSQL), to
+ *   the stamp of
  *                                  that record ('<record id> <system id> <database oid>'): missing after a flush, which
  *                                  makes the next start or first use load it again; another stamp makes a start reload
  *   sy:record-epoch          string the highest high-water mark of that record seen (a restored record's is behind it)
@@ -235,9 +271,9 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  * one slot, and different accounts bill on different primaries:
  *
  *   sy:{b}:bill:<account>    hash  id, unlimited ('1'), balance (micros), reserved (micros held by requests in flight),
- *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger entry);
- *                                  per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and <key>.tpm
- *                                  (GCRA theoretical arrival times, ms); per request in flight:
+ *                                  credits (the record's credits the balance counts) and credits_at (as of which ledger
+ *                                  entry); per key: <key>.spent, <key>.reserved, <key>.used (unix s), <key>.rpm and
+ *                                  <key>.tpm (GCRA theoretical arrival times, ms); per request in flight:
  *                                  r:<request> = '<key> <micros> <tokens> <tpm limit> <budgets> <key limit>', what
  *                                  admission holds for it (budgets: '<counter>=<micros>,…', the counters it held);
  *                                  per budget (shared/money/budgets.ts): b:t (the team's), b:k:<key>, b:m:<member> =
@@ -249,15 +285,16 @@ export const blobUrlSecretKey = `${keyPrefix}blob-url-secret`;
  *   sy:{b}:settled:<request> string set once a request is settled (kept 1 min once its job completes, else until
  *                                  15 min past its deadline): settlement runs once
  *   sy:{b}:usage             stream one record per settled request, until the record's writer has committed it
- *   sy:{b}:alerts            stream one entry per alert threshold crossed (account, crossing '<counter or key>|<percent>|
+ *   sy:{b}:alerts            stream one entry per alert threshold crossed (account, crossing '<counter or
+ *   key>|<percent>|
  *                                  <limit>|<spent>'), added by the settlement that decided it in the same step; the
  *                                  record's alert writer moves each to the \`alerts\` table (storage/record/alerts.ts).
  *                                  Never trimmed: an alert is rare (a few per budget and period) and none may be lost
  *   sy:{b}:usage:dead        stream the records of that stream the record refused again and again, moved aside with
  *                                  where they came from and why: kept (never trimmed) for the operator to write again
  *
- * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage rows.
- * A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
+ * The record (PostgreSQL, storage/record/) is what these are rebuilt from: accounts, keys, the ledger and the usage
+ * rows. A gateway that kept everything in Redis (before the record) kept the money fields in the directory's hashes,
  * ledgers in `sy:ledger:<id>`, usage in `sy:usage` and day totals in `sy:usage-day:*`: read once, to import them.
  */
 export const accountKey = (id: string) => `${accountsPrefix}account:${id}`;
@@ -269,9 +306,13 @@ export const apiKeyRecordKey = (keyId: string) => `${accountsPrefix}key:${keyId}
 export const apiKeyHashesKey = `${accountsPrefix}keyhash`;
 export const apiKeyIdsKey = `${accountsPrefix}keyids`;
 export const accountKeysKey = (accountId: string) => `${accountsPrefix}account-keys:${accountId}`;
-/** Before the record: the usage stream and day totals all accounts shared (read only to import them, and drained by the writer). */
+/**
+ * Before the record: the usage stream and day totals all accounts shared (read only to import them, and drained by the
+ * writer).
+ */
 export const legacyUsageStreamKey = `${accountsPrefix}usage`;
-export const usageDayKey = (day: string, accountId?: string) => (accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`);
+export const usageDayKey = (day: string, accountId?: string) =>
+  accountId === undefined ? `${accountsPrefix}usage-day:${day}` : `${accountsPrefix}usage-day:${day}:${accountId}`;
 /** Named for the layout it marks loaded: a gateway that kept money in the directory's hashes loads the buckets anew. */
 export const recordLoadedKey = `${accountsPrefix}record-loaded:buckets`;
 export const recordLoadingKey = `${accountsPrefix}record-loading`;
@@ -292,15 +333,22 @@ const bucketTags = Array.from({ length: billingBuckets }, (_, k) => {
     if (Math.floor(slotOf(tag) / (clusterSlots / billingBuckets)) === k) return tag;
   }
 });
-/** The bucket of an account: the sixteenth of the slot range its own id hashes to (no table: any process computes it). */
-export const billingBucket = (accountId: string): number => Math.floor(slotOf(accountId) / (clusterSlots / billingBuckets));
+/**
+ * The bucket of an account: the sixteenth of the slot range its own id hashes to (no table: any process computes it).
+ */
+export const billingBucket = (accountId: string): number =>
+  Math.floor(slotOf(accountId) / (clusterSlots / billingBuckets));
 const bucketPrefix = (bucket: number) => `${keyPrefix}{${bucketTags[bucket]}}:`;
 export const billKey = (accountId: string) => `${bucketPrefix(billingBucket(accountId))}bill:${accountId}`;
-export const settledKey = (accountId: string, requestId: string) => `${bucketPrefix(billingBucket(accountId))}settled:${requestId}`;
+export const settledKey = (accountId: string, requestId: string) =>
+  `${bucketPrefix(billingBucket(accountId))}settled:${requestId}`;
 export const reservationDeadlinesKey = (bucket: number) => `${bucketPrefix(bucket)}resv-deadlines`;
 export const usageStreamKey = (bucket: number) => `${bucketPrefix(bucket)}usage`;
 /** Every bucket's usage stream, and the one gateway-wide stream of a gateway before buckets (drained, then empty). */
-export const usageStreamKeys: readonly string[] = [...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)), legacyUsageStreamKey];
+export const usageStreamKeys: readonly string[] = [
+  ...Array.from({ length: billingBuckets }, (_, k) => usageStreamKey(k)),
+  legacyUsageStreamKey,
+];
 /** A bucket's stream of alert crossings, beside the bills whose settlements decide them (same slot). */
 export const alertStreamKey = (bucket: number) => `${bucketPrefix(bucket)}alerts`;
 export const alertStreamKeys: readonly string[] = Array.from({ length: billingBuckets }, (_, k) => alertStreamKey(k));
@@ -311,23 +359,36 @@ export const alertStreamKeys: readonly string[] = Array.from({ length: billingBu
  */
 export const usageDeadLetterKey = (stream: string) => `${stream}:dead`;
 /** A key's fields in its account's bill. */
-export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') => `${keyId}.${field}`;
-export const keyBillFields = (keyId: string) => (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));
+export const keyBillField = (keyId: string, field: 'spent' | 'reserved' | 'used' | 'rpm' | 'tpm') =>
+  `${keyId}.${field}`;
+export const keyBillFields = (keyId: string) =>
+  (['spent', 'reserved', 'used', 'rpm', 'tpm'] as const).map((field) => keyBillField(keyId, field));
 /** A reservation's member in its bucket's deadlines. */
 export const deadlineMember = (accountId: string, requestId: string) => `${accountId} ${requestId}`;
 
-/** Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api drops what it cached. */
+/**
+ * Published with a key id when a key changes or is revoked, and with `account:<id>` when an account does: every api
+ * drops what it cached.
+ */
 export const accessChangedChannel = `${keyPrefix}access-changed`;
 
 /** Upstream MCP servers (shared/mcp/servers.ts): each one's last check, a field per server, written by a worker. */
 export const mcpHealthKey = `${keyPrefix}mcp:health`;
-/** Set once a request's tool loop (workers/mcp/tool-loop.ts) made its first call: a run of the job after its worker died is not run again. */
+/**
+ * Set once a request's tool loop (workers/mcp/tool-loop.ts) made its first call: a run of the job after its worker died
+ * is not run again.
+ */
 export const mcpLoopCalledKey = (requestId: string) => `${keyPrefix}mcp:loop-called:${requestId}`;
-/** Raised each time an admin adds, changes or removes an MCP server: every api and worker reads the servers again (shared/mcp/registry.ts). */
+/**
+ * Raised each time an admin adds, changes or removes an MCP server: every api and worker reads the servers again
+ * (shared/mcp/registry.ts).
+ */
 export const mcpServersVersionKey = `${keyPrefix}mcp:servers-version`;
 /** Held by the worker checking the MCP servers this interval, so one worker checks them, not each. */
 export const mcpCheckLockKey = `${keyPrefix}mcp:check-lock`;
-/** An admin's "check it now" (a server's name): a worker checks that server at once (`mcpServerCheckLockKey` picks one). */
+/**
+ * An admin's "check it now" (a server's name): a worker checks that server at once (`mcpServerCheckLockKey` picks one).
+ */
 export const mcpCheckChannel = `${keyPrefix}mcp:check-now`;
 /** Held by the worker checking one server at an admin's asking, for the check's time. */
 export const mcpServerCheckLockKey = (server: string) => `${keyPrefix}mcp:check-lock:${server}`;

@@ -19,7 +19,9 @@ import type { Cluster, Redis } from 'ioredis';
 export type ScriptValue = string | number | Buffer;
 type Value = ScriptValue | readonly ScriptValue[];
 
-export type ScriptInput<K extends string, A extends string> = { readonly [P in K]: string | readonly string[] } & { readonly [P in A]: Value };
+export type ScriptInput<K extends string, A extends string> = { readonly [P in K]: string | readonly string[] } & {
+  readonly [P in A]: Value;
+};
 
 export interface RedisScript<K extends string, A extends string, R> {
   /** Runs the script on this connection with its keys and arguments named. */
@@ -46,7 +48,10 @@ export interface ScriptSpec<K extends string, A extends string, R> {
 }
 
 /** The reply as Redis sends it, typed: for scripts whose answer needs no reading. */
-export const as = <R>() => (raw: never) => raw as R;
+export const as =
+  <R>() =>
+  (raw: never) =>
+    raw as R;
 
 /** The `.lua` files in the `lua/` folder beside a module (`import.meta.url`), by name. */
 export function luaFiles(moduleUrl: string, ...names: string[]): URL[] {
@@ -61,7 +66,9 @@ export function declaredScripts(): ReadonlyArray<RedisScript<string, string, unk
 }
 
 /** Declares a script: its files, its keys' and arguments' names, and how its reply is read. */
-export function redisScript<const K extends string, const A extends string, R>(spec: ScriptSpec<K, A, R>): RedisScript<K, A, R> {
+export function redisScript<const K extends string, const A extends string, R>(
+  spec: ScriptSpec<K, A, R>,
+): RedisScript<K, A, R> {
   if (registered.has(spec.name)) throw new Error(`redis script ${spec.name} declared twice`);
   const lua = spec.files.map((file) => readFileSync(file, 'utf8')).join('\n');
   const command = `sy_${spec.name}`;

@@ -27,7 +27,13 @@ export const redisProtocol: 2 | 3 = 3;
  */
 export function createRedis(target: RedisTarget | string, options: RedisOptions = {}): Redis {
   const where: RedisTarget = typeof target === 'string' ? { kind: 'single', url: target } : target;
-  const base: RedisOptions = { maxRetriesPerRequest: null, enableReadyCheck: true, retryStrategy: reconnect, protocol: redisProtocol, ...options };
+  const base: RedisOptions = {
+    maxRetriesPerRequest: null,
+    enableReadyCheck: true,
+    retryStrategy: reconnect,
+    protocol: redisProtocol,
+    ...options,
+  };
   if (where.kind === 'cluster') {
     const { password, username, tls } = urlOptions(where.url);
     const cluster = new Cluster(where.nodes, {
@@ -43,9 +49,12 @@ export function createRedis(target: RedisTarget | string, options: RedisOptions 
       shardedSubscribers: true,
       enableOfflineQueue: true,
     });
-    cluster.on('+node', (node: Redis) => node.on('connect', () => batchWrites((node as unknown as { stream: Socket }).stream)));
+    cluster.on('+node', (node: Redis) =>
+      node.on('connect', () => batchWrites((node as unknown as { stream: Socket }).stream)),
+    );
     cluster.on('error', reportErrors());
-    // Read by `isCluster`; a Cluster answers `duplicate()` with the same options, so BullMQ's own connections are Clusters too.
+    // Read by `isCluster`; a Cluster answers `duplicate()` with the same options, so BullMQ's own connections are
+    // Clusters too.
     return cluster as unknown as Redis;
   }
   const redis =
@@ -113,36 +122,67 @@ export async function reachRedis(target: RedisTarget | string, { attempts = 10, 
     const problem = await probe(where);
     if (problem === undefined) return;
     if (refusedCredentials.test(problem)) {
-      throw new Error(`Redis at ${addresses} refused the credentials (${credentialsProblem(problem)}): set the user and password in REDIS_URL, redis://USER:PASSWORD@host:port.`);
+      throw new Error(
+        `Redis at ${addresses} refused the credentials (${credentialsProblem(problem)}): set the user and password in REDIS_URL, redis://USER:PASSWORD@host:port.`,
+      );
     }
     if (where.kind === 'cluster' && /cluster support disabled/.test(problem)) {
-      throw new Error(`Redis at ${addresses} is not a Cluster (cluster support disabled): name it in REDIS_URL alone (redis://host:port), without REDIS_CLUSTER_NODES or redis+cluster://.`);
+      throw new Error(
+        `Redis at ${addresses} is not a Cluster (cluster support disabled): name it in REDIS_URL alone (redis://host:port), without REDIS_CLUSTER_NODES or redis+cluster://.`,
+      );
     }
     if (attempt >= attempts) break;
     await new Promise((resolve) => setTimeout(resolve, pauseMs));
   }
-  if (where.kind === 'cluster') throw new Error(`cannot reach a Redis Cluster at ${addresses} (REDIS_CLUSTER_NODES, or a redis+cluster:// REDIS_URL): start it, or name nodes that run.`);
-  if (where.kind === 'sentinel') throw new Error(`cannot reach Redis through the Sentinels at ${addresses} (REDIS_SENTINELS) for the primary "${where.name}" (REDIS_SENTINEL_NAME): start them, or name Sentinels that run and the primary they monitor.`);
+  if (where.kind === 'cluster')
+    throw new Error(
+      `cannot reach a Redis Cluster at ${addresses} (REDIS_CLUSTER_NODES, or a redis+cluster:// REDIS_URL): start it, or name nodes that run.`,
+    );
+  if (where.kind === 'sentinel')
+    throw new Error(
+      `cannot reach Redis through the Sentinels at ${addresses} (REDIS_SENTINELS) for the primary ` +
+        `"${where.name}" (REDIS_SENTINEL_NAME): start them, or name Sentinels that run and the primary they ` +
+        `monitor.`,
+    );
   throw new Error(`cannot reach Redis at ${addresses} (REDIS_URL): start it, or point REDIS_URL at one that runs.`);
 }
 
 /** One PING over a connection that never retries; undefined when answered, else the first error it met. */
 async function probe(where: RedisTarget): Promise<string | undefined> {
-  const once: RedisOptions = { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null, connectTimeout: 1000, protocol: redisProtocol };
+  const once: RedisOptions = {
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    connectTimeout: 1000,
+    protocol: redisProtocol,
+  };
   const client: Redis | Cluster =
     where.kind === 'cluster'
-      ? new Cluster(where.nodes, { lazyConnect: true, clusterRetryStrategy: () => null, redisOptions: { ...once, ...urlOptions(where.url) } })
+      ? new Cluster(where.nodes, {
+          lazyConnect: true,
+          clusterRetryStrategy: () => null,
+          redisOptions: { ...once, ...urlOptions(where.url) },
+        })
       : where.kind === 'sentinel'
-        ? new Redis({ ...once, ...urlOptions(where.url), sentinels: where.sentinels, name: where.name, sentinelRetryStrategy: () => null })
+        ? new Redis({
+            ...once,
+            ...urlOptions(where.url),
+            sentinels: where.sentinels,
+            name: where.name,
+            sentinelRetryStrategy: () => null,
+          })
         : new Redis(where.url, once);
-  // connect() rejects with a bare "Connection is closed."; the cause (refused, WRONGPASS, not a Cluster…) comes as an event.
+  // connect() rejects with a bare "Connection is closed."; the cause (refused, WRONGPASS, not a Cluster…) comes as an
+  // event.
   let cause: string | undefined;
   const note = (error: Error) => (cause ??= error.message);
   client.on('error', note);
   client.on('node error', note);
   let timer: NodeJS.Timeout | undefined;
   // Something that takes the connection and never answers (a wrong port, a proxy) must not hold the start: 5 s a try.
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 5 s')), 5000)));
+  const late = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error('no answer within 5 s')), 5000)),
+  );
   const answered = client.connect().then(() => client.ping());
   // Lost to the timer, it still settles (rejected by the disconnect below): nobody else awaits it.
   answered.catch(() => undefined);
@@ -246,7 +286,15 @@ export function inOneWrite(redis: Redis): Pipeline {
   const batch: Pipeline = new Proxy({} as Pipeline, {
     get(_target, name: string) {
       if (name === 'exec') {
-        return () => Promise.all(calls.map((call) => call().then((result) => [null, result] as [null, unknown], (error: Error) => [error, null] as [Error, null])));
+        return () =>
+          Promise.all(
+            calls.map((call) =>
+              call().then(
+                (result) => [null, result] as [null, unknown],
+                (error: Error) => [error, null] as [Error, null],
+              ),
+            ),
+          );
       }
       if (name === 'then') return undefined;
       return (...args: unknown[]) => {

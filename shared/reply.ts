@@ -29,7 +29,6 @@ export function decodeReply(message: string): ReplyMessage | undefined {
   return { kind: kind as ReplyKind, jobId, seq: Number(seq), payload: message.slice(newline + 1) };
 }
 
-
 /** Takes a reply message in the process that holds its channel. */
 export type ReplyReceiver = (message: ReplyMessage) => void;
 

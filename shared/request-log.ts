@@ -58,7 +58,8 @@ export const logField = 'log';
  */
 export async function appendRequestLog(redis: Redis, event: RequestLogEvent, bufferRecords: number): Promise<unknown> {
   const json = JSON.stringify(event);
-  const append = (on: Redis) => on.xadd(usageStreamKey(billingBucket(event.account_id)), 'MAXLEN', '~', bufferRecords, '*', logField, json);
+  const append = (on: Redis) =>
+    on.xadd(usageStreamKey(billingBucket(event.account_id)), 'MAXLEN', '~', bufferRecords, '*', logField, json);
   const appended = await append(redis);
   // Sent again after a reconnection (a failover may have lost it): the record keeps one row per request id.
   journalWrite(redis, async (on) => (await append(on), false));

@@ -55,13 +55,33 @@ export function textPart(text: string): OutputTextPart {
   return { type: 'output_text', annotations: [], logprobs: [], text };
 }
 
-export function messageItem(id: string, status: 'in_progress' | 'completed', content: unknown[]): Record<string, unknown> {
+export function messageItem(
+  id: string,
+  status: 'in_progress' | 'completed',
+  content: unknown[],
+): Record<string, unknown> {
   return { id, type: 'message', status, content, role: 'assistant' };
 }
 
-/** A function call item; a call to a namespaced tool says its namespace and its own name (shared/responses-tools.ts). */
-export function functionCallItem(id: string, status: 'in_progress' | 'completed', args: string, callId: string, tool: { name: string; namespace?: string }): Record<string, unknown> {
-  return { id, type: 'function_call', status, arguments: args, call_id: callId, ...(tool.namespace !== undefined && { namespace: tool.namespace }), name: tool.name };
+/**
+ * A function call item; a call to a namespaced tool says its namespace and its own name (shared/responses-tools.ts).
+ */
+export function functionCallItem(
+  id: string,
+  status: 'in_progress' | 'completed',
+  args: string,
+  callId: string,
+  tool: { name: string; namespace?: string },
+): Record<string, unknown> {
+  return {
+    id,
+    type: 'function_call',
+    status,
+    arguments: args,
+    call_id: callId,
+    ...(tool.namespace !== undefined && { namespace: tool.namespace }),
+    name: tool.name,
+  };
 }
 
 export function isRecord(value: unknown): value is Record<string, unknown> {
@@ -130,7 +150,8 @@ const responseErrorCodes = new Set([
 export function responseErrorCode(code: string): string {
   if (responseErrorCodes.has(code)) return code;
   if (/rate_limit|quota/.test(code)) return 'rate_limit_exceeded';
-  if (/^(invalid_|unsupported_)|context_length|content_policy|content_filter|too_large|too_long/.test(code)) return 'invalid_prompt';
+  if (/^(invalid_|unsupported_)|context_length|content_policy|content_filter|too_large|too_long/.test(code))
+    return 'invalid_prompt';
   return 'server_error';
 }
 
@@ -144,7 +165,8 @@ export function responseObject(shell: ResponseShell, state: ResponseState): Resp
     background: shell.background,
     completed_at: state.completedAt ?? null,
     error: state.error === null ? null : { code: responseErrorCode(state.error.code), message: state.error.message },
-    incomplete_details: state.status === 'incomplete' && state.incompleteReason !== undefined ? { reason: state.incompleteReason } : null,
+    incomplete_details:
+      state.status === 'incomplete' && state.incompleteReason !== undefined ? { reason: state.incompleteReason } : null,
     instructions: shell.instructions,
     max_output_tokens: shell.max_output_tokens,
     model: shell.model,
@@ -177,10 +199,16 @@ export function responsesUsage(usage: ChatStyleUsage): ResponsesUsage {
   const completionDetails = isRecord(usage.completion_tokens_details) ? usage.completion_tokens_details : {};
   return {
     input_tokens: input,
-    input_tokens_details: { cached_tokens: tokens(promptDetails.cached_tokens), cache_write_tokens: tokens(promptDetails.cache_write_tokens) },
+    input_tokens_details: {
+      cached_tokens: tokens(promptDetails.cached_tokens),
+      cache_write_tokens: tokens(promptDetails.cache_write_tokens),
+    },
     output_tokens: output,
     output_tokens_details: { reasoning_tokens: tokens(completionDetails.reasoning_tokens) },
-    total_tokens: typeof usage.total_tokens === 'number' && Number.isFinite(usage.total_tokens) ? usage.total_tokens : input + output,
+    total_tokens:
+      typeof usage.total_tokens === 'number' && Number.isFinite(usage.total_tokens)
+        ? usage.total_tokens
+        : input + output,
   };
 }
 
@@ -198,7 +226,8 @@ export function frame(type: string, sequence: number, fields: Record<string, unk
 export function replayFrames(response: ResponseObject): string[] {
   const frames: string[] = [];
   const push = (type: string, fields: Record<string, unknown>) => frames.push(frame(type, frames.length, fields));
-  // The opening events show the response before it had any usage: left out, as a live stream's are (the spec has no null usage).
+  // The opening events show the response before it had any usage: left out, as a live stream's are (the spec has no
+  // null usage).
   const { usage: _usage, ...withoutUsage } = response;
   const opening: ResponseObject = {
     ...withoutUsage,
@@ -216,7 +245,10 @@ export function replayFrames(response: ResponseObject): string[] {
     if (!isRecord(item)) return;
     const id = typeof item.id === 'string' ? item.id : '';
     if (item.type === 'message') {
-      push('response.output_item.added', { output_index: outputIndex, item: { ...item, status: 'in_progress', content: [] } });
+      push('response.output_item.added', {
+        output_index: outputIndex,
+        item: { ...item, status: 'in_progress', content: [] },
+      });
       const content = Array.isArray(item.content) ? item.content : [];
       content.forEach((part, contentIndex) => {
         const base = { item_id: id, output_index: outputIndex, content_index: contentIndex };
@@ -232,9 +264,18 @@ export function replayFrames(response: ResponseObject): string[] {
       });
     } else if (item.type === 'function_call') {
       const args = typeof item.arguments === 'string' ? item.arguments : '';
-      push('response.output_item.added', { output_index: outputIndex, item: { ...item, status: 'in_progress', arguments: '' } });
-      if (args !== '') push('response.function_call_arguments.delta', { item_id: id, output_index: outputIndex, delta: args });
-      push('response.function_call_arguments.done', { item_id: id, output_index: outputIndex, name: item.name, arguments: args });
+      push('response.output_item.added', {
+        output_index: outputIndex,
+        item: { ...item, status: 'in_progress', arguments: '' },
+      });
+      if (args !== '')
+        push('response.function_call_arguments.delta', { item_id: id, output_index: outputIndex, delta: args });
+      push('response.function_call_arguments.done', {
+        item_id: id,
+        output_index: outputIndex,
+        name: item.name,
+        arguments: args,
+      });
     } else {
       push('response.output_item.added', { output_index: outputIndex, item });
     }
@@ -267,4 +308,3 @@ export function replayFrames(response: ResponseObject): string[] {
   }
   return frames;
 }
-

@@ -25,7 +25,10 @@ export function chatSafeToolName(name: string, key: string = name): string {
   return `${safe.slice(0, maxNameLength - hash.length - 1)}_${hash}`;
 }
 
-/** `<namespace>__<name>`, or, when that is too long or not a valid function name, a shortened form made unique by a hash. */
+/**
+ * `<namespace>__<name>`, or, when that is too long or not a valid function name, a shortened form made unique by a
+ * hash.
+ */
 export function flatToolName(namespace: string, name: string): string {
   return chatSafeToolName(`${namespace}__${name}`, `${namespace}\u0000${name}`);
 }
@@ -39,7 +42,8 @@ export interface NamespacedName {
 export function namespacedTools(tools: readonly unknown[] | null | undefined): Map<string, NamespacedName> {
   const names = new Map<string, NamespacedName>();
   for (const tool of tools ?? []) {
-    if (!isRecord(tool) || tool.type !== 'namespace' || typeof tool.name !== 'string' || !Array.isArray(tool.tools)) continue;
+    if (!isRecord(tool) || tool.type !== 'namespace' || typeof tool.name !== 'string' || !Array.isArray(tool.tools))
+      continue;
     for (const inner of tool.tools) {
       if (isRecord(inner) && inner.type === 'function' && typeof inner.name === 'string') {
         names.set(flatToolName(tool.name, inner.name), { namespace: tool.name, name: inner.name });
@@ -50,6 +54,9 @@ export function namespacedTools(tools: readonly unknown[] | null | undefined): M
 }
 
 /** A vendor's call by its flat name, as the client knows it: its namespace (if any) and name. */
-export function clientToolName(flat: string, names: ReadonlyMap<string, NamespacedName>): { name: string; namespace?: string } {
+export function clientToolName(
+  flat: string,
+  names: ReadonlyMap<string, NamespacedName>,
+): { name: string; namespace?: string } {
   return names.get(flat) ?? { name: flat };
 }

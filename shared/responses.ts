@@ -30,7 +30,9 @@ export interface ResponseShell {
   store: boolean;
   background: boolean;
   user: string | null;
-  /** The tier that serves it (`service_tier` of the response object); absent in a shell stored before tiers: `default`. */
+  /**
+   * The tier that serves it (`service_tier` of the response object); absent in a shell stored before tiers: `default`.
+   */
   service_tier?: ServiceTier;
 }
 

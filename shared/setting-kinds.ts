@@ -59,9 +59,13 @@ export const unsetIfBlank = (raw: unknown) => (typeof raw === 'string' && raw.tr
 export const quotesValue = { quotesValue: true };
 
 /** The schema's own answer for an unset variable, so that the documented default cannot drift from it. */
-export const plainDefault = (schema: z.ZodType): SettingDefault => ({ kind: 'value', value: schema.parse(undefined) as string | number | boolean | string[] });
+export const plainDefault = (schema: z.ZodType): SettingDefault => ({
+  kind: 'value',
+  value: schema.parse(undefined) as string | number | boolean | string[],
+});
 
-export const integerType = (min: number, max?: number) => (max === undefined ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`);
+export const integerType = (min: number, max?: number) =>
+  max === undefined ? `an integer ≥ ${min}` : `an integer from ${min} to ${max}`;
 
 export function integerSchema(min: number, max?: number) {
   const error = `must be ${integerType(min, max)}`;
@@ -75,13 +79,20 @@ export function integer(min: number, fallback: number, max?: number): Kind<numbe
 }
 
 export function optionalInteger(min: number, fallback: SettingDefault, max?: number): Kind<number | undefined> {
-  return { type: integerType(min, max), default: fallback, schema: z.preprocess(unsetIfBlank, integerSchema(min, max).optional()) };
+  return {
+    type: integerType(min, max),
+    default: fallback,
+    schema: z.preprocess(unsetIfBlank, integerSchema(min, max).optional()),
+  };
 }
 
 /** A non-negative amount of USD, as written (`5`, `0.25`); kept to the micro-dollar by whoever converts it. */
 export function usdAmount(fallback: number, max: number): Kind<number> {
   const error = `must be an amount of USD from 0 to ${max}`;
-  const schema = z.preprocess(unsetIfBlank, z.coerce.number({ error }).finite({ error }).min(0, { error }).max(max, { error }).default(fallback));
+  const schema = z.preprocess(
+    unsetIfBlank,
+    z.coerce.number({ error }).finite({ error }).min(0, { error }).max(max, { error }).default(fallback),
+  );
   return { type: `USD from 0 to ${max}`, default: plainDefault(schema), schema };
 }
 
@@ -107,7 +118,10 @@ export function decimalMultiplier(fallback: string): Kind<string> {
 /** A number from 0 to 1 (a sampling ratio). */
 export function fraction(fallback: number): Kind<number> {
   const error = 'must be a number from 0 to 1';
-  const schema = z.preprocess(unsetIfBlank, z.coerce.number({ error }).finite({ error }).min(0, { error }).max(1, { error }).default(fallback));
+  const schema = z.preprocess(
+    unsetIfBlank,
+    z.coerce.number({ error }).finite({ error }).min(0, { error }).max(1, { error }).default(fallback),
+  );
   return { type: 'a number from 0 to 1', default: plainDefault(schema), schema };
 }
 
@@ -136,9 +150,16 @@ export function oneOf<T extends string>(values: readonly T[], aliases: Readonly<
   return { type, schema };
 }
 
-export function choice<const T extends string>(values: readonly T[], fallback: T, aliases?: Readonly<Record<string, T>>): Kind<T> {
+export function choice<const T extends string>(
+  values: readonly T[],
+  fallback: T,
+  aliases?: Readonly<Record<string, T>>,
+): Kind<T> {
   const { type, schema: value } = oneOf(values, aliases);
-  const schema = z.preprocess(unsetIfBlank, value.optional().transform((chosen) => chosen ?? fallback)) as z.ZodType<T>;
+  const schema = z.preprocess(
+    unsetIfBlank,
+    value.optional().transform((chosen) => chosen ?? fallback),
+  ) as z.ZodType<T>;
   return { type, default: plainDefault(schema), schema };
 }
 
@@ -146,12 +167,26 @@ export const switchAliases = { true: 'on', '1': 'on', yes: 'on', false: 'off', '
 export const onOff = () => oneOf(['on', 'off'] as const, switchAliases);
 
 export function flag(fallback: boolean): Kind<boolean> {
-  const schema = z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').default(fallback));
+  const schema = z.preprocess(
+    unsetIfBlank,
+    onOff()
+      .schema.transform((value) => value === 'on')
+      .default(fallback),
+  );
   return { type: 'on or off', default: { kind: 'value', value: schema.parse(undefined) }, schema };
 }
 
 export function optionalFlag(fallback: SettingDefault): Kind<boolean | undefined> {
-  return { type: 'on or off', default: fallback, schema: z.preprocess(unsetIfBlank, onOff().schema.transform((value) => value === 'on').optional()) };
+  return {
+    type: 'on or off',
+    default: fallback,
+    schema: z.preprocess(
+      unsetIfBlank,
+      onOff()
+        .schema.transform((value) => value === 'on')
+        .optional(),
+    ),
+  };
 }
 
 export function isHttpUrl(raw: string): boolean {
@@ -197,7 +232,13 @@ export function nameList<const T extends string>(values: readonly T[], fallback:
 
 /** A comma-separated list of lower-case names (blank or unset: `fallback`). */
 export function wordList(fallback: readonly string[]): Kind<string[]> {
-  const schema = z.preprocess(unsetIfBlank, z.string().transform((raw) => commaList(raw.toLowerCase())).default([...fallback]));
+  const schema = z.preprocess(
+    unsetIfBlank,
+    z
+      .string()
+      .transform((raw) => commaList(raw.toLowerCase()))
+      .default([...fallback]),
+  );
   return { type: 'a comma-separated list of names', default: plainDefault(schema), schema };
 }
 
@@ -210,18 +251,30 @@ export function percentList(fallback: readonly number[]): Kind<number[]> {
   const list = z.string().transform((raw, ctx) => {
     const entries = commaList(raw);
     const values = entries.map((entry) => (/^\d{1,3}$/.test(entry) ? Number(entry) : Number.NaN));
-    if (values.some((value, i) => !Number.isInteger(value) || value < 1 || value > 100 || (i > 0 && value <= values[i - 1]!))) {
+    if (
+      values.some(
+        (value, i) => !Number.isInteger(value) || value < 1 || value > 100 || (i > 0 && value <= values[i - 1]!),
+      )
+    ) {
       ctx.addIssue({ code: 'custom', message: error });
       return z.NEVER;
     }
     return values;
   });
   const schema = z.preprocess(unsetIfBlank, list.default([...fallback]));
-  return { type: 'ascending percentages from 1 to 100, comma-separated', default: { kind: 'derived', text: `\`${fallback.join(',')}\`` }, schema };
+  return {
+    type: 'ascending percentages from 1 to 100, comma-separated',
+    default: { kind: 'derived', text: `\`${fallback.join(',')}\`` },
+    schema,
+  };
 }
 
 export function keyList(): Kind<string[]> {
-  return { type: 'comma-separated keys', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])) };
+  return {
+    type: 'comma-separated keys',
+    default: { kind: 'unset' },
+    schema: z.preprocess(unsetIfBlank, z.string().transform(commaList).default([])),
+  };
 }
 
 /**
@@ -234,7 +287,11 @@ export function queueList(): Kind<WorkerCapability[]> {
     const queues = commaList(raw);
     for (const queue of queues) {
       if (!known.includes(queue)) {
-        ctx.addIssue({ code: 'custom', message: `names an unknown queue "${queue}"; known: ${workerCapabilities.join(', ')}`, params: quotesValue });
+        ctx.addIssue({
+          code: 'custom',
+          message: `names an unknown queue "${queue}"; known: ${workerCapabilities.join(', ')}`,
+          params: quotesValue,
+        });
         return z.NEVER;
       }
     }
@@ -259,7 +316,11 @@ export function addressList(): Kind<Array<{ host: string; port: number }> | unde
     }
     return addresses;
   });
-  return { type: 'comma-separated host:port pairs', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, list.optional()) };
+  return {
+    type: 'comma-separated host:port pairs',
+    default: { kind: 'unset' },
+    schema: z.preprocess(unsetIfBlank, list.optional()),
+  };
 }
 
 /** `name=model` pairs, comma-separated: names a client may send, each for a catalog model id. */
@@ -276,7 +337,11 @@ export function aliasList(): Kind<Array<[string, string]>> {
     }
     return pairs;
   });
-  return { type: 'comma-separated name=model pairs', default: { kind: 'unset' }, schema: z.preprocess(unsetIfBlank, list.default([])) };
+  return {
+    type: 'comma-separated name=model pairs',
+    default: { kind: 'unset' },
+    schema: z.preprocess(unsetIfBlank, list.default([])),
+  };
 }
 
 /** Host names, `*.` wildcards, IP addresses and CIDR ranges; a range that cannot be a range fails at startup. */
@@ -288,7 +353,11 @@ export function hostList(): Kind<string[]> {
       const family = isIP(network);
       const max = family === 6 ? 128 : 32;
       const validName = family !== 0 || /^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$/.test(network);
-      if (!validName || extra !== undefined || (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))) {
+      if (
+        !validName ||
+        extra !== undefined ||
+        (bits !== undefined && (family === 0 || !/^\d+$/.test(bits) || Number(bits) > max))
+      ) {
         ctx.addIssue({
           code: 'custom',
           message: `holds "${entry}", which is neither a host name (no port), an IP address nor a CIDR range`,
@@ -304,7 +373,12 @@ export function hostList(): Kind<string[]> {
 }
 
 export const setting = <T>(kind: Kind<T>, description: string): Setting<T> => ({ ...kind, description });
-export const family = <T>(name: string, pattern: RegExp, kind: Kind<T>, description: string): Family<T> => ({ name, pattern, ...kind, description });
+export const family = <T>(name: string, pattern: RegExp, kind: Kind<T>, description: string): Family<T> => ({
+  name,
+  pattern,
+  ...kind,
+  description,
+});
 
 /** Comma-separated values kept as written (an identity provider's group names are case-sensitive). */
 export function textList(type: string): Kind<string[]> {
@@ -337,7 +411,11 @@ export function teamMap(): Kind<TeamMapEntry[]> {
       const team = match?.[2]!.trim() ?? '';
       const role = match?.[3]!.trim().toLowerCase() ?? '';
       if (!match || group === '' || team === '' || !(teamMapRoles as readonly string[]).includes(role)) {
-        ctx.addIssue({ code: 'custom', message: `holds "${entry}", which is not group=Team name:role (role: ${teamMapRoles.join(', ')})`, params: quotesValue });
+        ctx.addIssue({
+          code: 'custom',
+          message: `holds "${entry}", which is not group=Team name:role (role: ${teamMapRoles.join(', ')})`,
+          params: quotesValue,
+        });
         return z.NEVER;
       }
       entries.push({ group, team, role: role as TeamMapRole });

@@ -17,9 +17,17 @@ export const closeMarginMs = 2000;
  */
 export async function settledBy(work: Promise<unknown>, until: number): Promise<boolean> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), Math.max(0, until - Date.now()))));
+  const late = new Promise<false>(
+    (resolve) => (timer = setTimeout(() => resolve(false), Math.max(0, until - Date.now()))),
+  );
   try {
-    return await Promise.race([work.then(() => true, () => true), late]);
+    return await Promise.race([
+      work.then(
+        () => true,
+        () => true,
+      ),
+      late,
+    ]);
   } finally {
     clearTimeout(timer);
   }

@@ -68,7 +68,13 @@ export function* tokenizerPieces(text: string): Generator<string> {
 }
 
 function isWhitespace(code: number): boolean {
-  return code === 0x20 || (code >= 0x09 && code <= 0x0d) || code === 0xa0 || code === 0x3000 || (code >= 0x2000 && code <= 0x200a);
+  return (
+    code === 0x20 ||
+    (code >= 0x09 && code <= 0x0d) ||
+    code === 0xa0 ||
+    code === 0x3000 ||
+    (code >= 0x2000 && code <= 0x200a)
+  );
 }
 
 function isHighSurrogate(code: number): boolean {
@@ -89,7 +95,6 @@ export function encodeText(text: string): number[] {
   for (const piece of tokenizerPieces(text)) for (const token of encode(piece, plainText)) tokens.push(token);
   return tokens;
 }
-
 
 /**
  * `countTextTokens` for text that may be long, off the critical path of every
@@ -190,7 +195,8 @@ function tallyPart(part: ContentPart, tally: PromptTally): void {
     case 'file': {
       const file = part.file as { file_data?: string; filename?: string } | undefined;
       tally.texts.push(file?.filename ?? '');
-      // Extracted text stays under a token per 4 bytes, but page images are billed on top: one per 2 bytes stays above both.
+      // Extracted text stays under a token per 4 bytes, but page images are billed on top: one per 2 bytes stays above
+      // both.
       tally.fixed += file?.file_data ? Math.ceil(base64ByteLength(file.file_data) / 2) : TOKENS_FOR_FILE_BY_ID;
       return;
     }

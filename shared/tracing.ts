@@ -50,7 +50,9 @@ export interface TracingOptions {
 const instrumentationName = 'switchyard';
 let tracer: Tracer | undefined;
 
-/** Whether this process records spans: checked once where hooks are installed, so the hot path pays nothing when off. */
+/**
+ * Whether this process records spans: checked once where hooks are installed, so the hot path pays nothing when off.
+ */
 export function tracingEnabled(): boolean {
   return tracer !== undefined;
 }
@@ -65,7 +67,10 @@ export function defaultServiceName(role: TracingRole): string {
   return role === 'all' ? 'switchyard' : `switchyard-${role}`;
 }
 
-/** The exporter's URL: OTEL_EXPORTER_OTLP_ENDPOINT is a base, to which the traces path is appended (as the OTLP spec says). */
+/**
+ * The exporter's URL: OTEL_EXPORTER_OTLP_ENDPOINT is a base, to which the traces path is appended (as the OTLP spec
+ * says).
+ */
 export function tracesUrl(endpoint: string): string {
   return `${endpoint.replace(/\/+$/, '')}/v1/traces`;
 }
@@ -75,7 +80,11 @@ export function tracesUrl(endpoint: string): string {
  * hands an exporter); does nothing and returns undefined otherwise. The SDK
  * is loaded only then, so a gateway without tracing never loads it.
  */
-export async function startTracing(config: TracingConfig, role: TracingRole, options: TracingOptions = {}): Promise<Tracing | undefined> {
+export async function startTracing(
+  config: TracingConfig,
+  role: TracingRole,
+  options: TracingOptions = {},
+): Promise<Tracing | undefined> {
   if (tracer) throw new Error('tracing is already started in this process');
   if (config.endpoint === undefined && !options.exporter) return undefined;
   const [{ AsyncLocalStorageContextManager }, { W3CTraceContextPropagator }, resources, sdk] = await Promise.all([
@@ -100,7 +109,11 @@ export async function startTracing(config: TracingConfig, role: TracingRole, opt
       'switchyard.role': role,
     }),
   );
-  const provider = new sdk.TracerProvider({ resource, sampler: makeSampler(sdk, config.sampler, config.samplerArg), spanProcessors: [processor] });
+  const provider = new sdk.TracerProvider({
+    resource,
+    sampler: makeSampler(sdk, config.sampler, config.samplerArg),
+    spanProcessors: [processor],
+  });
 
   if (options.log) {
     const log = options.log;
@@ -179,5 +192,8 @@ export function markFailed(span: Span, error: unknown, message?: string): void {
   const typed = error as { code?: unknown; name?: unknown; message?: unknown } | null | undefined;
   const type = typeof typed?.code === 'string' ? typed.code : typeof typed?.name === 'string' ? typed.name : 'error';
   span.setAttribute('error.type', type);
-  span.setStatus({ code: SpanStatusCode.ERROR, message: message ?? (typeof typed?.message === 'string' ? typed.message : type) });
+  span.setStatus({
+    code: SpanStatusCode.ERROR,
+    message: message ?? (typeof typed?.message === 'string' ? typed.message : type),
+  });
 }

@@ -27,13 +27,21 @@ export interface VendorDefinition {
 export const vendorDefinitions: readonly VendorDefinition[] = [
   { name: 'openai', protocol: 'openai', envPrefix: 'OPENAI', defaultBaseUrl: 'https://api.openai.com/v1' },
   { name: 'anthropic', protocol: 'anthropic', envPrefix: 'ANTHROPIC', defaultBaseUrl: 'https://api.anthropic.com' },
-  { name: 'google', protocol: 'gemini', envPrefix: 'GEMINI', defaultBaseUrl: 'https://generativelanguage.googleapis.com' },
+  {
+    name: 'google',
+    protocol: 'gemini',
+    envPrefix: 'GEMINI',
+    defaultBaseUrl: 'https://generativelanguage.googleapis.com',
+  },
   {
     name: 'deepseek',
     protocol: 'openai',
     envPrefix: 'DEEPSEEK',
     defaultBaseUrl: 'https://api.deepseek.com/v1',
-    quirks: { unsupportedParams: ['n', 'seed', 'parallel_tool_calls', 'service_tier', 'store', 'metadata'], renameParams: { max_completion_tokens: 'max_tokens' } },
+    quirks: {
+      unsupportedParams: ['n', 'seed', 'parallel_tool_calls', 'service_tier', 'store', 'metadata'],
+      renameParams: { max_completion_tokens: 'max_tokens' },
+    },
   },
   {
     name: 'xai',
@@ -45,4 +53,3 @@ export const vendorDefinitions: readonly VendorDefinition[] = [
   { name: 'bfl', protocol: 'bfl', envPrefix: 'BFL', defaultBaseUrl: 'https://api.bfl.ai' },
   { name: 'mock', protocol: 'mock', envPrefix: 'MOCK', defaultBaseUrl: '' },
 ];
-

@@ -2,8 +2,12 @@ import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import type { Config } from './config.js';
-import { vendorDefinitions, type OpenAICompatQuirks, type Protocol, type VendorDefinition } from './vendor-definitions.js';
-
+import {
+  vendorDefinitions,
+  type OpenAICompatQuirks,
+  type Protocol,
+  type VendorDefinition,
+} from './vendor-definitions.js';
 
 /** Why a channel rests: its credentials or quota were refused, a 429, or repeated 5xx/network failures. */
 export type CooldownReason = 'auth' | 'rate' | 'failures';
@@ -21,7 +25,11 @@ export function formatCooldown(entry: CooldownEntry): string {
 /** Also reads the older `<until>` and `<until>:rate` forms. */
 export function parseCooldown(raw: string): CooldownEntry {
   const [until, reason, status] = raw.split(':');
-  return { until: Number(until), reason: reason === 'rate' || reason === 'auth' ? reason : 'failures', status: Number(status) || 0 };
+  return {
+    until: Number(until),
+    reason: reason === 'rate' || reason === 'auth' ? reason : 'failures',
+    status: Number(status) || 0,
+  };
 }
 
 /** One upstream credential + base URL of a vendor. Never leaves the worker. */
@@ -74,13 +82,19 @@ export function isMockChannel(channel: Pick<ChannelConfig, 'vendor' | 'protocol'
   return channel.protocol === 'mock' || vendorDefinition(channel.vendor)?.protocol === 'mock';
 }
 
-/** Whether the mock will answer for a model whose first route is `vendor`: the mock's own, or the mock standing in for every vendor. */
+/**
+ * Whether the mock will answer for a model whose first route is `vendor`: the mock's own, or the mock standing in for
+ * every vendor.
+ */
 export function mockAnswers(config: VendorConfig, vendor: string | undefined): boolean {
   return isMockStandingIn(config) || (vendor !== undefined && vendorDefinition(vendor)?.protocol === 'mock');
 }
 
 function noVendorConfigured(config: VendorConfig): boolean {
-  return !config.channelsFile && vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(config, v.envPrefix).length === 0);
+  return (
+    !config.channelsFile &&
+    vendorDefinitions.every((v) => v.protocol === 'mock' || keysOf(config, v.envPrefix).length === 0)
+  );
 }
 
 const channelsFileSchema = z.object({
@@ -103,7 +117,9 @@ export function extraVendors(config: Pick<Config, 'channelsFile'>): VendorDefini
   for (const channel of readChannelsFile(config.channelsFile)) {
     if (vendorDefinitions.some((v) => v.name === channel.vendor) || extra.has(channel.vendor)) continue;
     if (!channel.protocol || !channel.baseUrl) {
-      throw new Error(`CHANNELS_FILE: vendor "${channel.vendor}" is not built in, so it needs "protocol" and "baseUrl"`);
+      throw new Error(
+        `CHANNELS_FILE: vendor "${channel.vendor}" is not built in, so it needs "protocol" and "baseUrl"`,
+      );
     }
     extra.set(channel.vendor, {
       name: channel.vendor,
@@ -127,7 +143,13 @@ export function resolveChannels(config: VendorConfig): Map<string, ChannelConfig
   const channels = new Map<string, ChannelConfig[]>();
   const add = (definition: VendorDefinition, baseUrl: string, apiKey: string, weight: number) => {
     const list = channels.get(definition.name) ?? [];
-    const channel: ChannelConfig = { vendor: definition.name, baseUrl, apiKey, id: channelId(definition.name, baseUrl, apiKey), weight };
+    const channel: ChannelConfig = {
+      vendor: definition.name,
+      baseUrl,
+      apiKey,
+      id: channelId(definition.name, baseUrl, apiKey),
+      weight,
+    };
     if (definition.quirks) channel.quirks = definition.quirks;
     list.push(channel);
     channels.set(definition.name, list);
@@ -139,7 +161,9 @@ export function resolveChannels(config: VendorConfig): Map<string, ChannelConfig
       continue;
     }
     if (isMockStandingIn(config)) {
-      channels.set(vendor.name, [{ vendor: vendor.name, baseUrl: '', apiKey: '', id: `${vendor.name}:mock`, weight: 1, protocol: 'mock' }]);
+      channels.set(vendor.name, [
+        { vendor: vendor.name, baseUrl: '', apiKey: '', id: `${vendor.name}:mock`, weight: 1, protocol: 'mock' },
+      ]);
       continue;
     }
     const baseUrl = (config.vendors[vendor.envPrefix]?.baseUrl || vendor.defaultBaseUrl).replace(/\/+$/, '');
@@ -154,6 +178,9 @@ export function resolveChannels(config: VendorConfig): Map<string, ChannelConfig
   return channels;
 }
 
-export function vendorDefinition(name: string, config: Pick<Config, 'channelsFile'> = { channelsFile: undefined }): VendorDefinition | undefined {
+export function vendorDefinition(
+  name: string,
+  config: Pick<Config, 'channelsFile'> = { channelsFile: undefined },
+): VendorDefinition | undefined {
   return vendorDefinitions.find((v) => v.name === name) ?? extraVendors(config).find((v) => v.name === name);
 }

@@ -2,8 +2,24 @@ import { randomBytes } from 'node:crypto';
 import type { Readable } from 'node:stream';
 import type { Redis } from 'ioredis';
 import { GatewayError, invalidRequest } from '../shared/errors.js';
-import type { AccountFiles, FileEntry, FileFilter, FileListQuery, FileObject, FileOwnership, FilePurpose, NewFile } from '../shared/files.js';
-import { accountFileKey, accountFilesKey, accountFilesSeqKey, expiringFilesKey, fileMember, fileUploadsKey } from '../shared/redis-keys.js';
+import type {
+  AccountFiles,
+  FileEntry,
+  FileFilter,
+  FileListQuery,
+  FileObject,
+  FileOwnership,
+  FilePurpose,
+  NewFile,
+} from '../shared/files.js';
+import {
+  accountFileKey,
+  accountFilesKey,
+  accountFilesSeqKey,
+  expiringFilesKey,
+  fileMember,
+  fileUploadsKey,
+} from '../shared/redis-keys.js';
 import type { BlobStore } from './blob-store.js';
 
 /**
@@ -51,7 +67,9 @@ export const isFileId = (id: string): boolean => fileIdPattern.test(id);
 
 /** Where a file's bytes are: under its account's folder (an id that is not key-safe is written in hex). */
 export function fileBlobKey(accountId: string, fileId: string): string {
-  const folder = /^[A-Za-z0-9_-]{1,100}$/.test(accountId) ? accountId : `x${Buffer.from(accountId).toString('hex').slice(0, 200)}`;
+  const folder = /^[A-Za-z0-9_-]{1,100}$/.test(accountId)
+    ? accountId
+    : `x${Buffer.from(accountId).toString('hex').slice(0, 200)}`;
   return `files/${folder}/${fileId}`;
 }
 
@@ -59,7 +77,9 @@ export function fileBlobKey(accountId: string, fileId: string): string {
 export const fileBatchesKey = (accountId: string, fileId: string) => `${accountFileKey(accountId, fileId)}:batches`;
 
 export const fileTooLarge = (limit: number) =>
-  new GatewayError(413, `File too large: the limit is ${limit} bytes (${Math.round(limit / 1024 / 1024)} MB).`, { code: 'file_too_large' });
+  new GatewayError(413, `File too large: the limit is ${limit} bytes (${Math.round(limit / 1024 / 1024)} MB).`, {
+    code: 'file_too_large',
+  });
 
 /** A file's bytes stored, its object not yet recorded (`AccountFileStore.stage`). */
 export interface StagedFile {
@@ -73,7 +93,10 @@ export interface StagedFile {
 }
 
 /** Counts a body's bytes as they pass, throwing 413 past `maxBytes` (the store then keeps nothing). */
-async function* capped(body: Readable | AsyncIterable<Buffer | string>, maxBytes: number | undefined): AsyncIterable<Buffer> {
+async function* capped(
+  body: Readable | AsyncIterable<Buffer | string>,
+  maxBytes: number | undefined,
+): AsyncIterable<Buffer> {
   let total = 0;
   for await (const chunk of body as AsyncIterable<Buffer | string>) {
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
@@ -106,7 +129,11 @@ function ownershipOf(fields: Record<string, string>, inputOf: readonly string[])
   } catch {
     models = null;
   }
-  return { keyId: fields.key || null, batch: fields.batch ? { id: fields.batch, models } : null, inputOf: [...inputOf] };
+  return {
+    keyId: fields.key || null,
+    batch: fields.batch ? { id: fields.batch, models } : null,
+    inputOf: [...inputOf],
+  };
 }
 
 /** The one account and file a member of the gateway-wide sets names (account ids hold no space). */
@@ -135,14 +162,30 @@ export class AccountFileStore implements AccountFiles {
    * Stores a file's bytes before its purpose is known (a multipart body may send the file before the `purpose`
    * field): `commit` records it, `discard` removes it. Throws 413 (keeping nothing) past `maxBytes`.
    */
-  async stage(accountId: string, file: Pick<NewFile, 'filename' | 'body' | 'maxBytes' | 'keyId' | 'batch'>): Promise<StagedFile> {
+  async stage(
+    accountId: string,
+    file: Pick<NewFile, 'filename' | 'body' | 'maxBytes' | 'keyId' | 'batch'>,
+  ): Promise<StagedFile> {
     const id = newFileId();
     const blobKey = fileBlobKey(accountId, id);
     const member = fileMember(accountId, id);
     await this.redis.zadd(fileUploadsKey, Date.now(), member);
     try {
-      const ref = await this.blobs.putStream(blobKey, capped(file.body, file.maxBytes), 'application/octet-stream', file.filename || undefined);
-      return { accountId, id, blobKey, filename: file.filename, bytes: ref.size, ...(file.keyId ? { keyId: file.keyId } : {}), ...(file.batch ? { batch: file.batch } : {}) };
+      const ref = await this.blobs.putStream(
+        blobKey,
+        capped(file.body, file.maxBytes),
+        'application/octet-stream',
+        file.filename || undefined,
+      );
+      return {
+        accountId,
+        id,
+        blobKey,
+        filename: file.filename,
+        bytes: ref.size,
+        ...(file.keyId ? { keyId: file.keyId } : {}),
+        ...(file.batch ? { batch: file.batch } : {}),
+      };
     } catch (error) {
       await this.redis.zrem(fileUploadsKey, member).catch(() => undefined);
       throw error;
@@ -154,7 +197,8 @@ export class AccountFileStore implements AccountFiles {
     const { accountId, id } = staged;
     const member = fileMember(accountId, id);
     const created = Math.floor(Date.now() / 1000);
-    // Known to the sweep before it exists: a process dying in between leaves an entry that deletes nothing, never a file that never expires.
+    // Known to the sweep before it exists: a process dying in between leaves an entry that deletes nothing, never a
+    // file that never expires.
     if (expiresAt !== undefined) await this.redis.zadd(expiringFilesKey, expiresAt * 1000, member);
     const seq = await this.redis.incr(accountFilesSeqKey(accountId));
     await this.redis
@@ -176,7 +220,16 @@ export class AccountFileStore implements AccountFiles {
       .zadd(accountFilesKey(accountId, purpose), seq, id)
       .exec();
     await this.redis.zrem(fileUploadsKey, member);
-    return { id, object: 'file', bytes: staged.bytes, created_at: created, expires_at: expiresAt ?? null, filename: staged.filename, purpose, status: 'processed' };
+    return {
+      id,
+      object: 'file',
+      bytes: staged.bytes,
+      created_at: created,
+      expires_at: expiresAt ?? null,
+      filename: staged.filename,
+      purpose,
+      status: 'processed',
+    };
   }
 
   /** Removes a staged file's bytes (its purpose or size was refused). */
@@ -192,7 +245,11 @@ export class AccountFileStore implements AccountFiles {
 
   async entry(accountId: string, fileId: string): Promise<FileEntry | undefined> {
     if (!isFileId(fileId)) return undefined;
-    const [[, fields], [, inputOf]] = (await this.redis.multi().hgetall(accountFileKey(accountId, fileId)).smembers(fileBatchesKey(accountId, fileId)).exec()) as [[unknown, Record<string, string>], [unknown, string[]]];
+    const [[, fields], [, inputOf]] = (await this.redis
+      .multi()
+      .hgetall(accountFileKey(accountId, fileId))
+      .smembers(fileBatchesKey(accountId, fileId))
+      .exec()) as [[unknown, Record<string, string>], [unknown, string[]]];
     const file = toFileObject(fields, Date.now());
     return file ? { file, owner: ownershipOf(fields, inputOf) } : undefined;
   }
@@ -215,7 +272,11 @@ export class AccountFileStore implements AccountFiles {
     }
   }
 
-  async list(accountId: string, query: FileListQuery, sees?: FileFilter): Promise<{ data: FileObject[]; has_more: boolean }> {
+  async list(
+    accountId: string,
+    query: FileListQuery,
+    sees?: FileFilter,
+  ): Promise<{ data: FileObject[]; has_more: boolean }> {
     const index = accountFilesKey(accountId, query.purpose);
     const desc = query.order === 'desc';
     let bound = desc ? '+inf' : '-inf';
@@ -248,7 +309,9 @@ export class AccountFileStore implements AccountFiles {
       const entries = ids.flatMap((_, i): FileEntry[] => {
         const fields = (replies[i]?.[1] ?? {}) as Record<string, string>;
         const file = toFileObject(fields, now);
-        return file ? [{ file, owner: ownershipOf(fields, sees ? ((replies[ids.length + i]?.[1] ?? []) as string[]) : []) }] : [];
+        return file
+          ? [{ file, owner: ownershipOf(fields, sees ? ((replies[ids.length + i]?.[1] ?? []) as string[]) : []) }]
+          : [];
       });
       const seen = sees ? await sees(entries) : entries.map(() => true);
       entries.forEach(({ file }, i) => {
@@ -308,8 +371,13 @@ export class AccountFileStore implements AccountFiles {
     }
   }
 
-  /** Deletes the bytes of uploads begun before `beganBeforeMs` and never recorded (their api died); returns how many. */
-  async sweepAbandonedUploads(beganBeforeMs = Date.now() - abandonedUploadMs, pageSize = 500): Promise<{ deleted: number; failed: number }> {
+  /**
+   * Deletes the bytes of uploads begun before `beganBeforeMs` and never recorded (their api died); returns how many.
+   */
+  async sweepAbandonedUploads(
+    beganBeforeMs = Date.now() - abandonedUploadMs,
+    pageSize = 500,
+  ): Promise<{ deleted: number; failed: number }> {
     let deleted = 0;
     let failed = 0;
     for (;;) {

@@ -14,9 +14,15 @@ export interface BlobStore {
   put(key: string, data: Buffer, contentType: string, filename?: string): Promise<BlobRef>;
   /**
    * Stores bytes as they arrive, never all in memory (a local file written chunk by chunk; an S3 multipart upload a
-   * part at a time). A body that fails (a client gone, a size cap thrown by the caller's iterable) leaves nothing stored.
+   * part at a time). A body that fails (a client gone, a size cap thrown by the caller's iterable) leaves nothing
+   * stored.
    */
-  putStream(key: string, body: AsyncIterable<Buffer | string>, contentType: string, filename?: string): Promise<BlobRef>;
+  putStream(
+    key: string,
+    body: AsyncIterable<Buffer | string>,
+    contentType: string,
+    filename?: string,
+  ): Promise<BlobRef>;
   get(key: string): Promise<Buffer>;
   stream(key: string): Promise<Readable>;
   delete(key: string): Promise<void>;

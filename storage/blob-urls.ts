@@ -32,7 +32,12 @@ export function isSignedBlobPath(path: string, querystring: string): boolean {
 }
 
 /** 'ok', or why the link is refused. */
-export function checkBlobSignature(secret: string, blobKey: string, expires: string | undefined, given: string | undefined): 'ok' | 'expired' | 'invalid' {
+export function checkBlobSignature(
+  secret: string,
+  blobKey: string,
+  expires: string | undefined,
+  given: string | undefined,
+): 'ok' | 'expired' | 'invalid' {
   const at = Number(expires);
   if (!given || !Number.isInteger(at)) return 'invalid';
   const expected = Buffer.from(signature(secret, blobKey, at));

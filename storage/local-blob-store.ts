@@ -42,7 +42,8 @@ export class LocalBlobStore implements BlobStore {
   private async openInside(path: string, flags: number): Promise<FileHandle> {
     const inside = relative(this.root, dirname(path));
     const expected = inside ? join(await this.real(), inside) : await this.real();
-    if ((await realpath(dirname(path))) !== expected) throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
+    if ((await realpath(dirname(path))) !== expected)
+      throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
     return open(path, flags | constants.O_NOFOLLOW, 0o600);
   }
 
@@ -65,9 +66,11 @@ export class LocalBlobStore implements BlobStore {
   }
 
   private path(key: string): string {
-    if (!keyPattern.test(key) || key.includes('..')) throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
+    if (!keyPattern.test(key) || key.includes('..'))
+      throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
     const path = resolve(join(this.root, key));
-    if (!path.startsWith(this.root + sep)) throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
+    if (!path.startsWith(this.root + sep))
+      throw new GatewayError(400, 'Invalid blob key.', { code: 'invalid_blob_key' });
     return path;
   }
 
@@ -87,7 +90,12 @@ export class LocalBlobStore implements BlobStore {
     }
   }
 
-  async putStream(key: string, body: AsyncIterable<Buffer | string>, contentType: string, filename?: string): Promise<BlobRef> {
+  async putStream(
+    key: string,
+    body: AsyncIterable<Buffer | string>,
+    contentType: string,
+    filename?: string,
+  ): Promise<BlobRef> {
     const path = this.path(key);
     let file: FileHandle | undefined;
     for (let attempt = 1; !file; attempt++) {
@@ -180,7 +188,8 @@ export class LocalBlobStore implements BlobStore {
     for (const entry of entries) {
       if (entry.isDirectory()) {
         const folder = `${base}${entry.name}/`;
-        if (folder.startsWith(prefix) || prefix.startsWith(folder)) yield* this.walk(join(dir, entry.name), folder, prefix);
+        if (folder.startsWith(prefix) || prefix.startsWith(folder))
+          yield* this.walk(join(dir, entry.name), folder, prefix);
         continue;
       }
       if (!entry.isFile()) continue;
@@ -225,9 +234,11 @@ export class LocalBlobStore implements BlobStore {
 
   /** The directory holding the keys under `prefix` (`base`: the prefix up to its last `/`). */
   private directory(prefix: string, base: string): string {
-    if (!prefixPattern.test(prefix) || prefix.includes('..')) throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
+    if (!prefixPattern.test(prefix) || prefix.includes('..'))
+      throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
     const dir = resolve(join(this.root, base));
-    if (dir !== this.root && !dir.startsWith(this.root + sep)) throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
+    if (dir !== this.root && !dir.startsWith(this.root + sep))
+      throw new GatewayError(400, 'Invalid blob prefix.', { code: 'invalid_blob_key' });
     return dir;
   }
 }

@@ -33,7 +33,8 @@ export interface S3Settings {
 
 const defaultPartBytes = 8 * 1024 * 1024;
 
-const notFound = (key: string, cause?: unknown) => new GatewayError(404, `No such file: ${key}.`, { code: 'not_found', cause });
+const notFound = (key: string, cause?: unknown) =>
+  new GatewayError(404, `No such file: ${key}.`, { code: 'not_found', cause });
 
 /** Blobs in an S3 bucket (AWS or any S3-compatible server). Content type and filename ride as object metadata. */
 export class S3BlobStore implements BlobStore {
@@ -65,9 +66,17 @@ export class S3BlobStore implements BlobStore {
     return { key, contentType, size: data.length, ...(filename ? { filename } : {}) };
   }
 
-  async putStream(key: string, body: AsyncIterable<Buffer | string>, contentType: string, filename?: string): Promise<BlobRef> {
+  async putStream(
+    key: string,
+    body: AsyncIterable<Buffer | string>,
+    contentType: string,
+    filename?: string,
+  ): Promise<BlobRef> {
     const target = { Bucket: this.settings.bucket, Key: this.objectKey(key) };
-    const described = { ContentType: contentType, ...(filename ? { Metadata: { filename: encodeURIComponent(filename) } } : {}) };
+    const described = {
+      ContentType: contentType,
+      ...(filename ? { Metadata: { filename: encodeURIComponent(filename) } } : {}),
+    };
     const partBytes = this.settings.partBytes ?? defaultPartBytes;
     let held: Buffer[] = [];
     let heldBytes = 0;
@@ -81,7 +90,9 @@ export class S3BlobStore implements BlobStore {
       const data = Buffer.concat(held, heldBytes);
       held = [];
       heldBytes = 0;
-      const { ETag } = await this.client.send(new UploadPartCommand({ ...target, UploadId: uploadId, PartNumber, Body: data }));
+      const { ETag } = await this.client.send(
+        new UploadPartCommand({ ...target, UploadId: uploadId, PartNumber, Body: data }),
+      );
       parts.push({ ETag, PartNumber });
     };
     try {
@@ -96,10 +107,15 @@ export class S3BlobStore implements BlobStore {
         await this.client.send(new PutObjectCommand({ ...target, ...described, Body: Buffer.concat(held, heldBytes) }));
       } else {
         if (heldBytes > 0) await sendPart();
-        await this.client.send(new CompleteMultipartUploadCommand({ ...target, UploadId: uploadId, MultipartUpload: { Parts: parts } }));
+        await this.client.send(
+          new CompleteMultipartUploadCommand({ ...target, UploadId: uploadId, MultipartUpload: { Parts: parts } }),
+        );
       }
     } catch (error) {
-      if (uploadId !== undefined) await this.client.send(new AbortMultipartUploadCommand({ ...target, UploadId: uploadId })).catch(() => undefined);
+      if (uploadId !== undefined)
+        await this.client
+          .send(new AbortMultipartUploadCommand({ ...target, UploadId: uploadId }))
+          .catch(() => undefined);
       throw error;
     }
     return { key, contentType, size, ...(filename ? { filename } : {}) };
@@ -114,7 +130,9 @@ export class S3BlobStore implements BlobStore {
 
   async stream(key: string): Promise<Readable> {
     try {
-      const object = await this.client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+      const object = await this.client.send(
+        new GetObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }),
+      );
       return object.Body as Readable;
     } catch (error) {
       throw isMissing(error) ? notFound(key, error) : error;
@@ -123,9 +141,16 @@ export class S3BlobStore implements BlobStore {
 
   async meta(key: string): Promise<BlobRef> {
     try {
-      const head = await this.client.send(new HeadObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }));
+      const head = await this.client.send(
+        new HeadObjectCommand({ Bucket: this.settings.bucket, Key: this.objectKey(key) }),
+      );
       const filename = head.Metadata?.filename ? decodeURIComponent(head.Metadata.filename) : undefined;
-      return { key, contentType: head.ContentType ?? 'application/octet-stream', size: head.ContentLength ?? 0, ...(filename ? { filename } : {}) };
+      return {
+        key,
+        contentType: head.ContentType ?? 'application/octet-stream',
+        size: head.ContentLength ?? 0,
+        ...(filename ? { filename } : {}),
+      };
     } catch (error) {
       throw isMissing(error) ? notFound(key, error) : error;
     }

@@ -30,12 +30,21 @@ export function retryableStatus(status: number): boolean {
 }
 
 /** One POST of an alert: the webhook's status, or null with why there was none. */
-async function post(url: string, secret: string, body: string, timeoutMs: number): Promise<{ status: number | null; error: string | null }> {
+async function post(
+  url: string,
+  secret: string,
+  body: string,
+  timeoutMs: number,
+): Promise<{ status: number | null; error: string | null }> {
   const signal = AbortSignal.timeout(timeoutMs);
   try {
     const response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'user-agent': 'Switchyard-Alerts', [signatureHeader]: signAlert(secret, body, Math.floor(Date.now() / 1000)) },
+      headers: {
+        'content-type': 'application/json',
+        'user-agent': 'Switchyard-Alerts',
+        [signatureHeader]: signAlert(secret, body, Math.floor(Date.now() / 1000)),
+      },
       body,
       redirect: 'manual',
       signal,
@@ -55,7 +64,8 @@ export function deliverAlert(deps: AlertDeliveryDeps) {
   return async (job: Job<AlertJobData>): Promise<void> => {
     const { record, config, log } = deps;
     const alert = await readAlert(record, job.data.alertId);
-    // Gone (the record restored from before it) or settled already (a job queued again after its delivery): nothing to do.
+    // Gone (the record restored from before it) or settled already (a job queued again after its delivery): nothing to
+    // do.
     if (!alert || alert.state !== 'pending') return;
     if (!config.webhookUrl || !config.webhookSecret) {
       await recordDeliveryAttempt(record, alert.id, { state: 'no_webhook', status: null, error: null });
@@ -90,7 +100,10 @@ export function deliverAlert(deps: AlertDeliveryDeps) {
       : { state: retryable && !lastAttempt ? 'pending' : 'failed', status, error };
     await recordDeliveryAttempt(record, alert.id, outcome);
     if (delivered) return;
-    log.warn({ alert: alert.id, attempt, status, error, final: outcome.state === 'failed' }, 'a budget alert was not delivered');
+    log.warn(
+      { alert: alert.id, attempt, status, error, final: outcome.state === 'failed' },
+      'a budget alert was not delivered',
+    );
     if (!retryable) throw new UnrecoverableError(error ?? 'the webhook refused the alert');
     throw new Error(error ?? 'the webhook did not take the alert');
   };
@@ -98,7 +111,12 @@ export function deliverAlert(deps: AlertDeliveryDeps) {
 
 /** The `{alerts}` queue's worker in this process: a few deliveries at once (they wait on the network, not the CPU). */
 export function startAlertDelivery(deps: AlertDeliveryDeps): Worker<AlertJobData> {
-  const worker = new Worker<AlertJobData>(alertsQueueName, deliverAlert(deps), { connection: deps.redis, concurrency: 8 });
-  worker.on('error', (error) => deps.log.warn({ err: error }, 'the alert delivery worker lost its connection; it reconnects'));
+  const worker = new Worker<AlertJobData>(alertsQueueName, deliverAlert(deps), {
+    connection: deps.redis,
+    concurrency: 8,
+  });
+  worker.on('error', (error) =>
+    deps.log.warn({ err: error }, 'the alert delivery worker lost its connection; it reconnects'),
+  );
   return worker;
 }

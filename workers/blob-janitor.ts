@@ -10,7 +10,10 @@ import type { BlobStore } from '../storage/blob-store.js';
 import { uploadKeys } from '../storage/upload-keys.js';
 import { AccountFileStore } from '../storage/account-files.js';
 
-export type JanitorConfig = Pick<Config, 'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'> & { batches: Pick<Config['batches'], 'deadlineMs'> };
+export type JanitorConfig = Pick<
+  Config,
+  'blobSweepIntervalSeconds' | 'blobUrlTtlSeconds' | 'asyncResultTtlSeconds' | 'deadlineMs' | 'responseTtlSeconds'
+> & { batches: Pick<Config['batches'], 'deadlineMs'> };
 
 /** Kept past the end of a blob's advertised life (clock skew between processes, a link signed just after the write). */
 const graceMs = 10 * 60_000;
@@ -88,7 +91,10 @@ export class BlobJanitor {
     const tick = () => {
       if (this.running || this.stopped) return;
       this.running = this.sweep()
-        .then(() => undefined, (error: unknown) => this.log.error({ err: error }, 'blob sweep failed'))
+        .then(
+          () => undefined,
+          (error: unknown) => this.log.error({ err: error }, 'blob sweep failed'),
+        )
         .finally(() => {
           this.running = undefined;
         });
@@ -138,7 +144,8 @@ export class BlobJanitor {
       }
       report.deleted[rule.prefix] = deleted;
     }
-    // Files are kept by their own record, not by age: an expired one goes whole (object and bytes), a batch's output with its retention.
+    // Files are kept by their own record, not by age: an expired one goes whole (object and bytes), a batch's output
+    // with its retention.
     if (!this.stopped) {
       try {
         const files = new AccountFileStore(this.deps.redis, this.deps.blobs);
@@ -171,7 +178,12 @@ export class BlobJanitor {
  * Deletes the uploads of a job in its final state (completed, or failed with
  * no retry left); the caller decides finality. Returns how many were deleted.
  */
-export async function deleteJobUploads(job: Job<GatewayJobData>, redis: Redis, blobs: BlobStore, log: Logger): Promise<number> {
+export async function deleteJobUploads(
+  job: Job<GatewayJobData>,
+  redis: Redis,
+  blobs: BlobStore,
+  log: Logger,
+): Promise<number> {
   const data = job.data;
   if (!endpoints[data.endpoint].uploads) return 0;
   const stored = data.payload ? undefined : await redis.get(payloadKey(jobIdOf(data)));
@@ -180,7 +192,8 @@ export async function deleteJobUploads(job: Job<GatewayJobData>, redis: Redis, b
   if (payload) keys = uploadKeys(payload);
   else {
     // The stored body expired: the request's uploads sit under its request id (a video's too: its job
-    // id is the video's; jobs queued before the two ids were named apart carry only the job id, and are left to the sweep).
+    // id is the video's; jobs queued before the two ids were named apart carry only the job id, and are left to the
+    // sweep).
     keys = [];
     for await (const blob of blobs.list(`uploads/${data.requestId}/`)) keys.push(blob.key);
   }

@@ -37,7 +37,12 @@ export async function storeAnswer(deps: CachedJobEndDeps, data: GatewayJobData, 
     const forms = produced.cacheable;
     const keepMs = plan.flight ? followersAnswerMs : 0;
     const jobId = data.jobId ?? data.requestId;
-    if (forms && produced.finishReason !== 'content_filter' && Math.max(plan.ttlMs, keepMs) > 0 && deps.config.cache.maxTtlS > 0) {
+    if (
+      forms &&
+      produced.finishReason !== 'content_filter' &&
+      Math.max(plan.ttlMs, keepMs) > 0 &&
+      deps.config.cache.maxTtlS > 0
+    ) {
       const billed = produced.billed ?? { costMicros: 0, input: 0, cached: 0, output: 0 };
       const now = Date.now();
       const size = await storeEntry(
@@ -45,7 +50,16 @@ export async function storeAnswer(deps: CachedJobEndDeps, data: GatewayJobData, 
         data.accountId ?? defaultAccountId,
         data.keyId,
         plan.hash,
-        { v: 1, created: now, expires: now + plan.ttlMs, endpoint: data.endpoint, model: data.model, costMicros: billed.costMicros, tokens: { input: billed.input, cached: billed.cached, output: billed.output }, ...forms },
+        {
+          v: 1,
+          created: now,
+          expires: now + plan.ttlMs,
+          endpoint: data.endpoint,
+          model: data.model,
+          costMicros: billed.costMicros,
+          tokens: { input: billed.input, cached: billed.cached, output: billed.output },
+          ...forms,
+        },
         deps.config.cache,
         keepMs,
         // The lead's outcome goes in the same script as the entry.
@@ -64,11 +78,23 @@ export async function storeAnswer(deps: CachedJobEndDeps, data: GatewayJobData, 
 }
 
 /** A leading job ended (or will never run): its lead mark goes, and its followers hear how it ended. */
-export async function reportLeadOutcome(deps: CachedJobEndDeps, data: GatewayJobData, status: LeadOutcome['status'], costMicros?: number): Promise<void> {
+export async function reportLeadOutcome(
+  deps: CachedJobEndDeps,
+  data: GatewayJobData,
+  status: LeadOutcome['status'],
+  costMicros?: number,
+): Promise<void> {
   const plan = data.cache;
   if (!plan?.flight) return;
   try {
-    await announceOutcome(deps.redis, data.accountId ?? defaultAccountId, plan.hash, data.jobId ?? data.requestId, status, costMicros);
+    await announceOutcome(
+      deps.redis,
+      data.accountId ?? defaultAccountId,
+      plan.hash,
+      data.jobId ?? data.requestId,
+      status,
+      costMicros,
+    );
   } catch (error) {
     // The mark expires at the job's deadline; the followers give up then, or sooner at their own.
     deps.log.warn({ err: error }, 'could not tell this call’s followers how it ended');

@@ -5,7 +5,14 @@ import type { Logger } from '../shared/logger.js';
 import { GatewayError } from '../shared/errors.js';
 import { recordChannelFailure } from '../shared/channel-health.js';
 import { channelCooldownsKey as cooldownsKey } from '../shared/redis-keys.js';
-import { formatCooldown, parseCooldown, resolveChannels, vendorDefinition, type ChannelConfig, type VendorConfig } from '../shared/vendors.js';
+import {
+  formatCooldown,
+  parseCooldown,
+  resolveChannels,
+  vendorDefinition,
+  type ChannelConfig,
+  type VendorConfig,
+} from '../shared/vendors.js';
 import { type Protocol } from '../shared/vendor-definitions.js';
 import { isChannelFault } from './failure-policy.js';
 import { rendezvousPick } from '../shared/prompt-affinity.js';
@@ -84,11 +91,17 @@ export class ChannelRouter {
     const found = this.find(model, affinity);
     if (found.route) return found.route;
     if (found.lastResort) {
-      this.log.debug({ model: model.id, channel: found.lastResort.channel.id }, 'every channel is cooling down; trying the suspect one, as nothing else can serve');
+      this.log.debug(
+        { model: model.id, channel: found.lastResort.channel.id },
+        'every channel is cooling down; trying the suspect one, as nothing else can serve',
+      );
       return found.lastResort;
     }
     if (found.soonest === Infinity) {
-      throw new GatewayError(503, `No configured vendor serves the model \`${model.id}\` on this worker.`, { type: 'server_error', code: 'no_route' });
+      throw new GatewayError(503, `No configured vendor serves the model \`${model.id}\` on this worker.`, {
+        type: 'server_error',
+        code: 'no_route',
+      });
     }
     // Every channel is rate limited: the job waits (without spending an attempt) and looks again within
     // a second, since cooldowns can end early (cleared by an operator, or shared state changing).
@@ -102,12 +115,17 @@ export class ChannelRouter {
     });
   }
 
-  /** Whether a healthy channel (or fallback) could serve the model right now: worth switching to after a channel fault. */
+  /**
+   * Whether a healthy channel (or fallback) could serve the model right now: worth switching to after a channel fault.
+   */
   canRoute(model: CatalogModel): boolean {
     return this.find(model).route !== undefined;
   }
 
-  private find(model: CatalogModel, affinity?: string): { route?: ResolvedRoute; lastResort?: ResolvedRoute; soonest: number } {
+  private find(
+    model: CatalogModel,
+    affinity?: string,
+  ): { route?: ResolvedRoute; lastResort?: ResolvedRoute; soonest: number } {
     const now = Date.now();
     const tried = new Set<string>();
     let soonest = Infinity;
@@ -123,18 +141,31 @@ export class ChannelRouter {
         const upstreamModel = route.model ?? served.id;
         const healthy: ChannelConfig[] = [];
         for (const channel of all) {
-          const rest = combine(this.coolingUntil.get(channel.id), this.coolingUntil.get(modelCooldownKey(channel.id, upstreamModel)), now);
+          const rest = combine(
+            this.coolingUntil.get(channel.id),
+            this.coolingUntil.get(modelCooldownKey(channel.id, upstreamModel)),
+            now,
+          );
           if (!rest) {
             healthy.push(channel);
             continue;
           }
           soonest = Math.min(soonest, rest.until);
-          if (!rest.rateLimited && !lastResort) lastResort = { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served };
+          if (!rest.rateLimited && !lastResort)
+            lastResort = { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served };
         }
         if (healthy.length === 0) continue;
-        if (served !== model) this.log.warn({ model: model.id, fallback: served.id }, 'every channel of the model is cooling down; using its fallback');
-        // A prompt whose prefix a vendor caches goes where its cache lives: the first healthy channel of its key's order.
-        const channel = affinity !== undefined && healthy.length > 1 && !this.config.promptAffinityOff?.includes(route.vendor) ? rendezvousPick(affinity, healthy) : pickWeighted(healthy);
+        if (served !== model)
+          this.log.warn(
+            { model: model.id, fallback: served.id },
+            'every channel of the model is cooling down; using its fallback',
+          );
+        // A prompt whose prefix a vendor caches goes where its cache lives: the first healthy channel of its key's
+        // order.
+        const channel =
+          affinity !== undefined && healthy.length > 1 && !this.config.promptAffinityOff?.includes(route.vendor)
+            ? rendezvousPick(affinity, healthy)
+            : pickWeighted(healthy);
         return { route: { protocol: channel.protocol ?? protocol, channel, upstreamModel, model: served }, soonest };
       }
     }
@@ -153,9 +184,12 @@ export class ChannelRouter {
     const now = Date.now();
     let coolMs = 0;
     const rateLimited = !channelWide && error.status === 429;
-    // A fault of the vendor's side (not a request it rightly refused) counts toward the channel's health, as every worker sees it.
+    // A fault of the vendor's side (not a request it rightly refused) counts toward the channel's health, as every
+    // worker sees it.
     if (channelWide || rateLimited || error.retryable) {
-      recordChannelFailure(this.redis, route.channel.id, route.upstreamModel, now).catch((e) => this.log.warn({ err: e }, 'could not record a channel failure'));
+      recordChannelFailure(this.redis, route.channel.id, route.upstreamModel, now).catch((e) =>
+        this.log.warn({ err: e }, 'could not record a channel failure'),
+      );
     }
     if (channelWide) coolMs = this.policy.authMs;
     else if (rateLimited) coolMs = error.retryAfterMs ?? this.policy.rateLimitMs;
@@ -169,7 +203,17 @@ export class ChannelRouter {
       }
     }
     if (coolMs <= 0) return;
-    if (!this.rest(id, now + coolMs, rateLimited, channelWide ? 'auth' : rateLimited ? 'rate' : 'failures', error.status, route.channel)) return;
+    if (
+      !this.rest(
+        id,
+        now + coolMs,
+        rateLimited,
+        channelWide ? 'auth' : rateLimited ? 'rate' : 'failures',
+        error.status,
+        route.channel,
+      )
+    )
+      return;
     this.log.warn({ channel: id, coolMs, status: error.status, code: error.code }, 'channel cooling down');
   }
 
@@ -178,27 +222,48 @@ export class ChannelRouter {
    * left until its window resets, the model rests on the channel until then, as after a 429, for every worker. The
    * next prompt goes to the next channel of its own order (the prompt-cache affinity's), not to a refusal.
    */
-  observeLimits(route: Pick<ResolvedRoute, 'channel' | 'upstreamModel'>, headers: Record<string, string | string[] | undefined>): void {
+  observeLimits(
+    route: Pick<ResolvedRoute, 'channel' | 'upstreamModel'>,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
     const restMs = saturatedForMs(headers);
     if (restMs === undefined) return;
     const id = modelCooldownKey(route.channel.id, route.upstreamModel);
     if (this.rest(id, Date.now() + restMs, true, 'rate', 200, route.channel)) {
-      this.log.info({ channel: id, restMs }, 'channel saturated: the vendor says its key has nothing left until the window resets');
+      this.log.info(
+        { channel: id, restMs },
+        'channel saturated: the vendor says its key has nothing left until the window resets',
+      );
     }
   }
 
-  /** Rests a channel (or a model on it) until `until`, here at once and for every worker through Redis; false when it already rested as long. */
-  private rest(id: string, until: number, rateLimited: boolean, reason: 'auth' | 'rate' | 'failures', status: number, channel: ChannelConfig): boolean {
+  /**
+   * Rests a channel (or a model on it) until `until`, here at once and for every worker through Redis; false when it
+   * already rested as long.
+   */
+  private rest(
+    id: string,
+    until: number,
+    rateLimited: boolean,
+    reason: 'auth' | 'rate' | 'failures',
+    status: number,
+    channel: ChannelConfig,
+  ): boolean {
     const current = this.coolingUntil.get(id);
     if (current && current.until >= until && current.rateLimited === rateLimited) return false;
     this.coolingUntil.set(id, { until, rateLimited });
     this.recentlySet.set(id, Date.now());
     channelRested(channel, reason);
-    this.redis.hset(cooldownsKey, id, formatCooldown({ until, reason, status })).catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
+    this.redis
+      .hset(cooldownsKey, id, formatCooldown({ until, reason, status }))
+      .catch((e) => this.log.warn({ err: e }, 'could not share cooldown'));
     return true;
   }
 
-  /** Rests in force now by channel id (the channel's own and one per resting upstream model), from the mirror: no Redis read. */
+  /**
+   * Rests in force now by channel id (the channel's own and one per resting upstream model), from the mirror: no Redis
+   * read.
+   */
   restsByChannel(now = Date.now()): Map<string, number> {
     const rests = new Map<string, number>();
     for (const [id, { until }] of this.coolingUntil) {

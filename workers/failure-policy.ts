@@ -6,14 +6,15 @@ import type { Logger } from '../shared/logger.js';
 /**
  * What a failed vendor attempt leads to, in one place:
  * - `fail`: the client gets the error now (it is final, output already went out, or time is up);
- * - `wait`: the job goes back to the queue for `delay` ms without spending an attempt (a rate limit, or every channel resting);
+ * - `wait`: the job goes back to the queue for `delay` ms without spending an attempt (a rate limit, or every channel
+ *   resting);
  * - `retry`: BullMQ runs the job again after its backoff (`retryDelay`), spending an attempt.
  */
 export type FailureDecision =
-  /** `answer`: what the client gets instead of the error met (a rate limit that lasted too long says when to come back). */
-  | { action: 'fail'; answer?: GatewayError }
-  | { action: 'wait'; delay: number }
-  | { action: 'retry'; delay: number };
+  /**
+   * `answer`: what the client gets instead of the error met (a rate limit that lasted too long says when to come back).
+   */
+  { action: 'fail'; answer?: GatewayError } | { action: 'wait'; delay: number } | { action: 'retry'; delay: number };
 
 export interface FailedAttempt {
   error: GatewayError;
@@ -45,7 +46,8 @@ export function decideFailure(config: Config, attempt: FailedAttempt): FailureDe
     // RATE_LIMIT_WAIT_MS in all, and never past the deadline. Then the client is told when to come back.
     const since = attempt.rateLimitedSince ?? now;
     if (now + delay >= attempt.deadline) return { action: 'fail', answer: rateLimitedPastDeadline(delay) };
-    if (now + delay - since > config.rateLimitWaitMs) return { action: 'fail', answer: rateLimitedTooLong(error, delay, now - since) };
+    if (now + delay - since > config.rateLimitWaitMs)
+      return { action: 'fail', answer: rateLimitedTooLong(error, delay, now - since) };
     if (attempt.canWait) return { action: 'wait', delay };
   } else if (now + delay >= attempt.deadline) {
     return { action: 'fail' };
@@ -61,18 +63,26 @@ export function isRateLimit(error: GatewayError): boolean {
 
 /** `retry-after` (whole seconds, at least 1) and `retry-after-ms`, as the key limits answer them. */
 function retryAfter(ms: number): Record<string, string> {
-  return { 'retry-after': String(Math.max(1, Math.ceil(ms / 1000))), 'retry-after-ms': String(Math.max(0, Math.round(ms))) };
+  return {
+    'retry-after': String(Math.max(1, Math.ceil(ms / 1000))),
+    'retry-after-ms': String(Math.max(0, Math.round(ms))),
+  };
 }
 
 /** The vendor kept rate limiting past RATE_LIMIT_WAIT_MS: a 429 that says when the vendor may take it again. */
 function rateLimitedTooLong(error: GatewayError, delayMs: number, waitedMs: number): GatewayError {
   const waited = waitedMs > 0 ? ` for ${Math.round(waitedMs / 1000)} s` : '';
-  return new GatewayError(429, `The upstream vendor kept rate limiting this request${waited}; retry after ${Math.max(1, Math.ceil(delayMs / 1000))} s.`, {
-    type: 'rate_limit_exceeded',
-    code: error.status === 429 ? (error.code ?? 'rate_limit_exceeded') : 'rate_limit_exceeded',
-    headers: retryAfter(delayMs),
-    cause: error,
-  });
+  return new GatewayError(
+    429,
+    `The upstream vendor kept rate limiting this request${waited}; retry after ` +
+      `${Math.max(1, Math.ceil(delayMs / 1000))} s.`,
+    {
+      type: 'rate_limit_exceeded',
+      code: error.status === 429 ? (error.code ?? 'rate_limit_exceeded') : 'rate_limit_exceeded',
+      headers: retryAfter(delayMs),
+      cause: error,
+    },
+  );
 }
 
 /** The vendor was still rate limiting at the request's deadline: the deadline's 504, with when to come back. */
@@ -84,7 +94,10 @@ function rateLimitedPastDeadline(delayMs: number): GatewayError {
   });
 }
 
-/** The codes of errors that say the channel itself is unusable (its key), not the request: the whole channel rests, and the request may move to another. */
+/**
+ * The codes of errors that say the channel itself is unusable (its key), not the request: the whole channel rests, and
+ * the request may move to another.
+ */
 export const channelFaultCodes: ReadonlySet<string> = new Set(['vendor_auth_failed', 'vendor_quota_exhausted']);
 
 /** Whether the error says the channel itself is unusable (its key), not the request. */
@@ -122,7 +135,11 @@ export function queueSignal(error: unknown): QueueSignal | undefined {
  * for the options the gateway sets (no `maxStartedAttempts`; a backoff that never declines). `attemptsMade`
  * counts the attempt that failed: BullMQ's `failed` event sees it in `job.attemptsMade`, the run itself one less.
  */
-export function isFinalFailure(job: Pick<Job, 'attemptsMade' | 'opts'>, error: unknown, attemptsMade = job.attemptsMade): boolean {
+export function isFinalFailure(
+  job: Pick<Job, 'attemptsMade' | 'opts'>,
+  error: unknown,
+  attemptsMade = job.attemptsMade,
+): boolean {
   switch (queueSignal(error)) {
     case 'put-back':
       return false;

@@ -23,7 +23,10 @@ import { answerJob, RelayEncoder, relayedAnswer, type StreamedJob } from './answ
  * in Gemini's shape elsewhere.
  */
 
-/** A `:generateContent` or `:streamGenerateContent` job: the answer's body for a plain client, undefined once a stream ended. */
+/**
+ * A `:generateContent` or `:streamGenerateContent` job: the answer's body for a plain client, undefined once a stream
+ * ended.
+ */
 export async function runGemini(run: StreamedJob<GeminiJob>): Promise<string | undefined> {
   const { protocol, job, ctx, clientStreams, keep = false } = run;
   const form = clientStreams ? (job.form ?? 'sse') : undefined;
@@ -31,7 +34,11 @@ export async function runGemini(run: StreamedJob<GeminiJob>): Promise<string | u
   if (native) {
     const framer = form === undefined ? undefined : new GeminiFramer(form);
     const relay = relayGemini(framer, keep);
-    return answerJob(run, { source: native.call(adapters[protocol], job, ctx), trailer: framer?.trailer, ...relayedAnswer(relay) });
+    return answerJob(run, {
+      source: native.call(adapters[protocol], job, ctx),
+      trailer: framer?.trailer,
+      ...relayedAnswer(relay),
+    });
   }
   const encoder = new GeminiStreamEncoder({
     model: job.model,
@@ -87,7 +94,13 @@ export async function countGeminiTokens(protocol: Protocol, job: GeminiJob, ctx:
  * embeddings of the request's OpenAI form, written as Gemini's. Billed by the usage the call says (the gateway's
  * count of the texts where the vendor says none).
  */
-export async function embedGemini(protocol: Protocol, job: GeminiEmbedJob, ctx: CallContext, produced: Meter, keep = false): Promise<string> {
+export async function embedGemini(
+  protocol: Protocol,
+  job: GeminiEmbedJob,
+  ctx: CallContext,
+  produced: Meter,
+  keep = false,
+): Promise<string> {
   const native = adapters[protocol].embedGemini;
   let body: string;
   if (native) {

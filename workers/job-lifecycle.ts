@@ -43,13 +43,23 @@ export class JobLifecycle {
     worker.on('completed', (job) => {
       // The stub a move to another vendor's lane left: the job lives on there, its uploads and settlement with it.
       if (movedStub(job.returnvalue)) {
-        void job.remove().catch((error: unknown) => log.warn({ err: error, reqId: job.data.requestId }, 'could not remove the stub of a job moved to another lane (it expires with its queue\'s completed jobs)'));
+        void job
+          .remove()
+          .catch((error: unknown) =>
+            log.warn(
+              { err: error, reqId: job.data.requestId },
+              "could not remove the stub of a job moved to another lane (it expires with its queue's completed jobs)",
+            ),
+          );
         return;
       }
       this.forgetSettled(job);
       this.releaseUploads(job, async () => true);
       // An async job's watchers hear of its end once BullMQ has recorded it: what they read then is final.
-      if (job.data.async) void publishJobEvent(redis, jobIdOf(job.data), { type: 'completed', status: 'completed' }).catch(() => undefined);
+      if (job.data.async)
+        void publishJobEvent(redis, jobIdOf(job.data), { type: 'completed', status: 'completed' }).catch(
+          () => undefined,
+        );
     });
     worker.on('failed', (job, error) => {
       void this.answerFinalFailure(job, error);
@@ -75,12 +85,18 @@ export class JobLifecycle {
     // A job dropped because its client left answers nobody.
     if (!isFinalFailure(job, error) || error instanceof ClientGoneError) return;
     const lost = () =>
-      new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', { code: 'worker_lost' }).toWire();
+      new GatewayError(502, 'The request could not be completed: its worker was lost. Retry the request.', {
+        code: 'worker_lost',
+      }).toWire();
     if (job.data.async) {
       const wire = error instanceof AsyncJobFailure ? error.wire : lost();
-      await publishJobEvent(redis, jobId, { type: 'failed', status: 'failed', error: wire.error }).catch(() => undefined);
+      await publishJobEvent(redis, jobId, { type: 'failed', status: 'failed', error: wire.error }).catch(
+        () => undefined,
+      );
     } else if (!(error instanceof AnsweredFailure)) {
-      await new ReplyPublisher(this.deps.redis, job.data.replyTo, jobId, { stream: job.data.stream }).error(lost()).catch(() => undefined);
+      await new ReplyPublisher(this.deps.redis, job.data.replyTo, jobId, { stream: job.data.stream })
+        .error(lost())
+        .catch(() => undefined);
     }
   }
 
@@ -89,7 +105,9 @@ export class JobLifecycle {
   // dropped at once: a Redis failover that loses the job's completion (asynchronous replication) brings the
   // job back within seconds, and the mark must still be there to stop it billing again.
   private forgetSettled(job: Job<GatewayJobData>): void {
-    this.deps.redis.pexpire(settledKey(job.data.accountId ?? defaultAccountId, job.data.requestId), settledAfterCompletionMs).catch(() => undefined);
+    this.deps.redis
+      .pexpire(settledKey(job.data.accountId ?? defaultAccountId, job.data.requestId), settledAfterCompletionMs)
+      .catch(() => undefined);
   }
 
   // A job's uploads are deleted once it reaches its final state; never while it may still be retried.

@@ -59,7 +59,8 @@ export interface ProcessorDeps {
 
 /** Runs one gateway job: calls the vendor and publishes the answer to the api that holds the client. */
 export function createProcessor(deps: ProcessorDeps) {
-  return (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> => new JobRun(deps, job, token).run();
+  return (job: Job<GatewayJobData, GatewayJobResult>, token?: string): Promise<GatewayJobResult> =>
+    new JobRun(deps, job, token).run();
 }
 
 /**
@@ -71,7 +72,10 @@ export function createProcessor(deps: ProcessorDeps) {
  */
 class JobRun {
   private readonly data: GatewayJobData;
-  /** The queue's id (reply channel, replay log, stored payload, cancel); money and the request log go by `data.requestId`. */
+  /**
+   * The queue's id (reply channel, replay log, stored payload, cancel); money and the request log go by
+   * `data.requestId`.
+   */
   private readonly jobId: string;
   private readonly log: Logger;
   private readonly orphan: { afterMs: number; onOrphaned: () => void } | undefined;
@@ -98,7 +102,10 @@ class JobRun {
   private billed: Promise<void> | undefined;
   /** The answer's keeping in the response cache, once begun. */
   private kept: Promise<void> | undefined;
-  /** When this run gives up: the job's deadline, or for a batch's request (whose job's deadline is its batch's) its endpoint's time from its start. */
+  /**
+   * When this run gives up: the job's deadline, or for a batch's request (whose job's deadline is its batch's) its
+   * endpoint's time from its start.
+   */
   private readonly runDeadline: number;
 
   constructor(
@@ -108,12 +115,19 @@ class JobRun {
   ) {
     const data = (this.data = job.data);
     const jobId = (this.jobId = jobIdOf(data));
-    this.log = lazyChild(deps.log, () => ({ reqId: data.requestId, ...(jobId !== data.requestId ? { jobId } : {}), queue: job.queueName, attempt: job.attemptsMade + 1 }));
+    this.log = lazyChild(deps.log, () => ({
+      reqId: data.requestId,
+      ...(jobId !== data.requestId ? { jobId } : {}),
+      queue: job.queueName,
+      attempt: job.attemptsMade + 1,
+    }));
     // An async or background job's answer is kept for later readers; any other job's answer is for its api alone.
     const detached = data.async === true || data.background === true || data.batch !== undefined;
     // A batch's request that starts before its batch's deadline runs to its end (only one not started by then expires).
     this.runDeadline = data.batch ? Date.now() + endpoints[data.endpoint].deadlineMs(deps.config) : data.deadline;
-    this.orphan = detached ? undefined : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(jobId) };
+    this.orphan = detached
+      ? undefined
+      : { afterMs: deps.config.orphanAfterMs, onOrphaned: () => deps.cancels.cancel(jobId) };
     this.publisher = new ReplyPublisher(deps.redis, data.replyTo, jobId, {
       ...(this.orphan ? { orphan: this.orphan } : {}),
       replayTtlSeconds: deps.config.streamReplayTtlSeconds,
@@ -128,7 +142,10 @@ class JobRun {
     return this.data.stream || this.data.background === true;
   }
 
-  /** The steps in order. The vendor slot is freed before an error is handled, so a failed or cancelled call bills after its slot is back. */
+  /**
+   * The steps in order. The vendor slot is freed before an error is handled, so a failed or cancelled call bills after
+   * its slot is back.
+   */
   async run(): Promise<GatewayJobResult> {
     // A batch's request canceled, expired, recorded before or refused by its account's money ends here, recorded.
     if (isBatchJob(this.data) && (await batchGate(this.batchDeps, this.data, this.runDeadline))) return {};
@@ -143,7 +160,10 @@ class JobRun {
       }
     } catch (caught) {
       if (caught instanceof MovedToLane) {
-        this.log.info({ lane: caught.queue, vendor: this.vendor }, 'routed to another capped vendor: moved to its lane');
+        this.log.info(
+          { lane: caught.queue, vendor: this.vendor },
+          'routed to another capped vendor: moved to its lane',
+        );
         return { movedTo: caught.queue };
       }
       return await this.fail(caught);
@@ -159,7 +179,11 @@ class JobRun {
     const { data, job, orphan, deps } = this;
     const remaining = this.runDeadline - Date.now();
     if (remaining <= 0) return this.answerFailure(timeoutError('The request waited in the queue past its deadline.'));
-    if (orphan && Date.now() - job.timestamp > orphan.afterMs && (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0) {
+    if (
+      orphan &&
+      Date.now() - job.timestamp > orphan.afterMs &&
+      (await deps.redis.exists(apiAliveKey(data.replyTo))) === 0
+    ) {
       // It waited long, and the api that took it is gone: nobody would read the answer, so the vendor is not called.
       this.log.info('the api holding this request is gone; job dropped');
       await reportLeadOutcome(this.cacheDeps, data, 'gone');
@@ -168,12 +192,20 @@ class JobRun {
     }
     if (this.streamed && (job.attemptsStarted ?? 0) > 1 && (await deps.redis.exists(replayStreamKey(this.jobId)))) {
       // A worker died after this stream's first bytes reached the client: replaying would duplicate output.
-      return this.answerFailure(new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }));
+      return this.answerFailure(
+        new GatewayError(502, 'The worker serving this stream was lost mid-response.', { code: 'worker_lost' }),
+      );
     }
     this.model = deps.catalog.get(data.model);
-    if (!this.model) return this.answerFailure(new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' }));
+    if (!this.model)
+      return this.answerFailure(
+        new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' }),
+      );
     const payload = data.payload ?? (await loadPayload(deps.redis, this.jobId));
-    if (!payload) return this.answerFailure(new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }));
+    if (!payload)
+      return this.answerFailure(
+        new GatewayError(410, 'The request body expired before a worker picked it up.', { code: 'payload_expired' }),
+      );
     // The one place the payload's type is taken on trust: the api validated it against this endpoint's schema.
     this.request = { endpoint: data.endpoint, payload } as EndpointRequest;
     return remaining;
@@ -188,7 +220,9 @@ class JobRun {
     }, remaining);
   }
 
-  /** A channel for the model, and a slot under its vendor's limits (waited for, up to the deadline); the call starts. */
+  /**
+   * A channel for the model, and a slot under its vendor's limits (waited for, up to the deadline); the call starts.
+   */
   private async acquire(): Promise<void> {
     const { deps, data } = this;
     const signal = this.controller!.signal;
@@ -196,8 +230,10 @@ class JobRun {
     const affinity = affinityKey(this.request!);
     const route = (this.route = deps.router.route(this.model!, affinity));
     this.vendor = route.channel.vendor;
-    // Routed to another capped vendor than its lane's (a fallback): it waits in that vendor's lane, not in this one's slot.
-    if (deps.laneMoves?.wanted(this.job, route.channel.vendor)) throw new MovedToLane(await deps.laneMoves.move(this.job, route.channel.vendor));
+    // Routed to another capped vendor than its lane's (a fallback): it waits in that vendor's lane, not in this one's
+    // slot.
+    if (deps.laneMoves?.wanted(this.job, route.channel.vendor))
+      throw new MovedToLane(await deps.laneMoves.move(this.job, route.channel.vendor));
     // The channel that answers decides how the tier is: a retry on another channel decides it again.
     this.tier = tierRule(tierFacts(this.job, route.channel, deps.config.scheduling));
     this.produced.servedTier = this.tier.before;
@@ -205,15 +241,32 @@ class JobRun {
     // first. A priority request is not held back by the vendor's pace (the spreading of its calls' starts).
     // Others with its prefix at the vendor before it, the prefix not yet in the channel's cache: it waits (bounded) for
     // the first to start answering, and reads the prefix the first wrote (workers/prompt-warming.ts).
-    if (affinity !== undefined && deps.warming && !isMockChannel(route.channel) && !deps.config.promptAffinityOff.includes(route.channel.vendor)) {
-      const writer = await deps.warming.before(route.channel.id, affinity, this.jobId, signal, data.serviceTier === 'priority');
+    if (
+      affinity !== undefined &&
+      deps.warming &&
+      !isMockChannel(route.channel) &&
+      !deps.config.promptAffinityOff.includes(route.channel.vendor)
+    ) {
+      const writer = await deps.warming.before(
+        route.channel.id,
+        affinity,
+        this.jobId,
+        signal,
+        data.serviceTier === 'priority',
+      );
       if (writer) {
         this.writer = writer;
         this.produced.onFirstOutput = () => writer.written();
       }
     }
     const asked = Date.now();
-    this.lease = await deps.limiter.acquire(route.channel.vendor, this.runDeadline, signal, this.job.opts.priority ?? 0, data.serviceTier === 'priority');
+    this.lease = await deps.limiter.acquire(
+      route.channel.vendor,
+      this.runDeadline,
+      signal,
+      this.job.opts.priority ?? 0,
+      data.serviceTier === 'priority',
+    );
     this.timings = { asked, leased: Date.now() };
     this.call.started(this.job, route, signal);
   }
@@ -259,7 +312,10 @@ class JobRun {
     };
   }
 
-  /** The answer is billed and delivered: side by side, so the settlement adds no round trip to it, and the job ends only once both are done. */
+  /**
+   * The answer is billed and delivered: side by side, so the settlement adds no round trip to it, and the job ends only
+   * once both are done.
+   */
   private async finish(outcome: PipelineOutcome): Promise<GatewayJobResult> {
     switch (outcome.answer) {
       case 'publish': {
@@ -278,7 +334,11 @@ class JobRun {
           return this.publisher.done(outcome.body);
         }
         // The vendor has answered: its slot is for the next call while this one is billed and delivered.
-        const [, , kept] = await Promise.all([this.freeSlot(), this.bill('completed'), this.publisher.done(outcome.body)]);
+        const [, , kept] = await Promise.all([
+          this.freeSlot(),
+          this.bill('completed'),
+          this.publisher.done(outcome.body),
+        ]);
         return kept;
       }
       case 'keep':
@@ -309,7 +369,8 @@ class JobRun {
     const error = this.timedOut ? timeoutError() : toGatewayError(caught, log);
     this.call.failed(error);
     // Neither resting channels nor a Redis outage says anything about the vendor.
-    if (route && error.code !== 'channels_cooling_down' && error.code !== 'queue_unavailable') deps.router.reportFailure(route, error);
+    if (route && error.code !== 'channels_cooling_down' && error.code !== 'queue_unavailable')
+      deps.router.reportFailure(route, error);
     const decision = decideFailure(deps.config, {
       error,
       // A tool the loop called is not called again by a retry: tools are not idempotent.
@@ -342,12 +403,16 @@ class JobRun {
   private async drop(): Promise<never> {
     this.log.info('client left or cancelled; vendor call aborted');
     await reportLeadOutcome(this.cacheDeps, this.data, 'failed');
-    await this.responses?.cancel().catch((e: unknown) => this.log.warn({ err: e }, 'could not end the cancelled response'));
+    await this.responses
+      ?.cancel()
+      .catch((e: unknown) => this.log.warn({ err: e }, 'could not end the cancelled response'));
     await this.bill('cancelled');
     throw new ClientGoneError();
   }
 
-  /** The job fails for good with this error: billed, then answered, and failed with an error that says it was answered. */
+  /**
+   * The job fails for good with this error: billed, then answered, and failed with an error that says it was answered.
+   */
   private async answerFailure(error: GatewayError): Promise<never> {
     const { data, request, log } = this;
     await this.bill('failed', error.code ?? error.type, error.message);
@@ -361,9 +426,13 @@ class JobRun {
     // worker tells the job's watchers once BullMQ has recorded it).
     if (data.async) throw new AsyncJobFailure(error.toWire());
     // A Responses stream under way (or in the background) ends with its own failure events instead.
-    const responses = this.responses ?? (request?.endpoint === 'responses' ? this.startResponses(request.payload) : undefined);
-    const answered = responses ? await responses.fail(error).catch((e: unknown) => (log.warn({ err: e }, 'could not end the response'), false)) : false;
-    if (!answered) await this.publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
+    const responses =
+      this.responses ?? (request?.endpoint === 'responses' ? this.startResponses(request.payload) : undefined);
+    const answered = responses
+      ? await responses.fail(error).catch((e: unknown) => (log.warn({ err: e }, 'could not end the response'), false))
+      : false;
+    if (!answered)
+      await this.publisher.error(error.toWire()).catch((e) => log.warn({ err: e }, 'could not publish error'));
     throw new AnsweredFailure(error.toWire());
   }
 
@@ -385,11 +454,21 @@ class JobRun {
   }
 
   private startResponses(job: ResponsesJob): ResponsesRun {
-    this.responses = new ResponsesRun(this.deps.redis, job, this.publisher, this.data.stream, this.deps.config.responseTtlSeconds, this.tier);
+    this.responses = new ResponsesRun(
+      this.deps.redis,
+      job,
+      this.publisher,
+      this.data.stream,
+      this.deps.config.responseTtlSeconds,
+      this.tier,
+    );
     return this.responses;
   }
 
-  /** The vendor's part is over. A slot that cannot be released now expires with its lease; the answer must not wait on it. */
+  /**
+   * The vendor's part is over. A slot that cannot be released now expires with its lease; the answer must not wait on
+   * it.
+   */
   private async freeSlot(): Promise<void> {
     this.call.vendorDone();
     // An answer that ended without output has still had its prompt read.
@@ -398,7 +477,17 @@ class JobRun {
       const { asked, leased } = this.timings;
       this.timings = undefined;
       const taken = this.job.processedOn ?? asked;
-      this.log.debug({ key: this.data.keyId, queue_ms: taken - this.job.timestamp, before_slot_ms: asked - taken, slot_ms: leased - asked, call_ms: Date.now() - leased, vendor: this.vendor }, 'vendor call timings');
+      this.log.debug(
+        {
+          key: this.data.keyId,
+          queue_ms: taken - this.job.timestamp,
+          before_slot_ms: asked - taken,
+          slot_ms: leased - asked,
+          call_ms: Date.now() - leased,
+          vendor: this.vendor,
+        },
+        'vendor call timings',
+      );
     }
     await this.lease?.release().catch((e) => this.log.warn({ err: e }, 'could not release vendor slot'));
   }
@@ -409,16 +498,25 @@ class JobRun {
    */
   private bill(status: 'completed' | 'failed' | 'cancelled', errorCode?: string, errorMessage?: string): Promise<void> {
     const { data, job, route } = this;
-    return settleJob(this.deps.settlement, data, this.request, this.vendor, this.produced, status, {
-      endpoint: data.endpoint,
-      attempts: job.attemptsMade + 1,
-      queue_ms: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
-      channel: route?.channel.id,
-      fallback: route && route.model.id !== data.model ? route.model.id : undefined,
-      error_code: errorCode,
-      // The api's, when it answered the client, is the one the log keeps.
-      error_message: errorMessage === undefined ? undefined : loggedText(errorMessage, loggedMessageChars),
-    }, route?.channel);
+    return settleJob(
+      this.deps.settlement,
+      data,
+      this.request,
+      this.vendor,
+      this.produced,
+      status,
+      {
+        endpoint: data.endpoint,
+        attempts: job.attemptsMade + 1,
+        queue_ms: Math.max(0, (job.processedOn ?? Date.now()) - job.timestamp),
+        channel: route?.channel.id,
+        fallback: route && route.model.id !== data.model ? route.model.id : undefined,
+        error_code: errorCode,
+        // The api's, when it answered the client, is the one the log keeps.
+        error_message: errorMessage === undefined ? undefined : loggedText(errorMessage, loggedMessageChars),
+      },
+      route?.channel,
+    );
   }
 }
 

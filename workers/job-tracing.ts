@@ -38,7 +38,8 @@ export function traceJobs(processor: Processor): Processor {
     const startTime = Date.now();
     if (isFirstRun(job)) {
       const waited = tracer.startSpan('queue wait', { startTime: job.timestamp }, parent);
-      if (waited.isRecording()) waited.setAttributes({ 'switchyard.queue': queue, 'switchyard.request_id': data.requestId });
+      if (waited.isRecording())
+        waited.setAttributes({ 'switchyard.queue': queue, 'switchyard.request_id': data.requestId });
       // Until this run starts (BullMQ's fetch of the job included): the wait and the run meet at one instant.
       waited.end(startTime);
     }
@@ -87,12 +88,18 @@ export interface VendorAttempt {
   vendorDone(): void;
   /** The attempt failed with this error (as the failure policy reads it). */
   failed(error: GatewayError): void;
-  /** The outcome is known: the span ends (at `vendorDone`'s moment when that came first), with what the call was billed for. */
+  /**
+   * The outcome is known: the span ends (at `vendorDone`'s moment when that came first), with what the call was billed
+   * for.
+   */
   end(billed?: BilledUsage): void;
 }
 
-
-export function startVendorAttempt(job: Job<GatewayJobData>, route: ResolvedRoute, signal: AbortSignal): VendorAttempt | undefined {
+export function startVendorAttempt(
+  job: Job<GatewayJobData>,
+  route: ResolvedRoute,
+  signal: AbortSignal,
+): VendorAttempt | undefined {
   if (!tracingEnabled()) return undefined;
   return new TracedAttempt(getTracer().startSpan('vendor attempt', { kind: SpanKind.CLIENT }), job, route, signal);
 }
@@ -155,7 +162,9 @@ class TracedAttempt implements VendorAttempt {
         'gen_ai.usage.cache_read.input_tokens': billed.cached,
         ...(billed.cacheWrite !== undefined ? { 'gen_ai.usage.cache_creation.input_tokens': billed.cacheWrite } : {}),
         'switchyard.cost_micros': billed.costMicros,
-        ...(billed.promptCacheSavedMicros !== undefined ? { 'switchyard.prompt_cache.saved_micros': billed.promptCacheSavedMicros } : {}),
+        ...(billed.promptCacheSavedMicros !== undefined
+          ? { 'switchyard.prompt_cache.saved_micros': billed.promptCacheSavedMicros }
+          : {}),
       });
     }
     this.span.end(this.doneAt);

@@ -50,7 +50,8 @@ export async function runMedia(
     async progress(percent) {
       const value = Math.max(0, Math.min(100, Math.round(percent)));
       await job.updateProgress(value);
-      if (data.async) await publishJobEvent(deps.redis, jobIdOf(data), { type: 'progress', status: 'in_progress', progress: value });
+      if (data.async)
+        await publishJobEvent(deps.redis, jobIdOf(data), { type: 'progress', status: 'in_progress', progress: value });
     },
     checkpoint: {
       read: <T extends Record<string, unknown>>() => data.checkpoint as T | undefined,
@@ -67,21 +68,45 @@ export async function runMedia(
       const result = await adapterMethod(protocol, 'generateImages')(input, ctx);
       if (produced) produced.images = result.images.length;
       await vendorDone();
-      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+      return {
+        body: await renderImages(
+          result,
+          input.response_format ?? base.model.default_response_format ?? 'b64_json',
+          ctx,
+          deps,
+          baseUrl,
+        ),
+      };
     }
     case 'images.edits': {
       const input = request.payload;
       const result = await adapterMethod(protocol, 'editImages')(input, ctx);
       if (produced) produced.images = result.images.length;
       await vendorDone();
-      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+      return {
+        body: await renderImages(
+          result,
+          input.response_format ?? base.model.default_response_format ?? 'b64_json',
+          ctx,
+          deps,
+          baseUrl,
+        ),
+      };
     }
     case 'images.variations': {
       const input = request.payload;
       const result = await adapterMethod(protocol, 'varyImages')(input, ctx);
       if (produced) produced.images = result.images.length;
       await vendorDone();
-      return { body: await renderImages(result, input.response_format ?? base.model.default_response_format ?? 'b64_json', ctx, deps, baseUrl) };
+      return {
+        body: await renderImages(
+          result,
+          input.response_format ?? base.model.default_response_format ?? 'b64_json',
+          ctx,
+          deps,
+          baseUrl,
+        ),
+      };
     }
     case 'audio.transcriptions':
     case 'audio.translations': {
@@ -129,11 +154,21 @@ export function transcribedSeconds(body: string, uploadBytes: number | undefined
  * gateway's own signed URL to a stored copy (vendor URLs expire, and vendor
  * bytes have nowhere else to live).
  */
-async function renderImages(result: ImageResult, format: 'url' | 'b64_json', ctx: MediaContext, deps: MediaDeps, baseUrl: string): Promise<string> {
+async function renderImages(
+  result: ImageResult,
+  format: 'url' | 'b64_json',
+  ctx: MediaContext,
+  deps: MediaDeps,
+  baseUrl: string,
+): Promise<string> {
   if (result.images.length === 0) {
-    throw new GatewayError(500, 'The image generation failed at the vendor. Retry the request, possibly with a changed prompt.', {
-      code: 'server_error',
-    });
+    throw new GatewayError(
+      500,
+      'The image generation failed at the vendor. Retry the request, possibly with a changed prompt.',
+      {
+        code: 'server_error',
+      },
+    );
   }
   const data = await Promise.all(
     result.images.map(async (image, index) => {
@@ -142,21 +177,32 @@ async function renderImages(result: ImageResult, format: 'url' | 'b64_json', ctx
       if (format === 'b64_json') item.b64_json = bytes.toString('base64');
       else {
         const extension = (image.contentType ?? 'image/png').split('/')[1]?.replace('jpeg', 'jpg') ?? 'png';
-        const ref = await deps.blobs.put(`images/${ctx.requestId}/${index}.${extension}`, bytes, image.contentType ?? 'image/png');
+        const ref = await deps.blobs.put(
+          `images/${ctx.requestId}/${index}.${extension}`,
+          bytes,
+          image.contentType ?? 'image/png',
+        );
         item.url = signBlobUrl(baseUrl, deps.urlSecret, ref.key, deps.config.blobUrlTtlSeconds);
       }
       if (image.revised_prompt) item.revised_prompt = image.revised_prompt;
       return item;
     }),
   );
-  return JSON.stringify({ created: Math.floor(Date.now() / 1000), data, ...(result.extra ?? {}), ...(result.usage ? { usage: result.usage } : {}) });
+  return JSON.stringify({
+    created: Math.floor(Date.now() / 1000),
+    data,
+    ...(result.extra ?? {}),
+    ...(result.usage ? { usage: result.usage } : {}),
+  });
 }
 
 const maxDownloadBytes = 64 * 1024 * 1024;
 /** One image, redirects included; the job's own deadline may be far longer. */
 const downloadTimeoutMs = 120_000;
 
-/** The URL came from the vendor's answer: it is fetched only where `guardedGet` allows, and without the channel's key. */
+/**
+ * The URL came from the vendor's answer: it is fetched only where `guardedGet` allows, and without the channel's key.
+ */
 async function download(url: string, ctx: MediaContext): Promise<Buffer> {
   const response = await guardedGet(url, ctx, { timeoutMs: downloadTimeoutMs });
   if (response.status !== 200) {
@@ -167,7 +213,14 @@ async function download(url: string, ctx: MediaContext): Promise<Buffer> {
       retryable: true,
     });
   }
-  return readBoundedBytes(response, maxDownloadBytes, ctx, () =>
-    new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error', code: 'vendor_bad_response' }),
+  return readBoundedBytes(
+    response,
+    maxDownloadBytes,
+    ctx,
+    () =>
+      new GatewayError(502, 'The generated image is larger than the gateway accepts.', {
+        type: 'server_error',
+        code: 'vendor_bad_response',
+      }),
   );
 }

@@ -22,7 +22,10 @@ import { answerJob, RelayEncoder, relayedAnswer, type StreamedJob } from './answ
  * message body. What the answer used goes to `produced`, for billing exactly
  * as a chat completion's.
  */
-export async function runMessages(run: StreamedJob<MessagesJob>, loop?: AsyncIterable<AnswerEvent[]>): Promise<string | undefined> {
+export async function runMessages(
+  run: StreamedJob<MessagesJob>,
+  loop?: AsyncIterable<AnswerEvent[]>,
+): Promise<string | undefined> {
   const { protocol, job, ctx, clientStreams, keep = false } = run;
   const native = adapters[protocol].nativeMessages;
   // A request with MCP servers runs the gateway's tool loop on the chat form, whoever the vendor is.
@@ -37,7 +40,11 @@ export async function runMessages(run: StreamedJob<MessagesJob>, loop?: AsyncIte
       ...relayedAnswer(relay),
     });
   }
-  const encoder = new MessagesStreamEncoder({ model: job.model, inputTokens: job.inputTokens, toolNames: toolNamesBack(job.anthropic.tools) });
+  const encoder = new MessagesStreamEncoder({
+    model: job.model,
+    inputTokens: job.inputTokens,
+    toolNames: toolNamesBack(job.anthropic.tools),
+  });
   let body: string | undefined;
   return answerJob(run, {
     source: loop ?? adapterMethod(protocol, 'streamChat')(job.chat, ctx),
@@ -68,7 +75,10 @@ function relayAnthropic(clientStreams: boolean, keep: boolean): RelayEncoder<Nat
   });
 }
 
-/** `/v1/messages/count_tokens`: the vendor's own count where it has one (Anthropic), else the gateway's tokenizer on the chat form. */
+/**
+ * `/v1/messages/count_tokens`: the vendor's own count where it has one (Anthropic), else the gateway's tokenizer on the
+ * chat form.
+ */
 export async function countMessageTokens(protocol: Protocol, job: MessagesJob, ctx: CallContext): Promise<string> {
   const count = adapters[protocol].countMessageTokens;
   if (count) return count.call(adapters[protocol], job, ctx);

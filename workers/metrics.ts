@@ -29,7 +29,8 @@ export function startWorkerMetrics(
 ): void {
   const metrics = initMetrics(config.metrics);
   for (const name of config.workerQueues) {
-    for (let shard = 0; shard < Math.max(1, config.queueShards[name] ?? 1); shard++) capabilityOfQueue.set(shardQueueName(name, shard), name);
+    for (let shard = 0; shard < Math.max(1, config.queueShards[name] ?? 1); shard++)
+      capabilityOfQueue.set(shardQueueName(name, shard), name);
   }
   // Every configured channel is listed, resting or not (0), so a rest ending shows as a drop, not a vanished series.
   const channels = [...resolveChannels(config).values()].flat();
@@ -57,7 +58,9 @@ export function countJobs(processor: Processor): Processor {
       metrics.jobWait.get(queue).observe(Math.max(0, waited) / 1000);
       const tier = job.data.serviceTier ?? 'default';
       // Per account, only the busiest few by name: the rest under account="other" (bounded series).
-      const byTier = metrics.perAccount ? metrics.queueWait.get(queue, tier, metrics.waitAccounts.label(job.data.accountId ?? defaultAccountId)) : metrics.queueWait.get(queue, tier);
+      const byTier = metrics.perAccount
+        ? metrics.queueWait.get(queue, tier, metrics.waitAccounts.label(job.data.accountId ?? defaultAccountId))
+        : metrics.queueWait.get(queue, tier);
       byTier.observe(Math.max(0, waited) / 1000);
     }
     const started = performance.now();
@@ -142,13 +145,19 @@ export class VendorCall {
 }
 
 /** A call to this channel starts now (its vendor slot is held); undefined when this process keeps no metrics. */
-export function startVendorCall(channel: Pick<ChannelConfig, 'vendor' | 'id'>, signal: AbortSignal): VendorCall | undefined {
+export function startVendorCall(
+  channel: Pick<ChannelConfig, 'vendor' | 'id'>,
+  signal: AbortSignal,
+): VendorCall | undefined {
   const metrics = activeMetrics();
   return metrics ? new VendorCall(metrics, channel, signal) : undefined;
 }
 
 /** The router put a channel (or a model on it) to rest. */
-export function channelRested(channel: Pick<ChannelConfig, 'vendor' | 'id'>, reason: 'auth' | 'rate' | 'failures'): void {
+export function channelRested(
+  channel: Pick<ChannelConfig, 'vendor' | 'id'>,
+  reason: 'auth' | 'rate' | 'failures',
+): void {
   activeMetrics()?.channelCooldowns.get(channel.vendor, channel.id, reason).inc();
 }
 
@@ -166,7 +175,16 @@ export function answerCached(model: string, bytes: number): void {
  * cost more than plain input would have adds nothing; the record keeps the signed saving).
  */
 export function usageSettled(
-  record: Pick<UsageEntry, 'model' | 'key_id' | 'input_tokens' | 'cached_tokens' | 'output_tokens' | 'cost_micros' | 'prompt_cache_saved_micros'>,
+  record: Pick<
+    UsageEntry,
+    | 'model'
+    | 'key_id'
+    | 'input_tokens'
+    | 'cached_tokens'
+    | 'output_tokens'
+    | 'cost_micros'
+    | 'prompt_cache_saved_micros'
+  >,
 ): void {
   const metrics = activeMetrics();
   if (!metrics) return;

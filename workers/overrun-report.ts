@@ -23,7 +23,10 @@ export interface Overrun {
  */
 export class OverrunReport {
   private lastLogged = Number.NEGATIVE_INFINITY;
-  private pending = new Map<string, { model: string; vendor: string; answers: number; overMicros: number; example: string }>();
+  private pending = new Map<
+    string,
+    { model: string; vendor: string; answers: number; overMicros: number; example: string }
+  >();
 
   constructor(
     private readonly log: Pick<Logger, 'warn'>,
@@ -36,12 +39,20 @@ export class OverrunReport {
       this.lastLogged = now;
       this.log.warn(
         { ...overrun, nextSummaryInMs: summaryEveryMs },
-        'answer cost more than its reservation: the key limit and balance were checked against less than was billed (more such answers are summed up, one line a minute at most; switchyard_settlement_overruns_total counts each)',
+        'answer cost more than its reservation: the key limit and balance were checked against less than was ' +
+          'billed (more such answers are summed up, one line a minute at most; ' +
+          'switchyard_settlement_overruns_total counts each)',
       );
       return;
     }
     const key = `${overrun.model}\u0000${overrun.vendor}`;
-    const entry = this.pending.get(key) ?? { model: overrun.model, vendor: overrun.vendor, answers: 0, overMicros: 0, example: overrun.requestId };
+    const entry = this.pending.get(key) ?? {
+      model: overrun.model,
+      vendor: overrun.vendor,
+      answers: 0,
+      overMicros: 0,
+      example: overrun.requestId,
+    };
     entry.answers += 1;
     entry.overMicros += overrun.overMicros;
     this.pending.set(key, entry);

@@ -32,14 +32,23 @@ export interface PipelineRun {
   publisher: ReplyPublisher;
   /** Takes what the answer used, and the tier that served it, for billing. */
   produced: Meter;
-  /** How the tier that serves it is decided (`shared/scheduling/served-tier.ts`): said in the answer, billed by settlement. */
+  /**
+   * How the tier that serves it is decided (`shared/scheduling/served-tier.ts`): said in the answer, billed by
+   * settlement.
+   */
   tier: TierRule;
   media: MediaDeps;
   /** The vendor's part is over: its slot is freed. */
   vendorDone(): Promise<void>;
-  /** The vendor's part of an answer the pipeline ends itself is over: billing starts (beside the answer's end), and the slot is freed. */
+  /**
+   * The vendor's part of an answer the pipeline ends itself is over: billing starts (beside the answer's end), and the
+   * slot is freed.
+   */
   vendorDoneBilling(): Promise<void>;
-  /** Keeps the answer in the response cache (a request that opted in), billed first: a stream calls it before its end goes out. */
+  /**
+   * Keeps the answer in the response cache (a request that opted in), billed first: a stream calls it before its end
+   * goes out.
+   */
   keepAnswer(): Promise<void>;
   /** The run's Responses encoder for this response, kept so a failure or a cancel ends the same response. */
   startResponses(job: ResponsesJob): ResponsesRun;
@@ -51,7 +60,11 @@ export interface PipelineRun {
  * The chat answer a Responses or Messages job is written from: the model's stream, or, for a request that names MCP
  * servers, the gateway's tool loop around it (workers/mcp/tool-loop.ts).
  */
-function chatAnswer(run: PipelineRun, chat: ChatCompletionRequest, plan: McpLoopPlan | undefined): AsyncIterable<AnswerEvent[]> {
+function chatAnswer(
+  run: PipelineRun,
+  chat: ChatCompletionRequest,
+  plan: McpLoopPlan | undefined,
+): AsyncIterable<AnswerEvent[]> {
   const turn = (request: ChatCompletionRequest) => adapterMethod(run.protocol, 'streamChat')(request, run.ctx);
   if (!plan) return turn(chat);
   if (!run.tools) throw new GatewayError(503, 'The tool loop is not served by this worker.', { code: 'overloaded' });
@@ -74,12 +87,23 @@ function chatAnswer(run: PipelineRun, chat: ChatCompletionRequest, plan: McpLoop
  * - `keep`: an async job's result, kept by BullMQ once billed;
  * - `sent`: the pipeline answered itself (a stream ended) and billing began when the vendor was done.
  */
-export type PipelineOutcome = { answer: 'publish'; body: string } | { answer: 'keep'; result: GatewayJobResult } | { answer: 'sent'; result: GatewayJobResult };
+export type PipelineOutcome =
+  | { answer: 'publish'; body: string }
+  | { answer: 'keep'; result: GatewayJobResult }
+  | { answer: 'sent'; result: GatewayJobResult };
 
-/** Whether a media answer names files by URL (images rendered as `url`, as asked or as the model's default): never cached. */
+/**
+ * Whether a media answer names files by URL (images rendered as `url`, as asked or as the model's default): never
+ * cached.
+ */
 function linksFiles(run: PipelineRun): boolean {
   const { request } = run;
-  if (request.endpoint !== 'images.generations' && request.endpoint !== 'images.edits' && request.endpoint !== 'images.variations') return false;
+  if (
+    request.endpoint !== 'images.generations' &&
+    request.endpoint !== 'images.edits' &&
+    request.endpoint !== 'images.variations'
+  )
+    return false;
   return (request.payload.response_format ?? run.ctx.model.default_response_format ?? 'b64_json') === 'url';
 }
 
@@ -115,7 +139,8 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (request.endpoint === 'moderations') {
       const answer = await adapterMethod(protocol, 'moderate')(request.payload, ctx);
       produced.answerId = answer.id;
-      // Free at OpenAI, and reported with no usage: counted by the gateway all the same, for the log and the key's tokens.
+      // Free at OpenAI, and reported with no usage: counted by the gateway all the same, for the log and the key's
+      // tokens.
       if (answer.usage) produced.usage = answer.usage;
       else {
         const tokens = await countModerationTokens(request.payload.input);
@@ -137,16 +162,21 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
   /** The Responses API: the vendor is always streamed; the client gets its events, or the final object. */
   async responses(run) {
     const { request } = run;
-    if (request.endpoint !== 'responses') throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
+    if (request.endpoint !== 'responses')
+      throw new GatewayError(400, `${request.endpoint} is not a Responses endpoint.`);
     const { mcp } = request.payload;
     // An answer that called tools is not kept: a hit would not call them.
     const keep = keepsAnswer(run.job.data) && !mcp;
     const source = chatAnswer(run, request.payload.chat, mcp);
-    const body = await run.startResponses(request.payload).run(source, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
+    const body = await run
+      .startResponses(request.payload)
+      .run(source, run.produced, run.vendorDoneBilling, keep ? { keep: run.keepAnswer } : undefined);
     return { answer: 'sent', result: body === undefined ? {} : { body } };
   },
 
-  /** Anthropic's Messages API: the vendor's own events relayed, or a chat adapter's written as them; or a token count. */
+  /**
+   * Anthropic's Messages API: the vendor's own events relayed, or a chat adapter's written as them; or a token count.
+   */
   async messages(run) {
     const { request } = run;
     if (request.endpoint === 'messages.count_tokens') {
@@ -157,11 +187,17 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (request.endpoint !== 'messages') throw new GatewayError(400, `${request.endpoint} is not a Messages endpoint.`);
     const { mcp } = request.payload;
     const job = streamedJob(run, request.payload);
-    const body = await runMessages(mcp ? { ...job, keep: false } : job, mcp && chatAnswer(run, request.payload.chat, mcp));
+    const body = await runMessages(
+      mcp ? { ...job, keep: false } : job,
+      mcp && chatAnswer(run, request.payload.chat, mcp),
+    );
     return body === undefined ? { answer: 'sent', result: {} } : { answer: 'publish', body };
   },
 
-  /** Google's Gemini API: the vendor's own chunks relayed, or a chat adapter's written as them; a token count; embeddings. */
+  /**
+   * Google's Gemini API: the vendor's own chunks relayed, or a chat adapter's written as them; a token count;
+   * embeddings.
+   */
   async gemini(run) {
     const { request } = run;
     const keep = keepsAnswer(run.job.data);
@@ -186,13 +222,17 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     }
   },
 
-  /** Images, audio and video: held for a plain request, kept as the job's result for an async one; speech streamed as it comes. */
+  /**
+   * Images, audio and video: held for a plain request, kept as the job's result for an async one; speech streamed as it
+   * comes.
+   */
   async media(run) {
     const { job, media } = run;
     const data = job.data;
     const jobId = jobIdOf(data);
     if (run.request.endpoint === 'audio.speech') {
-      if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
+      if (data.async)
+        await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
       return runSpeech({ ...run, data }, run.request.payload);
     }
     // A video's id is its job's: the answer's id, as the request log keeps it.
@@ -200,7 +240,8 @@ export const pipelines: Record<EndpointRow['pipeline'], (run: PipelineRun) => Pr
     if (data.async) await publishJobEvent(media.redis, jobId, { type: 'progress', status: 'in_progress', progress: 0 });
     const { body } = await runMedia(job, run.protocol, run.request, run.ctx, media, run.vendorDone, run.produced);
     if (!data.async) {
-      // Kept by the response cache unless it links to files (an image's `url`): links expire, the entry would outlive them.
+      // Kept by the response cache unless it links to files (an image's `url`): links expire, the entry would outlive
+      // them.
       if (data.cache && !linksFiles(run)) run.produced.cacheable = { body };
       return { answer: 'publish', body };
     }

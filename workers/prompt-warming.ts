@@ -3,10 +3,22 @@ import { promptWarmKey } from '../shared/redis-keys.js';
 import { as, luaFiles, redisScript } from '../shared/redis-script.js';
 
 /** Marks the prefix pending (the caller writes it), refreshes a written one, or says the writer's mark. */
-const warmScript = redisScript({ name: 'prompt_warm', files: luaFiles(import.meta.url, 'prompt-warm'), keys: ['mark'], args: ['pending', 'waitMs', 'lifetimeMs'], reply: as<string>() });
+const warmScript = redisScript({
+  name: 'prompt_warm',
+  files: luaFiles(import.meta.url, 'prompt-warm'),
+  keys: ['mark'],
+  args: ['pending', 'waitMs', 'lifetimeMs'],
+  reply: as<string>(),
+});
 
 /** Removes the writer's pending mark, only its own. */
-const unwarmScript = redisScript({ name: 'prompt_unwarm', files: luaFiles(import.meta.url, 'prompt-unwarm'), keys: ['mark'], args: ['pending'], reply: as<number>() });
+const unwarmScript = redisScript({
+  name: 'prompt_unwarm',
+  files: luaFiles(import.meta.url, 'prompt-unwarm'),
+  keys: ['mark'],
+  args: ['pending'],
+  reply: as<number>(),
+});
 
 /** How often a waiting request looks whether the writer has started answering. */
 const pollMs = 20;
@@ -34,7 +46,13 @@ export class PromptWarming {
    * Before the call on `channel` of a prompt with the affinity key `key`: resolves to the writer's handle when this
    * request writes the prefix, else once the prefix is written (or the wait is over, or the request is cancelled).
    */
-  async before(channel: string, key: string, jobId: string, signal: AbortSignal, priority: boolean): Promise<PrefixWriter | undefined> {
+  async before(
+    channel: string,
+    key: string,
+    jobId: string,
+    signal: AbortSignal,
+    priority: boolean,
+  ): Promise<PrefixWriter | undefined> {
     const { waitMs, lifetimeMs } = this.options;
     if (waitMs <= 0) return undefined;
     const mark = promptWarmKey(channel, key);

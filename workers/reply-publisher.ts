@@ -1,6 +1,12 @@
 import type { Redis } from 'ioredis';
 import { isCluster, inOneWrite } from '../shared/redis.js';
-import { encodeReply, repliesHeldHere, replayLogIntervalMs, type ReplyKind, type ReplyReceiver } from '../shared/reply.js';
+import {
+  encodeReply,
+  repliesHeldHere,
+  replayLogIntervalMs,
+  type ReplyKind,
+  type ReplyReceiver,
+} from '../shared/reply.js';
 import { apiAliveKey, replayStreamKey, resultKey } from '../shared/redis-keys.js';
 import type { WireError } from '../shared/errors.js';
 
@@ -45,7 +51,10 @@ export class ReplyPublisher {
   /** Set once the stream's end (or error) went out: nothing more is published. */
   ended = false;
   private scheduled = false;
-  /** Batches published and not yet in the replay log: their frames, each one's length, the first's batch and frame numbers. */
+  /**
+   * Batches published and not yet in the replay log: their frames, each one's length, the first's batch and frame
+   * numbers.
+   */
   private logFrames = '';
   private logLens: number[] = [];
   private logFrom = 0;
@@ -126,12 +135,17 @@ export class ReplyPublisher {
       }
       this.logFrames += frames;
       this.logLens.push(frames.length);
-      if (!this.handedOver('chunk', seq, frames)) batch[this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames));
+      if (!this.handedOver('chunk', seq, frames))
+        batch[this.publish](this.channel, encodeReply('chunk', this.jobId, seq, frames));
     }
     const sent = published && !this.here;
     const due =
       this.logFrames !== '' &&
-      (logNow || this.logFrom === 1 || this.options.logEveryBatch === true || this.logFrames.length >= logBatchBytes || Date.now() - this.loggedAt >= replayLogIntervalMs);
+      (logNow ||
+        this.logFrom === 1 ||
+        this.options.logEveryBatch === true ||
+        this.logFrames.length >= logBatchBytes ||
+        Date.now() - this.loggedAt >= replayLogIntervalMs);
     if (due) this.appendLog(batch);
     else if (this.logFrames !== '') this.logTimer ??= setTimeout(() => this.send(true), replayLogIntervalMs);
     if (!sent && !due) return;
@@ -150,8 +164,23 @@ export class ReplyPublisher {
     const key = replayStreamKey(this.jobId);
     const opening = this.logFrom === 1;
     const several = this.logLens.length > 1 ? ['from', this.logFrom, 'lens', this.logLens.join(',')] : [];
-    batch.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, ...several, 'frames', this.logFrames, 'first', this.logFirst, ...(opening && this.options.owner ? ['owner', this.options.owner] : []));
-    // Set with the first entry, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire too.
+    batch.xadd(
+      key,
+      'MAXLEN',
+      '~',
+      replayMaxLength,
+      '*',
+      'seq',
+      this.seq,
+      ...several,
+      'frames',
+      this.logFrames,
+      'first',
+      this.logFirst,
+      ...(opening && this.options.owner ? ['owner', this.options.owner] : []),
+    );
+    // Set with the first entry, and again now and then: a log recreated mid-stream (Redis restarted empty) must expire
+    // too.
     if (opening || ++this.logAppends % 16 === 0) batch.expire(key, this.replayTtlSeconds);
     if (opening) for (const alias of this.aliases) batch.set(alias, this.jobId, 'EX', this.replayTtlSeconds);
     this.logFrames = '';
@@ -197,10 +226,12 @@ export class ReplyPublisher {
       const ref = resultKey(this.jobId);
       // Stored before it is announced (on a Cluster the two are on different shards).
       await this.redis.set(ref, body, 'EX', 120);
-      if (!this.handedOver('done-ref', this.seq, ref)) await this.redis[this.publish](this.channel, encodeReply('done-ref', this.jobId, this.seq, ref));
+      if (!this.handedOver('done-ref', this.seq, ref))
+        await this.redis[this.publish](this.channel, encodeReply('done-ref', this.jobId, this.seq, ref));
       return { bodyRef: ref };
     }
-    if (!this.handedOver('done', this.seq, body)) await this.redis[this.publish](this.channel, encodeReply('done', this.jobId, this.seq, body));
+    if (!this.handedOver('done', this.seq, body))
+      await this.redis[this.publish](this.channel, encodeReply('done', this.jobId, this.seq, body));
     return { body };
   }
 
@@ -219,11 +250,25 @@ export class ReplyPublisher {
     this.ended = true;
     const key = replayStreamKey(this.jobId);
     const pipeline = inOneWrite(this.redis);
-    if (!this.handedOver(kind, this.seq, payload)) pipeline[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
+    if (!this.handedOver(kind, this.seq, payload))
+      pipeline[this.publish](this.channel, encodeReply(kind, this.jobId, this.seq, payload));
     // A stream's log records its end; a plain request leaves no log behind.
     if (!this.options.stream && this.here) return;
     if (this.options.stream) {
-      pipeline.xadd(key, 'MAXLEN', '~', replayMaxLength, '*', 'seq', this.seq, 'end', kind, 'payload', payload, ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []));
+      pipeline.xadd(
+        key,
+        'MAXLEN',
+        '~',
+        replayMaxLength,
+        '*',
+        'seq',
+        this.seq,
+        'end',
+        kind,
+        'payload',
+        payload,
+        ...(this.seq === 0 && this.options.owner ? ['owner', this.options.owner] : []),
+      );
       pipeline.expire(key, this.replayTtlSeconds);
     }
     const results = await pipeline.exec();

@@ -15,7 +15,13 @@ import type { TierRule } from '../shared/scheduling/served-tier.js';
  * Stores a response object over its record only while the record exists: a
  * response deleted while it ran is not brought back by its end.
  */
-const storeScript = redisScript({ name: 'response_store', files: luaFiles(import.meta.url, 'store-response'), keys: ['record'], args: ['response', 'ttlSeconds'], reply: as<number>() });
+const storeScript = redisScript({
+  name: 'response_store',
+  files: luaFiles(import.meta.url, 'store-response'),
+  keys: ['record'],
+  args: ['response', 'ttlSeconds'],
+  reply: as<number>(),
+});
 
 /**
  * One `responses` job: the model's chat adapter streams the answer events,
@@ -44,17 +50,25 @@ export class ResponsesRun {
     private readonly ttlSeconds: number,
     tier?: TierRule,
   ) {
-    this.encoder = new ResponsesStreamEncoder(job.shell, tier ? { serviceTier: tier.before, answeredTier: tier.answered } : {});
+    this.encoder = new ResponsesStreamEncoder(
+      job.shell,
+      tier ? { serviceTier: tier.before, answeredTier: tier.answered } : {},
+    );
     this.visible = clientStreams || job.shell.background;
   }
 
   /**
-   * Runs the answer's events (the model's stream, or the tool loop around it) to their end. Resolves to the body a plain request
-   * is answered with, or undefined once a stream has ended. What the answer
+   * Runs the answer's events (the model's stream, or the tool loop around it) to their end. Resolves to the body a
+   * plain request is answered with, or undefined once a stream has ended. What the answer
    * used, and the tier that served it, go to `produced`; `vendorDone` runs
    * once the vendor is done.
    */
-  async run(source: AsyncIterable<AnswerEvent[]>, produced: Meter, vendorDone: () => Promise<unknown>, cache?: { keep: () => Promise<void> }): Promise<string | undefined> {
+  async run(
+    source: AsyncIterable<AnswerEvent[]>,
+    produced: Meter,
+    vendorDone: () => Promise<unknown>,
+    cache?: { keep: () => Promise<void> },
+  ): Promise<string | undefined> {
     const { encoder } = this;
     if (this.job.shell.background) await this.store({ ...encoder.current(), status: 'in_progress' });
     // The request log names a response by its own id (set first: the chat stream's id under it is the vendor's).
@@ -99,7 +113,10 @@ export class ResponsesRun {
    * HTTP error.
    */
   async fail(error: GatewayError): Promise<boolean> {
-    const reason = { code: error.code ?? (error.status >= 500 ? 'server_error' : 'invalid_request'), message: error.message };
+    const reason = {
+      code: error.code ?? (error.status >= 500 ? 'server_error' : 'invalid_request'),
+      message: error.message,
+    };
     const inStream = this.visible && (this.publisher.started || this.job.shell.background);
     const { frames, count } = this.encoder.fail(reason);
     const stored = this.store(this.encoder.current());
@@ -112,7 +129,10 @@ export class ResponsesRun {
     return true;
   }
 
-  /** Cancelled (`POST /v1/responses/{id}/cancel`, or its client left): the stream says so, and the stored response keeps what was produced. */
+  /**
+   * Cancelled (`POST /v1/responses/{id}/cancel`, or its client left): the stream says so, and the stored response keeps
+   * what was produced.
+   */
   async cancel(): Promise<void> {
     const { frames, count } = this.encoder.cancel();
     const stored = this.store(this.encoder.current());
@@ -124,6 +144,10 @@ export class ResponsesRun {
 
   private async store(response: ResponseObject): Promise<void> {
     if (!this.job.shell.store) return;
-    await storeScript(this.redis, { record: responseKey(this.job.shell.id), response: JSON.stringify(response), ttlSeconds: this.ttlSeconds });
+    await storeScript(this.redis, {
+      record: responseKey(this.job.shell.id),
+      response: JSON.stringify(response),
+      ttlSeconds: this.ttlSeconds,
+    });
   }
 }

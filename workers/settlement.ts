@@ -24,7 +24,9 @@ export interface BilledUsage {
   cached: number;
   cacheWrite?: number;
   output: number;
-  /** What the vendor's prompt cache saved (micro-dollars; negative when only writes were billed above the input price). */
+  /**
+   * What the vendor's prompt cache saved (micro-dollars; negative when only writes were billed above the input price).
+   */
   promptCacheSavedMicros?: number;
 }
 
@@ -66,7 +68,10 @@ export class Meter {
     this.outputSeen = true;
     this.onFirstOutput?.();
   }
-  /** Tool calls the gateway's tool loop made for the answer: a job that made one is not run again (tools are not idempotent). */
+  /**
+   * Tool calls the gateway's tool loop made for the answer: a job that made one is not run again (tools are not
+   * idempotent).
+   */
   toolsCalled = 0;
 }
 
@@ -81,7 +86,10 @@ function promptDetail(usage: Usage, name: 'cached_tokens' | 'cache_write_tokens'
 async function countPrompt(request: EndpointRequest): Promise<number> {
   switch (request.endpoint) {
     case 'chat.completions':
-      return countChatPromptTokensAsync(request.payload.messages, request.payload.tools ?? request.payload.functions ?? null);
+      return countChatPromptTokensAsync(
+        request.payload.messages,
+        request.payload.tools ?? request.payload.functions ?? null,
+      );
     case 'responses':
     case 'messages':
     case 'gemini.generate':
@@ -90,10 +98,16 @@ async function countPrompt(request: EndpointRequest): Promise<number> {
     case 'embeddings':
     case 'gemini.embed':
     case 'gemini.batch_embed': {
-      const input = request.endpoint === 'completions' ? request.payload.prompt : request.endpoint === 'embeddings' ? request.payload.input : request.payload.embedding.input;
+      const input =
+        request.endpoint === 'completions'
+          ? request.payload.prompt
+          : request.endpoint === 'embeddings'
+            ? request.payload.input
+            : request.payload.embedding.input;
       if (typeof input === 'string') return countTextTokensAsync(input);
       let total = 0;
-      for (const item of input as Array<string | number | number[]>) total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;
+      for (const item of input as Array<string | number | number[]>)
+        total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;
       return total;
     }
     default:
@@ -103,7 +117,14 @@ async function countPrompt(request: EndpointRequest): Promise<number> {
 
 /** What a request used, as its price list bills it. */
 export async function meter(request: EndpointRequest | undefined, produced: Meter): Promise<Metered> {
-  const metered: Metered = { inputTokens: 0, cachedTokens: 0, outputTokens: 0, images: produced.images, audioSeconds: produced.audioSeconds, videoSeconds: produced.videoSeconds };
+  const metered: Metered = {
+    inputTokens: 0,
+    cachedTokens: 0,
+    outputTokens: 0,
+    images: produced.images,
+    audioSeconds: produced.audioSeconds,
+    videoSeconds: produced.videoSeconds,
+  };
   // A job that failed before its payload was read reached no vendor.
   if (request === undefined) return metered;
   if (request.endpoint === 'images.generations' || request.endpoint === 'images.edits') {
@@ -154,7 +175,10 @@ function promptCacheSaved(
 ): number {
   // Nothing read from the cache or written to it: nothing to compare (and no second pricing of every request).
   if (metered.cachedTokens <= 0 && (metered.cacheWriteTokens ?? 0) <= 0) return 0;
-  return actualCost(deps.config, deps.prices, model, channel, { ...metered, cachedTokens: 0, cacheWriteTokens: 0 }, tier) - costMicros;
+  return (
+    actualCost(deps.config, deps.prices, model, channel, { ...metered, cachedTokens: 0, cacheWriteTokens: 0 }, tier) -
+    costMicros
+  );
 }
 
 export interface SettlementDeps {
@@ -193,7 +217,8 @@ export async function settleJob(
 ): Promise<void> {
   const metered = await meter(request, produced);
   const tier = produced.servedTier ?? data.serviceTier ?? 'default';
-  // At the prices of the tier that served it, not the one asked for (its reservation covers every tier it may be billed at).
+  // At the prices of the tier that served it, not the one asked for (its reservation covers every tier it may be billed
+  // at).
   const costMicros = actualCost(deps.config, deps.prices, data.model, channel, metered, tier);
   const entry: UsageEntry = {
     request_id: data.requestId,
@@ -231,14 +256,29 @@ export async function settleJob(
     try {
       // Marked settled until well past the job's deadline, when no attempt of it can run any more.
       // Counted only when this settlement applied: a second one of the same request id changes nothing.
-      const settled = await settle(deps.redis, entry, deps.policy, Date.now(), data.deadline - Date.now() + settledMarkMarginMs);
+      const settled = await settle(
+        deps.redis,
+        entry,
+        deps.policy,
+        Date.now(),
+        data.deadline - Date.now() + settledMarkMarginMs,
+      );
       if (!settled.applied) return;
       usageSettled(entry);
       // Admission checked the reservation against the key's limit and the balance; what goes past it was never checked.
       if (settled.reservedMicros !== null && entry.cost_micros > settled.reservedMicros) {
         const overMicros = entry.cost_micros - settled.reservedMicros;
         settlementOverran(entry.model, vendor, overMicros);
-        deps.overruns.add({ requestId: entry.request_id, keyId: entry.key_id, accountId: entry.account_id, model: entry.model, vendor, reservedMicros: settled.reservedMicros, costMicros: entry.cost_micros, overMicros });
+        deps.overruns.add({
+          requestId: entry.request_id,
+          keyId: entry.key_id,
+          accountId: entry.account_id,
+          model: entry.model,
+          vendor,
+          reservedMicros: settled.reservedMicros,
+          costMicros: entry.cost_micros,
+          overMicros,
+        });
       }
       return;
     } catch (error) {

@@ -83,7 +83,8 @@ async function speechUsage(tally: SpeechTally, audioTokensPerSecond: number): Pr
   let counts = tally.reported;
   if (!counts && audioTokensPerSecond > 0 && tally.bytes > 0) {
     const { input, instructions } = tally.job;
-    const inputTokens = (await countTextTokensAsync(input)) + (instructions === undefined ? 0 : await countTextTokensAsync(instructions));
+    const inputTokens =
+      (await countTextTokensAsync(input)) + (instructions === undefined ? 0 : await countTextTokensAsync(instructions));
     counts = { inputTokens, outputTokens: Math.ceil(tally.audioSeconds * audioTokensPerSecond) };
   }
   if (!counts) return undefined;
@@ -151,7 +152,11 @@ class SpeechEventWriter implements StreamEncoder<readonly SpeechEvent[]> {
     const usage = this.usage;
     const done = {
       type: 'speech.audio.done',
-      usage: { input_tokens: usage?.prompt_tokens ?? 0, output_tokens: usage?.completion_tokens ?? 0, total_tokens: usage?.total_tokens ?? 0 },
+      usage: {
+        input_tokens: usage?.prompt_tokens ?? 0,
+        output_tokens: usage?.completion_tokens ?? 0,
+        total_tokens: usage?.total_tokens ?? 0,
+      },
     };
     return { frames: this.frame(done), count: 1 };
   }
@@ -168,7 +173,10 @@ async function* bounded(source: AsyncIterable<SpeechEvent[]>): AsyncGenerator<Sp
   for await (const batch of source) {
     for (const event of batch) if (event.type === 'audio') bytes += event.bytes.length;
     if (bytes > maxSpeechBytes) {
-      throw new GatewayError(502, 'The vendor sent more audio than this text can be spoken in.', { type: 'server_error', code: 'vendor_bad_response' });
+      throw new GatewayError(502, 'The vendor sent more audio than this text can be spoken in.', {
+        type: 'server_error',
+        code: 'vendor_bad_response',
+      });
     }
     yield batch;
   }
@@ -179,7 +187,8 @@ async function* bounded(source: AsyncIterable<SpeechEvent[]>): AsyncGenerator<Sp
 /** What the meter counts of a batch: characters spoken (billed once the vendor began), and the audio's length. */
 function meterSpeech(tally: SpeechTally) {
   return (batch: readonly SpeechEvent[], produced: Meter) => {
-    if (produced.characters === 0 && batch.some((event) => event.type === 'audio')) produced.characters = speechCharacters(tally.job.input);
+    if (produced.characters === 0 && batch.some((event) => event.type === 'audio'))
+      produced.characters = speechCharacters(tally.job.input);
   };
 }
 
@@ -197,7 +206,8 @@ export interface SpeechRun {
 }
 
 /** How it ended, as the pipeline's outcome says: the stream went out, or an async job's result to keep. */
-export type SpeechOutcome = { answer: 'sent'; result: Record<string, never> } | { answer: 'keep'; result: { body: string } };
+export type SpeechOutcome =
+  { answer: 'sent'; result: Record<string, never> } | { answer: 'keep'; result: { body: string } };
 
 /** Runs a speech job to its end: streamed to a held client, or kept in the blob store for an async one. */
 export async function runSpeech(run: SpeechRun, job: SpeechJob): Promise<SpeechOutcome> {
@@ -230,13 +240,19 @@ export async function runSpeech(run: SpeechRun, job: SpeechJob): Promise<SpeechO
     vendorDone: streamed ? run.vendorDoneBilling : run.vendorDone,
     cache: keep
       ? {
-          forms: () => (events ? { body: '', events: events.written.map((d) => ({ d })) } : { body: Buffer.concat(tally.kept ?? []).toString('base64') }),
+          forms: () =>
+            events
+              ? { body: '', events: events.written.map((d) => ({ d })) }
+              : { body: Buffer.concat(tally.kept ?? []).toString('base64') },
           store: run.keepAnswer,
         }
       : undefined,
   });
   if (sent) return { answer: 'sent', result: {} };
-  return { answer: 'keep', result: { body: await keepAudio(run, job, Buffer.concat(tally.kept ?? []), tally.audioSeconds) } };
+  return {
+    answer: 'keep',
+    result: { body: await keepAudio(run, job, Buffer.concat(tally.kept ?? []), tally.audioSeconds) },
+  };
 }
 
 /** An async job's audio, kept in the blob store as long as its result: the result names it by a signed link. */

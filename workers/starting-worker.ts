@@ -12,7 +12,11 @@ import { Worker, type Job } from 'bullmq';
  * takes the next (`test/integration/bullmq-reliances.test.ts` pins both
  * behaviours on the BullMQ installed).
  */
-export class StartingWorker<DataType = unknown, ResultType = unknown, NameType extends string = string> extends Worker<DataType, ResultType, NameType> {
+export class StartingWorker<DataType = unknown, ResultType = unknown, NameType extends string = string> extends Worker<
+  DataType,
+  ResultType,
+  NameType
+> {
   protected override async moveToActive(token: string, name?: string): Promise<Job<DataType, ResultType, NameType>> {
     const job = await super.moveToActive(token, name);
     const loop = this as unknown as { blockUntil: number };

@@ -2,7 +2,13 @@ import { GatewayError } from '../shared/errors.js';
 import type { EndpointRequest } from '../shared/endpoints.js';
 import { streamAliasKey } from '../shared/redis-keys.js';
 import { sseDone } from '../shared/sse.js';
-import { answerTier, ChatStreamEncoder, encodeChatAnswer, usesLegacyFunctions, type ChatEncoderOptions } from './answers/chat-encoder.js';
+import {
+  answerTier,
+  ChatStreamEncoder,
+  encodeChatAnswer,
+  usesLegacyFunctions,
+  type ChatEncoderOptions,
+} from './answers/chat-encoder.js';
 import type { TierRule } from '../shared/scheduling/served-tier.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { adapterMethod } from './vendors/registry.js';
@@ -16,10 +22,22 @@ function encoderOptions(request: EndpointRequest, ctx: CallContext, tier: TierRu
   const serviceTier = { serviceTier: tier.before, answeredTier: tier.answered };
   if (request.endpoint === 'chat.completions') {
     const payload = request.payload;
-    return { form: 'chat.completion', model: ctx.model.id, includeUsage: payload.stream_options?.include_usage === true, legacyFunctions: usesLegacyFunctions(payload), ...serviceTier };
+    return {
+      form: 'chat.completion',
+      model: ctx.model.id,
+      includeUsage: payload.stream_options?.include_usage === true,
+      legacyFunctions: usesLegacyFunctions(payload),
+      ...serviceTier,
+    };
   }
   if (request.endpoint === 'completions') {
-    return { form: 'text_completion', model: ctx.model.id, includeUsage: request.payload.stream_options?.include_usage === true, legacyFunctions: false, ...serviceTier };
+    return {
+      form: 'text_completion',
+      model: ctx.model.id,
+      includeUsage: request.payload.stream_options?.include_usage === true,
+      legacyFunctions: false,
+      ...serviceTier,
+    };
   }
   throw new GatewayError(400, `Streaming is not available for ${request.endpoint}.`, { param: 'stream' });
 }
@@ -84,13 +102,24 @@ function keepAnswer(answer: Answer, produced: Meter): void {
 
 /**
  * A plain chat completion, legacy completion or embeddings call: the client's body (a chat completion says the
- * tier that served it: the gateway's, or a native vendor's word in its body); what it used, and that tier, go to `produced`.
+ * tier that served it: the gateway's, or a native vendor's word in its body); what it used, and that tier, go to
+ * `produced`.
  */
-export async function callText(protocol: Protocol, request: EndpointRequest, ctx: CallContext, produced: Meter, tier: TierRule, keep = false): Promise<string> {
+export async function callText(
+  protocol: Protocol,
+  request: EndpointRequest,
+  ctx: CallContext,
+  produced: Meter,
+  tier: TierRule,
+  keep = false,
+): Promise<string> {
   switch (request.endpoint) {
     case 'chat.completions':
     case 'completions': {
-      const answer = request.endpoint === 'chat.completions' ? await adapterMethod(protocol, 'chat')(request.payload, ctx) : await adapterMethod(protocol, 'complete')(request.payload, ctx);
+      const answer =
+        request.endpoint === 'chat.completions'
+          ? await adapterMethod(protocol, 'chat')(request.payload, ctx)
+          : await adapterMethod(protocol, 'complete')(request.payload, ctx);
       keepAnswer(answer, produced);
       const options = encoderOptions(request, ctx, tier);
       produced.servedTier = answerTier(answer, options);

@@ -9,7 +9,14 @@ import { GatewayError } from '../shared/errors.js';
 import { accessChangedChannel, cancelChannel, mcpCheckChannel, slotFreedChannel } from '../shared/redis-keys.js';
 import { CurrentAccess } from '../shared/access/index.js';
 import { laneQueueName, shardQueueName, type QueueName } from '../shared/queues.js';
-import { backToBandHead, cappedVendors, leaveBacklog, ratePace, recount, vendorLimits } from '../shared/scheduling/index.js';
+import {
+  backToBandHead,
+  cappedVendors,
+  leaveBacklog,
+  ratePace,
+  recount,
+  vendorLimits,
+} from '../shared/scheduling/index.js';
 import { LaneKeeper } from '../shared/scheduling/lane-keeper.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
@@ -46,22 +53,36 @@ import { McpQueues } from '../shared/mcp/queues.js';
 const reservationSweepMs = 10_000;
 const reservationGraceMs = 60_000;
 
-/** Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput. */
+/**
+ * Jobs in flight per fetch loop: past this, one loop's round trips, not the vendor, would limit a queue's throughput.
+ */
 const jobsPerFetchLoop = 64;
 const maxFetchLoops = 4;
 
 /** `total` split into `parts` nearly equal whole shares. */
-const split = (total: number, parts: number) => Array.from({ length: parts }, (_, i) => Math.floor(total / parts) + (i < total % parts ? 1 : 0));
+const split = (total: number, parts: number) =>
+  Array.from({ length: parts }, (_, i) => Math.floor(total / parts) + (i < total % parts ? 1 : 0));
 
 /** A queue's concurrency spread over its fetch loops (one loop per 64 jobs in flight, at most four). */
 export function fetchLoops(concurrency: number): number[] {
   return split(concurrency, Math.min(maxFetchLoops, Math.max(1, Math.ceil(concurrency / jobsPerFetchLoop))));
 }
 
-/** The fetch loops of a capability: its concurrency shared by its queue shards (each at least one job), then by each shard's loops. */
-export function capabilityLoops(name: QueueName, concurrency: number, shards: number): Array<{ queue: string; concurrency: number; loop: number }> {
+/**
+ * The fetch loops of a capability: its concurrency shared by its queue shards (each at least one job), then by each
+ * shard's loops.
+ */
+export function capabilityLoops(
+  name: QueueName,
+  concurrency: number,
+  shards: number,
+): Array<{ queue: string; concurrency: number; loop: number }> {
   return split(Math.max(concurrency, shards), shards).flatMap((share, shard) =>
-    fetchLoops(share).map((loopConcurrency, loop) => ({ queue: shardQueueName(name, shard, shards), concurrency: loopConcurrency, loop })),
+    fetchLoops(share).map((loopConcurrency, loop) => ({
+      queue: shardQueueName(name, shard, shards),
+      concurrency: loopConcurrency,
+      loop,
+    })),
   );
 }
 
@@ -81,7 +102,11 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
     skipStalledCheck: loop > 0,
     settings: {
       backoffStrategy: (attemptsMade: number, _type?: string, error?: Error) =>
-        retryDelay(config, Math.max(0, attemptsMade - 1), error instanceof GatewayError ? error : new GatewayError(500, 'retry')),
+        retryDelay(
+          config,
+          Math.max(0, attemptsMade - 1),
+          error instanceof GatewayError ? error : new GatewayError(500, 'retry'),
+        ),
     },
   } satisfies Omit<WorkerOptions, 'connection'>;
 }
@@ -89,7 +114,10 @@ export function fetchLoopOptions(config: Config, concurrency: number, loop: numb
 /** A capped vendor's lane: its name and how many of its jobs run at once. */
 export interface Lane {
   vendor: string;
-  /** Jobs of the lane in flight across every worker (its vendor's concurrency cap, the one number the limiter holds too); 0: no cap in BullMQ (an RPM cap only). */
+  /**
+   * Jobs of the lane in flight across every worker (its vendor's concurrency cap, the one number the limiter holds
+   * too); 0: no cap in BullMQ (an RPM cap only).
+   */
   cap: number;
   /** The vendor's caps as configured: calls in flight and per minute (0: none). */
   maxConcurrency: number;
@@ -133,9 +161,17 @@ async function openLanes(config: Config, redis: ReturnType<typeof createRedis>):
  * vendor): as wide as the vendor's cap (the jobs past it wait in the queue), or, with an RPM cap only,
  * as the widest capability here.
  */
-export function laneLoops(concurrency: Readonly<Record<QueueName, number>>, queues: readonly QueueName[], lanes: readonly Lane[]): Array<{ queue: string; concurrency: number; loop: number }> {
+export function laneLoops(
+  concurrency: Readonly<Record<QueueName, number>>,
+  queues: readonly QueueName[],
+  lanes: readonly Lane[],
+): Array<{ queue: string; concurrency: number; loop: number }> {
   const widest = Math.max(1, ...queues.map((name) => concurrency[name]));
-  return lanes.map(({ vendor, cap }) => ({ queue: laneQueueName(vendor), concurrency: cap > 0 ? Math.min(cap, widest) : widest, loop: 0 }));
+  return lanes.map(({ vendor, cap }) => ({
+    queue: laneQueueName(vendor),
+    concurrency: cap > 0 ? Math.min(cap, widest) : widest,
+    loop: 0,
+  }));
 }
 
 /**
@@ -144,7 +180,10 @@ export function laneLoops(concurrency: Readonly<Record<QueueName, number>>, queu
  * wait list, which BullMQ serves before every prioritized job, so before every band: it is put back, at its own
  * band's head, before it runs again.
  */
-function inFairOrder(redis: ReturnType<typeof createRedis>, processor: ReturnType<typeof countJobs>): ReturnType<typeof countJobs> {
+function inFairOrder(
+  redis: ReturnType<typeof createRedis>,
+  processor: ReturnType<typeof countJobs>,
+): ReturnType<typeof countJobs> {
   return async (job, token) => {
     if (isFirstRun(job)) {
       void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
@@ -173,7 +212,12 @@ export interface WorkerPool {
  * already admitted here (`CurrentAccess`: a running batch's next request, an open Realtime session). A subscription
  * lost and made again may have missed changes: every key is then read again.
  */
-export async function listenForSignals(subscriber: Redis, cancels: CancelRegistry, limiter: VendorSlots, access?: CurrentAccess): Promise<void> {
+export async function listenForSignals(
+  subscriber: Redis,
+  cancels: CancelRegistry,
+  limiter: VendorSlots,
+  access?: CurrentAccess,
+): Promise<void> {
   subscriber.on('message', (channel: string, message: string) => {
     if (channel === slotFreedChannel) limiter.slotFreed(message);
     else if (channel === accessChangedChannel) access?.changed(message);
@@ -187,7 +231,8 @@ export async function listenForSignals(subscriber: Redis, cancels: CancelRegistr
 /** One BullMQ worker per queue this process serves, sharing one cancel subscription. */
 export async function startWorkers(config: Config, log: Logger): Promise<WorkerPool> {
   const vendorHttp = createVendorHttp(config);
-  if (config.fetchAllowPrivate) log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
+  if (config.fetchAllowPrivate)
+    log.warn('FETCH_ALLOW_PRIVATE is on: URLs from vendors may reach private and loopback addresses');
   const redis = createRedis(config.redis, { connectionName: 'worker' });
   const subscriber = createRedis(config.redis, { connectionName: 'worker-cancel' });
   const cancels = new CancelRegistry();
@@ -218,7 +263,11 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     log,
     consumer: `worker-${randomBytes(6).toString('hex')}`,
     queue: alertsQueue,
-    delivery: { webhook: config.alerts.webhookUrl !== undefined, attempts: config.alerts.attempts, backoffMs: config.alerts.backoffMs },
+    delivery: {
+      webhook: config.alerts.webhookUrl !== undefined,
+      attempts: config.alerts.attempts,
+      backoffMs: config.alerts.backoffMs,
+    },
   });
   alertWriter.start();
   const alertDelivery = startAlertDelivery({ redis, record, log, config: config.alerts });
@@ -229,52 +278,72 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   // The servers are the file's and those an admin added, followed live (shared/mcp/registry.ts).
   const mcpServers = openMcpRegistry({ config, redis, record, log });
   await mcpServers.start();
-  const mcpChecks = new McpServerChecks({ redis, log, servers: () => mcpServers.list(), intervalMs: config.mcp.checkIntervalMs, owner: `worker-${randomBytes(6).toString('hex')}` });
-  // The calls of the gateway's own tool loop (a Responses or Messages request that names MCP servers), made through the servers' queues.
-  // One handle per server's queue in this process: the loop's calls are queued on it, the cap of each server served set.
+  const mcpChecks = new McpServerChecks({
+    redis,
+    log,
+    servers: () => mcpServers.list(),
+    intervalMs: config.mcp.checkIntervalMs,
+    owner: `worker-${randomBytes(6).toString('hex')}`,
+  });
+  // The calls of the gateway's own tool loop (a Responses or Messages request that names MCP servers), made through the
+  // servers' queues. One handle per server's queue in this process: the loop's calls are queued on it, the cap of each
+  // server served set.
   const mcpQueues = new McpQueues(redis, mcpServers);
   const loopCalls = new McpLoopCalls({ config, redis, queues: mcpQueues, log });
   const router = new ChannelRouter(redis, catalog, log, config);
   await router.start();
   startWorkerMetrics(config, router);
   const blobs = createBlobStore(config);
-  // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's concurrency.
+  // Each capped vendor has a lane of its own, shared by every capability, capped in BullMQ itself at the vendor's
+  // concurrency.
   const lanes = await openLanes(config, redis);
   // One BullMQ Queue per lane in this process: jobs moved there (fallbacks) are added through it, and it is recounted.
-  const laneQueues = new Map(lanes.map(({ vendor }) => [vendor, new Queue(laneQueueName(vendor), { connection: redis })]));
+  const laneQueues = new Map(
+    lanes.map(({ vendor }) => [vendor, new Queue(laneQueueName(vendor), { connection: redis })]),
+  );
   const laneMoves = new LaneMoves(redis, laneQueues);
   // Tracing on: each run of a job gets its spans (the processor unchanged when off).
-  const processor = traceJobs(createProcessor({
-    config,
-    redis,
-    catalog,
-    router,
-    limiter,
-    cancels,
-    log,
-    vendorHttp,
-    laneMoves,
-    access,
-    tools: { redis, registry: mcpServers, access, calls: loopCalls, config, prices },
-    warming: new PromptWarming(redis, { waitMs: config.promptWarmWaitMs, lifetimeMs: config.promptCacheLifetimeMs }),
-    media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
-    settlement: {
+  const processor = traceJobs(
+    createProcessor({
       config,
       redis,
-      prices,
-      policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds },
+      catalog,
+      router,
+      limiter,
+      cancels,
       log,
-      overruns: new OverrunReport(log),
-    },
-  }));
+      vendorHttp,
+      laneMoves,
+      access,
+      tools: { redis, registry: mcpServers, access, calls: loopCalls, config, prices },
+      warming: new PromptWarming(redis, { waitMs: config.promptWarmWaitMs, lifetimeMs: config.promptCacheLifetimeMs }),
+      media: { config, redis, blobs, urlSecret: await resolveUrlSecret(redis, config.blobUrlSecret) },
+      settlement: {
+        config,
+        redis,
+        prices,
+        policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds },
+        log,
+        overruns: new OverrunReport(log),
+      },
+    }),
+  );
 
   const lifecycle = new JobLifecycle({ redis, blobs, log });
-  // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its concurrency.
-  // Realtime sessions are jobs of their own kind (workers/realtime/): their queues have loops of their own.
+  // BullMQ's worker fetches one job per Redis round trip; a busy queue gets several fetch loops, which share its
+  // concurrency. Realtime sessions are jobs of their own kind (workers/realtime/): their queues have loops of their
+  // own.
   const jobQueues = config.workerQueues.filter((name) => name !== 'realtime');
-  const loops = [...jobQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])), ...laneLoops(config.concurrency, jobQueues, lanes)];
+  const loops = [
+    ...jobQueues.flatMap((name) => capabilityLoops(name, config.concurrency[name], config.queueShards[name])),
+    ...laneLoops(config.concurrency, jobQueues, lanes),
+  ];
   const fetchLoop = (name: string, concurrency: number, loop: number) => {
-    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, inFairOrder(redis, countJobs(processor)), { connection: redis, ...fetchLoopOptions(config, concurrency, loop) });
+    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(
+      name,
+      inFairOrder(redis, countJobs(processor)),
+      { connection: redis, ...fetchLoopOptions(config, concurrency, loop) },
+    );
     lifecycle.watch(worker, name);
     return worker;
   };
@@ -284,7 +353,12 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     redis,
     config,
     log,
-    lanes: lanes.map(({ vendor, maxConcurrency, rpm }) => ({ queue: laneQueueName(vendor), vendor, cap: maxConcurrency, rpm })),
+    lanes: lanes.map(({ vendor, maxConcurrency, rpm }) => ({
+      queue: laneQueueName(vendor),
+      vendor,
+      cap: maxConcurrency,
+      rpm,
+    })),
     drain: (name, concurrency) => {
       const worker = fetchLoop(name, concurrency, 0);
       bullWorkers.push(worker);
@@ -301,7 +375,10 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   janitor.start();
   mcpChecks.start();
   // An admin's "check it now" reaches every worker; the one that takes the server's lock checks it.
-  const checkNow = (name: string) => void mcpChecks.checkNow(name).catch((error: unknown) => log.warn({ err: error, server: name }, 'could not check an MCP server'));
+  const checkNow = (name: string) =>
+    void mcpChecks
+      .checkNow(name)
+      .catch((error: unknown) => log.warn({ err: error, server: name }, 'could not check an MCP server'));
   subscriber.on('message', (channel: string, name: string) => {
     if (channel === mcpCheckChannel) checkNow(name);
   });
@@ -312,7 +389,16 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   });
   // Tool calls run on the workers that serve `mcp` (WORKER_QUEUES), a capability of its own that scales alone.
   const mcpTools = config.workerMcp
-    ? new McpToolWorkers({ config, redis, log, registry: mcpServers, queues: mcpQueues, cancels, access, policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds } })
+    ? new McpToolWorkers({
+        config,
+        redis,
+        log,
+        registry: mcpServers,
+        queues: mcpQueues,
+        cancels,
+        access,
+        policy: { bufferRecords: config.usageBufferRecords, alertThresholds: config.alerts.thresholds },
+      })
     : undefined;
   await mcpTools?.start();
   // Reservations of jobs lost with their api and worker are given back a minute after their deadline.
@@ -325,7 +411,9 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
   reservationSweep.unref();
   // Each queue's backlog count is repaired from the jobs that wait, by one worker per interval.
   const laneByName = new Map([...laneQueues.values()].map((queue) => [queue.name, queue]));
-  const counted = [...new Set(loops.map((loop) => loop.queue))].map((name) => laneByName.get(name) ?? new Queue(name, { connection: redis }));
+  const counted = [...new Set(loops.map((loop) => loop.queue))].map(
+    (name) => laneByName.get(name) ?? new Queue(name, { connection: redis }),
+  );
   const recountSweep = setInterval(() => {
     for (const queue of counted) {
       recount(redis, queue, config.scheduling.recountMs).then(
@@ -357,7 +445,13 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
     {
       queues: config.workerQueues,
       concurrency: config.concurrency,
-      ...(lanes.length > 0 ? { lanes: Object.fromEntries(lanes.map(({ vendor, maxConcurrency, rpm }) => [vendor, { max_concurrency: maxConcurrency, rpm }])) } : {}),
+      ...(lanes.length > 0
+        ? {
+            lanes: Object.fromEntries(
+              lanes.map(({ vendor, maxConcurrency, rpm }) => [vendor, { max_concurrency: maxConcurrency, rpm }]),
+            ),
+          }
+        : {}),
       ...(laneKeeper.drained().length > 0 ? { drainingStrandedLanes: laneKeeper.drained() } : {}),
     },
     'workers started',
@@ -390,16 +484,32 @@ export async function startWorkers(config: Config, log: Logger): Promise<WorkerP
       };
       if (realtimeClosed) await step('ending the realtime sessions', realtimeClosed);
       if (toolsClosed) await step('the tool calls', toolsClosed);
-      await step('the upload cleanup', janitor.close().then(() => lifecycle.close()));
+      await step(
+        'the upload cleanup',
+        janitor.close().then(() => lifecycle.close()),
+      );
       await step('the MCP server checks', mcpChecks.close());
-      await step("the tool loop's calls and the servers' queues", loopCalls.close().then(() => mcpQueues.close()));
+      await step(
+        "the tool loop's calls and the servers' queues",
+        loopCalls.close().then(() => mcpQueues.close()),
+      );
       // What settled until now is written before the process goes (else another worker's writer claims it later).
-      await step('writing the settled usage to the record (it stays in Redis for the next writer)', usageWriter.close());
-      await step('recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)', Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]));
+      await step(
+        'writing the settled usage to the record (it stays in Redis for the next writer)',
+        usageWriter.close(),
+      );
+      await step(
+        'recording budget alerts and ending their deliveries (what is left stays in Redis and the queue)',
+        Promise.all([alertWriter.close(), alertDelivery.close(), alertsQueue.close()]),
+      );
       await step('closing the record', closeRecord());
       router.stop();
-      await Promise.allSettled([...[usageConnection, alertConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)), settledBy(vendorHttp.close(), closeBy)]);
-      if (givenUp.length > 0) log.warn({ givenUp }, `the workers did not finish closing in time; given up: ${givenUp.join('; ')}`);
+      await Promise.allSettled([
+        ...[usageConnection, alertConnection, subscriber, redis].map((connection) => closeRedisBy(connection, closeBy)),
+        settledBy(vendorHttp.close(), closeBy),
+      ]);
+      if (givenUp.length > 0)
+        log.warn({ givenUp }, `the workers did not finish closing in time; given up: ${givenUp.join('; ')}`);
     },
   };
 }

@@ -26,7 +26,11 @@ export const id = storableText().min(1).max(256);
 /** A role in a team (team-roles.ts). */
 export const teamRole = z.enum(['owner', 'member', 'viewer']);
 /** A team's name: an identity provider's group names it, so it is kept short and on one line. */
-export const teamName = storableText().trim().min(1).max(200).regex(/^[^\r\n]*$/, 'a team name is one line');
+export const teamName = storableText()
+  .trim()
+  .min(1)
+  .max(200)
+  .regex(/^[^\r\n]*$/, 'a team name is one line');
 /** A new team (an admin's), with its first owner if one is named. */
 export const createTeamSchema = z.strictObject({ name: teamName, owner_email: email.optional() });
 /** A team's new name (its owners' or an admin's). */
@@ -41,7 +45,10 @@ export const models = z.array(storableText().trim().min(1).max(256)).min(1).max(
 export const expiresAt = z.number().int().min(0).max(1e11);
 /** The most seconds a cache TTL may name here (a year); `CACHE_MAX_TTL_S` bounds what is kept. */
 export const maxCacheTtlS = 31_536_000;
-/** Seconds of the response cache: a key's default TTL (`cache_ttl_s`, 0 = none) or an account's cap (`cache_max_ttl_s`, 0 = no caching). */
+/**
+ * Seconds of the response cache: a key's default TTL (`cache_ttl_s`, 0 = none) or an account's cap (`cache_max_ttl_s`,
+ * 0 = no caching).
+ */
 export const cacheTtlS = z.number().int().min(0).max(maxCacheTtlS);
 
 /** Whether the account spends without a balance; left out, its role decides (admins unlimited, members not). */
@@ -68,17 +75,36 @@ export const budgetFields = {
 };
 
 /** The budget the fields set: undefined when absent, null when cleared; a 400 when one is named without the other. */
-export function budgetChange(body: { budget_usd?: number | null | undefined; budget_period?: BudgetPeriod | undefined }): { micros: number; period: BudgetPeriod } | null | undefined {
+export function budgetChange(body: {
+  budget_usd?: number | null | undefined;
+  budget_period?: BudgetPeriod | undefined;
+}): { micros: number; period: BudgetPeriod } | null | undefined {
   if (body.budget_usd === undefined) {
-    if (body.budget_period !== undefined) throw invalidRequest('budget_period needs budget_usd beside it (the amount per period; null clears the budget).', 'budget_usd', 'missing_required_parameter');
+    if (body.budget_period !== undefined)
+      throw invalidRequest(
+        'budget_period needs budget_usd beside it (the amount per period; null clears the budget).',
+        'budget_usd',
+        'missing_required_parameter',
+      );
     return undefined;
   }
   if (body.budget_usd === null) return null;
-  if (body.budget_period === undefined) throw invalidRequest("budget_usd needs budget_period beside it: 'day', 'week' or 'month' (periods start at 00:00 UTC).", 'budget_period', 'missing_required_parameter');
+  if (body.budget_period === undefined)
+    throw invalidRequest(
+      "budget_usd needs budget_period beside it: 'day', 'week' or 'month' (periods start at 00:00 UTC).",
+      'budget_period',
+      'missing_required_parameter',
+    );
   return { micros: usdToMicros(body.budget_usd), period: body.budget_period };
 }
 
-export const createAccountSchema = z.strictObject({ email, name: accountName.optional(), password: password.optional(), role: role.optional(), unlimited: unlimited.optional() });
+export const createAccountSchema = z.strictObject({
+  email,
+  name: accountName.optional(),
+  password: password.optional(),
+  role: role.optional(),
+  unlimited: unlimited.optional(),
+});
 export const patchAccountSchema = z.strictObject({
   email: email.optional(),
   name: accountName.optional(),
@@ -97,7 +123,8 @@ export const creditSchema = z.strictObject({
     .number()
     .min(-maxUsd)
     .max(maxUsd)
-    // Zod runs a refinement after a failed bound too: past the bound the amount has no micros to count (and only the bound is said).
+    // Zod runs a refinement after a failed bound too: past the bound the amount has no micros to count (and only the
+    // bound is said).
     .refine((usd) => Math.abs(usd) > maxUsd || usdToMicros(usd) !== 0, 'the amount rounds to zero micro-dollars'),
   note: storableText().max(1000).optional(),
 });
@@ -115,9 +142,17 @@ export const keySettings = {
   cache_ttl_s: cacheTtlS.nullable().optional(),
   ...budgetFields,
 };
-/** A key's MCP tools (shared/mcp/tool-rules.ts): an admin's alone to set, so only the admin API's and the admin console's schemas take it. */
+/**
+ * A key's MCP tools (shared/mcp/tool-rules.ts): an admin's alone to set, so only the admin API's and the admin
+ * console's schemas take it.
+ */
 export const keyMcpTools = { mcp_tools: toolPatterns.nullable().optional() };
-export const createKeySchema = z.strictObject({ name: keyName, account_id: id.optional(), ...keySettings, ...keyMcpTools });
+export const createKeySchema = z.strictObject({
+  name: keyName,
+  account_id: id.optional(),
+  ...keySettings,
+  ...keyMcpTools,
+});
 export const patchKeySchema = z.strictObject({ name: keyName.optional(), ...keySettings });
 export const listKeysSchema = z.strictObject({ account_id: id.optional() });
 
@@ -141,7 +176,11 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
   if (unknown && unknown.code === 'unrecognized_keys') {
     // Cut long: the names are the client's text, echoed back.
     const names = unknown.keys.map((k) => `'${k.slice(0, 64)}'`).join(', ');
-    throw invalidRequest(`Unrecognized request argument supplied: ${names}.`, unknown.keys[0]?.slice(0, 64) || null, 'unknown_parameter');
+    throw invalidRequest(
+      `Unrecognized request argument supplied: ${names}.`,
+      unknown.keys[0]?.slice(0, 64) || null,
+      'unknown_parameter',
+    );
   }
   throw toValidationError(result.error);
 }
@@ -151,9 +190,25 @@ export function parseStrict<T extends z.ZodType>(schema: T, input: unknown): z.o
  * default, `cache_max_ttl_s: null` lifts the account's cache cap.
  */
 export function accountChanges<
-  T extends { service_tiers?: z.output<typeof serviceTiers>; cache_max_ttl_s?: number | null; mcp_tools?: string[] | null; budget_usd?: number | null; budget_period?: BudgetPeriod },
->(body: T): Omit<T, 'service_tiers' | 'cache_max_ttl_s' | 'mcp_tools' | 'budget_usd' | 'budget_period'> & Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS' | 'mcpTools'> {
-  const { service_tiers: tiers, cache_max_ttl_s: cacheMaxTtlS, mcp_tools: mcpTools, budget_usd: _usd, budget_period: _period, ...rest } = body;
+  T extends {
+    service_tiers?: z.output<typeof serviceTiers>;
+    cache_max_ttl_s?: number | null;
+    mcp_tools?: string[] | null;
+    budget_usd?: number | null;
+    budget_period?: BudgetPeriod;
+  },
+>(
+  body: T,
+): Omit<T, 'service_tiers' | 'cache_max_ttl_s' | 'mcp_tools' | 'budget_usd' | 'budget_period'> &
+  Pick<AccountChanges, 'serviceTiers' | 'cacheMaxTtlS' | 'mcpTools'> {
+  const {
+    service_tiers: tiers,
+    cache_max_ttl_s: cacheMaxTtlS,
+    mcp_tools: mcpTools,
+    budget_usd: _usd,
+    budget_period: _period,
+    ...rest
+  } = body;
   return {
     ...rest,
     ...(tiers === undefined ? {} : { serviceTiers: tiers }),
@@ -178,9 +233,10 @@ export function keyChanges(body: z.output<typeof patchKeySchema> & { mcp_tools?:
   return changes;
 }
 
-
 /** A new key's settings as the key store takes them: USD to micros, a repeated model named once, null as none. */
-export function newKeyLimits(body: { [K in keyof typeof keySettings]?: z.output<(typeof keySettings)[K]> } & { mcp_tools?: string[] | null }): KeySettings {
+export function newKeyLimits(
+  body: { [K in keyof typeof keySettings]?: z.output<(typeof keySettings)[K]> } & { mcp_tools?: string[] | null },
+): KeySettings {
   return {
     limitMicros: body.limit_usd == null ? undefined : usdToMicros(body.limit_usd),
     rpm: body.rpm ?? undefined,

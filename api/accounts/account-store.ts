@@ -2,13 +2,37 @@ import { randomBytes, scrypt, timingSafeEqual } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import type { Redis } from 'ioredis';
 import { readBill, type BillState } from '../../shared/money/billing.js';
-import { defaultAccountId, parseServiceTiers, serviceTiersText, type Account, type AccountRole } from '../../shared/accounts.js';
+import {
+  defaultAccountId,
+  parseServiceTiers,
+  serviceTiersText,
+  type Account,
+  type AccountRole,
+} from '../../shared/accounts.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
-import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillFields } from '../../shared/redis-keys.js';
+import {
+  accessChangedChannel,
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  billKey,
+  keyBillFields,
+} from '../../shared/redis-keys.js';
 import { balanceMicros } from '../../shared/money/balance.js';
 import { creditScript, openBillScript } from '../../shared/money/scripts.js';
 import { journalWrite } from '../../shared/redis-journal.js';
-import { createAccountScript, deleteAccountScript, ensureDefaultScript, rehashPasswordScript, revokeKeyScript, updateAccountScript } from './scripts.js';
+import {
+  createAccountScript,
+  deleteAccountScript,
+  ensureDefaultScript,
+  rehashPasswordScript,
+  revokeKeyScript,
+  updateAccountScript,
+} from './scripts.js';
 import { parseToolPatterns } from '../../shared/mcp/tool-rules.js';
 import { GatewayError } from '../../shared/errors.js';
 import { sql } from 'kysely';
@@ -26,21 +50,27 @@ import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-sta
  * ledger line.
  */
 
-export const accountNotFound = (id: string) => new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
+export const accountNotFound = (id: string) =>
+  new GatewayError(404, `No account with id '${id}'.`, { code: 'account_not_found' });
 export const unlimitedBalance = (id: string) =>
   new GatewayError(
     400,
     id === defaultAccountId
       ? 'The default account has an unlimited balance: it takes no credits.'
-      : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give it a balance first.`,
+      : `Account '${id}' has an unlimited balance: it takes no credits. Update it with "unlimited": false to give ` +
+          `it a balance first.`,
     { code: 'unlimited_balance' },
   );
 export const teamExists = (name: string) =>
   new GatewayError(409, `A team named '${name}' already exists.`, { code: 'team_exists', param: 'name' });
 export const accountExists = (email: string) =>
-  new GatewayError(409, `An account with the email '${email}' already exists.`, { code: 'account_exists', param: 'email' });
+  new GatewayError(409, `An account with the email '${email}' already exists.`, {
+    code: 'account_exists',
+    param: 'email',
+  });
 
-// USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal written.
+// USD as the API takes it ↔ integer micro-dollars as Redis keeps it: the price list's conversion, exact to the decimal
+// written.
 export { microsToUsd, usdToMicros } from '../../shared/money/pricing.js';
 
 // ---- passwords: scrypt, salted, with its parameters stored so they can be raised later ----
@@ -88,9 +118,19 @@ async function passwordSlot<T>(work: () => Promise<T>): Promise<T> {
   }
 }
 
-function scryptHash(password: string, salt: Buffer, length: number, params: { N: number; r: number; p: number }): Promise<Buffer> {
+function scryptHash(
+  password: string,
+  salt: Buffer,
+  length: number,
+  params: { N: number; r: number; p: number },
+): Promise<Buffer> {
   const maxmem = 256 * params.N * params.r;
-  return passwordSlot(() => new Promise((resolve, reject) => scrypt(password, salt, length, { ...params, maxmem }, (error, key) => (error ? reject(error) : resolve(key)))));
+  return passwordSlot(
+    () =>
+      new Promise((resolve, reject) =>
+        scrypt(password, salt, length, { ...params, maxmem }, (error, key) => (error ? reject(error) : resolve(key))),
+      ),
+  );
 }
 
 export async function hashPassword(password: string): Promise<string> {
@@ -103,14 +143,20 @@ export async function verifyPassword(password: string, stored: string): Promise<
   const [scheme, n, r, p, salt, hash] = stored.split('$');
   if (scheme !== 'scrypt' || !salt || !hash) return false;
   const expected = Buffer.from(hash, 'base64');
-  const actual = await scryptHash(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(n), r: Number(r), p: Number(p) });
+  const actual = await scryptHash(password, Buffer.from(salt, 'base64'), expected.length, {
+    N: Number(n),
+    r: Number(r),
+    p: Number(p),
+  });
   return timingSafeEqual(actual, expected);
 }
 
 /** A stored hash made with other parameters than today's: to be made again once its password is proven. */
 export function needsRehash(stored: string): boolean {
   const [scheme, n, r, p] = stored.split('$');
-  return scheme !== 'scrypt' || Number(n) !== scryptParams.N || Number(r) !== scryptParams.r || Number(p) !== scryptParams.p;
+  return (
+    scheme !== 'scrypt' || Number(n) !== scryptParams.N || Number(r) !== scryptParams.r || Number(p) !== scryptParams.p
+  );
 }
 
 /**
@@ -152,7 +198,10 @@ export interface AccountChanges {
   weight?: number;
   /** The service tiers it may use (at least one); null goes back to the configured default (SERVICE_TIERS_GRANTED). */
   serviceTiers?: readonly ServiceTier[] | null;
-  /** The longest its answers stay in the response cache, seconds; 0 forbids caching; null lifts its own cap (CACHE_MAX_TTL_S still holds). */
+  /**
+   * The longest its answers stay in the response cache, seconds; 0 forbids caching; null lifts its own cap
+   * (CACHE_MAX_TTL_S still holds).
+   */
   cacheMaxTtlS?: number | null;
   /** The MCP tools its keys may use (`server/tool` patterns, shared/mcp/tool-rules.ts); null: every tool. */
   mcpTools?: readonly string[] | null;
@@ -210,7 +259,8 @@ const teamNamed = (record: RecordDb, name: string) =>
     .executeTakeFirst();
 
 /** Held while a team is named (made or renamed): two admins naming two teams alike at once still make one name. */
-const lockTeamNames = (tx: RecordDb) => sql`select pg_advisory_xact_lock(hashtext('switchyard team names'))`.execute(tx);
+const lockTeamNames = (tx: RecordDb) =>
+  sql`select pg_advisory_xact_lock(hashtext('switchyard team names'))`.execute(tx);
 
 /** PostgreSQL's unique violation: the email index refused a second live account. */
 const isUniqueViolation = (error: unknown) => (error as { code?: string } | null)?.code === '23505';
@@ -234,7 +284,12 @@ export class AccountStore {
    * record is made where the record needs it (a key for it, a change to it, a load of Redis).
    */
   async ensureDefault(): Promise<void> {
-    await ensureDefaultScript(this.redis, { account: accountKey(defaultAccountId), index: accountsIndexKey, accountId: defaultAccountId, now: nowSeconds() });
+    await ensureDefaultScript(this.redis, {
+      account: accountKey(defaultAccountId),
+      index: accountsIndexKey,
+      accountId: defaultAccountId,
+      now: nowSeconds(),
+    });
     await openBillScript(this.redis, { bill: billKey(defaultAccountId), accountId: defaultAccountId, unlimited: '1' });
   }
 
@@ -304,7 +359,15 @@ export class AccountStore {
     const name = input.name.trim();
     if (name === '') throw new GatewayError(400, 'A team needs a name.', { code: 'invalid_value', param: 'name' });
     const created = nowSeconds();
-    const fields: Record<string, string> = { id, kind: 'team', email: '', name, role: 'member', created: String(created), unlimited: '0' };
+    const fields: Record<string, string> = {
+      id,
+      kind: 'team',
+      email: '',
+      name,
+      role: 'member',
+      created: String(created),
+      unlimited: '0',
+    };
     await this.record.transaction().execute(async (tx) => {
       await lockTeamNames(tx);
       if (await teamNamed(tx, name)) throw teamExists(name);
@@ -369,7 +432,9 @@ export class AccountStore {
     const rows = (await pipeline.exec()) ?? [];
     // Bills live in their buckets (other slots): read apart from the directory's pipeline.
     const bills = await Promise.all(ids.map((id) => readBill(this.redis, id)));
-    return rows.map(([, row], i) => toAccount(row as Record<string, string>, bills[i])).filter((a): a is Account => a !== undefined);
+    return rows
+      .map(([, row], i) => toAccount(row as Record<string, string>, bills[i]))
+      .filter((a): a is Account => a !== undefined);
   }
 
   /** Undefined for an unknown or deleted account; throws 409 when the new email is taken. */
@@ -383,25 +448,38 @@ export class AccountStore {
     // '' (NULL in the record): none of its own, the configured default.
     if (changes.serviceTiers !== undefined) {
       if (changes.serviceTiers !== null && changes.serviceTiers.length === 0) {
-        throw new GatewayError(400, 'An account needs at least one service tier; null gives it the configured default.', { code: 'invalid_value', param: 'service_tiers' });
+        throw new GatewayError(
+          400,
+          'An account needs at least one service tier; null gives it the configured default.',
+          { code: 'invalid_value', param: 'service_tiers' },
+        );
       }
       fields.push('tiers', serviceTiersText(changes.serviceTiers));
     }
     // '' (NULL in the record): no cap of its own.
-    if (changes.cacheMaxTtlS !== undefined) fields.push('cache_max_ttl', changes.cacheMaxTtlS === null ? '' : String(changes.cacheMaxTtlS));
+    if (changes.cacheMaxTtlS !== undefined)
+      fields.push('cache_max_ttl', changes.cacheMaxTtlS === null ? '' : String(changes.cacheMaxTtlS));
     // '' (NULL in the record): every tool.
-    if (changes.mcpTools !== undefined) fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
+    if (changes.mcpTools !== undefined)
+      fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
     if (id === defaultAccountId && changes.unlimited === false) {
-      throw new GatewayError(400, 'The default account is always unlimited: give keys that must spend within a balance an account of their own.', { code: 'default_account', param: 'unlimited' });
+      throw new GatewayError(
+        400,
+        'The default account is always unlimited: give keys that must spend within a balance an account of their own.',
+        { code: 'default_account', param: 'unlimited' },
+      );
     }
     if (changes.unlimited !== undefined) fields.push('unlimited', changes.unlimited ? '1' : '0');
     else if (changes.role !== undefined && id !== defaultAccountId) {
-      // A role change brings the new role's default; so does naming a role for an account that never had the choice made (made before it existed).
+      // A role change brings the new role's default; so does naming a role for an account that never had the choice
+      // made (made before it existed).
       const [role, unlimited] = await this.redis.hmget(accountKey(id), 'role', 'unlimited');
-      if (role !== changes.role || unlimited === null) fields.push('unlimited', unlimitedByRole(changes.role) ? '1' : '0');
+      if (role !== changes.role || unlimited === null)
+        fields.push('unlimited', unlimitedByRole(changes.role) ? '1' : '0');
     }
     // '' is "no password": a hash never is.
-    if (changes.password !== undefined) fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
+    if (changes.password !== undefined)
+      fields.push('password', changes.password === null ? '' : await hashPassword(changes.password));
     const row: Record<string, string | boolean | number | null> = {};
     for (let i = 0; i + 1 < fields.length; i += 2) {
       const [field, value] = [fields[i]!, fields[i + 1]!];
@@ -410,21 +488,32 @@ export class AccountStore {
       // And its `cache_max_ttl` is the record's `cache_max_ttl_s`.
       else if (field === 'cache_max_ttl') row.cache_max_ttl_s = value === '' ? null : Number(value);
       else if (field === 'mcp_tools') row.mcp_tools = value === '' ? null : value;
-      else row[field] = field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
+      else
+        row[field] =
+          field === 'unlimited' || field === 'disabled' ? value === '1' : field === 'weight' ? Number(value) : value;
     }
     if (Object.keys(row).length > 0) {
       if (id === defaultAccountId) await ensureDefaultRecord(this.record);
       try {
         const updated = await this.record.transaction().execute(async (tx) => {
           // A team's name stays unique among live teams in any letter case, checked under createTeam's lock.
-          if (changes.name !== undefined && (await tx.selectFrom('accounts').select('kind').where('id', '=', id).executeTakeFirst())?.kind === 'team') {
+          if (
+            changes.name !== undefined &&
+            (await tx.selectFrom('accounts').select('kind').where('id', '=', id).executeTakeFirst())?.kind === 'team'
+          ) {
             const name = changes.name.trim();
-            if (name === '') throw new GatewayError(400, 'A team needs a name.', { code: 'invalid_value', param: 'name' });
+            if (name === '')
+              throw new GatewayError(400, 'A team needs a name.', { code: 'invalid_value', param: 'name' });
             await lockTeamNames(tx);
             const named = await teamNamed(tx, name);
             if (named && named.id !== id) throw teamExists(name);
           }
-          return tx.updateTable('accounts').set(row).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+          return tx
+            .updateTable('accounts')
+            .set(row)
+            .where('id', '=', id)
+            .where('deleted', '=', false)
+            .executeTakeFirst();
         });
         if (Number(updated.numUpdatedRows) === 0) return undefined;
       } catch (error) {
@@ -451,23 +540,36 @@ export class AccountStore {
       if (result === 1) {
         this.onAccessChanged?.(`account:${id}`);
         const unlimited = fields.indexOf('unlimited');
-        if (unlimited >= 0) await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: fields[unlimited + 1]! });
+        if (unlimited >= 0)
+          await openBillScript(this.redis, { bill: billKey(id), accountId: id, unlimited: fields[unlimited + 1]! });
         return this.get(id);
       }
     }
     throw new GatewayError(409, 'The account kept changing while it was being updated; retry.', { code: 'conflict' });
   }
 
-  /** Marks the account deleted and revokes its keys. Undefined for an unknown account, else the number of keys revoked. */
+  /**
+   * Marks the account deleted and revokes its keys. Undefined for an unknown account, else the number of keys revoked.
+   */
   async delete(id: string): Promise<number | undefined> {
     if (id === defaultAccountId) {
       throw new GatewayError(400, 'The default account cannot be deleted.', { code: 'default_account' });
     }
     const now = nowSeconds();
     const deleted = await this.record.transaction().execute(async (tx) => {
-      const done = await tx.updateTable('accounts').set({ deleted: true }).where('id', '=', id).where('deleted', '=', false).executeTakeFirst();
+      const done = await tx
+        .updateTable('accounts')
+        .set({ deleted: true })
+        .where('id', '=', id)
+        .where('deleted', '=', false)
+        .executeTakeFirst();
       if (Number(done.numUpdatedRows) === 0) return false;
-      await tx.updateTable('api_keys').set({ revoked: now }).where('account_id', '=', id).where('revoked', 'is', null).execute();
+      await tx
+        .updateTable('api_keys')
+        .set({ revoked: now })
+        .where('account_id', '=', id)
+        .where('revoked', 'is', null)
+        .execute();
       return true;
     });
     if (!deleted) return undefined;
@@ -521,11 +623,16 @@ export class AccountStore {
   /** Adds (or with a negative amount, takes) credit and records it in the ledger; returns the new balance in micros. */
   async credit(id: string, micros: number, note = ''): Promise<number> {
     if (id === defaultAccountId) throw unlimitedBalance(id);
-    const account = await this.record.selectFrom('accounts').select(['unlimited', 'deleted']).where('id', '=', id).executeTakeFirst();
+    const account = await this.record
+      .selectFrom('accounts')
+      .select(['unlimited', 'deleted'])
+      .where('id', '=', id)
+      .executeTakeFirst();
     if (!account || account.deleted) throw accountNotFound(id);
     if (account.unlimited) throw unlimitedBalance(id);
     // The record first: the ledger entry and the credits in one transaction; then the hot balance admission reads.
-    // The row lock taken by the update orders the ledger ids as the credits: a later entry always counts an earlier one.
+    // The row lock taken by the update orders the ledger ids as the credits: a later entry always counts an earlier
+    // one.
     const entry = await this.record.transaction().execute(async (tx) => {
       const updated = await tx
         .updateTable('accounts')
@@ -536,7 +643,11 @@ export class AccountStore {
         .returning('credits_micros')
         .executeTakeFirst();
       if (!updated) return undefined;
-      const line = await tx.insertInto('ledger').values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() }).returning('id').executeTakeFirstOrThrow();
+      const line = await tx
+        .insertInto('ledger')
+        .values({ account_id: id, amount_micros: micros, balance_micros: null, note, time: nowSeconds() })
+        .returning('id')
+        .executeTakeFirstOrThrow();
       return { id: line.id, credits: updated.credits_micros };
     });
     if (!entry) throw accountNotFound(id);
@@ -552,25 +663,52 @@ export class AccountStore {
   private async applyCredit(id: string, entry: { id: number; credits: number }, amount: number): Promise<number> {
     for (let attempt = 1; ; attempt++) {
       try {
-        let [status, balance] = await creditScript(this.redis, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount });
+        let [status, balance] = await creditScript(this.redis, {
+          bill: billKey(id),
+          credits: entry.credits,
+          ledgerId: entry.id,
+          amount,
+        });
         if (status === 0 && this.hot) {
           await this.hot.ensure();
-          // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more, idempotently.
-          [status, balance] = await creditScript(this.redis, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount });
+          // Loaded again (here or by another process) from a snapshot that may predate the entry: applied once more,
+          // idempotently.
+          [status, balance] = await creditScript(this.redis, {
+            bill: billKey(id),
+            credits: entry.credits,
+            ledgerId: entry.id,
+            amount,
+          });
         }
-        // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): idempotent by its ledger id.
-        if (status === 1) journalWrite(this.redis, async (on) => (await creditScript(on, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount }), false));
+        // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): idempotent by its
+        // ledger id.
+        if (status === 1)
+          journalWrite(
+            this.redis,
+            async (on) => (
+              await creditScript(on, { bill: billKey(id), credits: entry.credits, ledgerId: entry.id, amount }),
+              false
+            ),
+          );
         if (status !== 1) {
           // No bill to move (the CLI beside no gateway, or one not loaded yet): the balance is the record's.
-          return balanceMicros(await this.record.selectFrom('accounts').select(['credits_micros', 'settled_micros']).where('id', '=', id).executeTakeFirstOrThrow());
+          return balanceMicros(
+            await this.record
+              .selectFrom('accounts')
+              .select(['credits_micros', 'settled_micros'])
+              .where('id', '=', id)
+              .executeTakeFirstOrThrow(),
+          );
         }
         return Number(balance);
       } catch (error) {
         if (attempt >= 5) {
           throw new GatewayError(
             503,
-            `The credit was recorded (ledger entry ${entry.id}) but the balance admission reads could not be updated: Redis is unreachable. ` +
-              'It takes effect with the account\'s next credit or when Redis is loaded from the record; do not repeat this credit.',
+            `The credit was recorded (ledger entry ${entry.id}) but the balance admission reads could not be ` +
+              `updated: Redis is unreachable. ` +
+              ("It takes effect with the account's next credit or when Redis is loaded from the record; do not " +
+                'repeat this credit.'),
             { code: 'credit_pending' },
           );
         }
@@ -581,7 +719,13 @@ export class AccountStore {
 
   /** The newest `limit` ledger entries, newest first. */
   async ledger(id: string, limit: number): Promise<LedgerEntry[]> {
-    const rows = await this.record.selectFrom('ledger').selectAll().where('account_id', '=', id).orderBy('id', 'desc').limit(limit).execute();
+    const rows = await this.record
+      .selectFrom('ledger')
+      .selectAll()
+      .where('account_id', '=', id)
+      .orderBy('id', 'desc')
+      .limit(limit)
+      .execute();
     return rows.map((row) => ({
       id: String(row.id),
       amountMicros: row.amount_micros,
@@ -631,7 +775,12 @@ export class AccountStore {
   private async rehash(id: string, stored: string, password: string): Promise<void> {
     try {
       const fresh = await hashPassword(password);
-      const updated = await this.record.updateTable('accounts').set({ password: fresh }).where('id', '=', id).where('password', '=', stored).executeTakeFirst();
+      const updated = await this.record
+        .updateTable('accounts')
+        .set({ password: fresh })
+        .where('id', '=', id)
+        .where('password', '=', stored)
+        .executeTakeFirst();
       if (Number(updated.numUpdatedRows) === 0) return;
       await rehashPasswordScript(this.redis, { account: accountKey(id), stored, fresh });
     } catch {

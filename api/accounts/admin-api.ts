@@ -52,9 +52,17 @@ const adminPatchKeySchema = patchKeySchema.extend(keyMcpTools);
 const capSchema = z.strictObject(budgetFields);
 
 /** A budget or cap as the APIs show it: amount, period, and when the current period ends. */
-function capView(budget: { micros: number; period: BudgetPeriod } | null): { budget_usd: number | null; budget_period: BudgetPeriod | null; resets_at: string | null } {
+function capView(budget: { micros: number; period: BudgetPeriod } | null): {
+  budget_usd: number | null;
+  budget_period: BudgetPeriod | null;
+  resets_at: string | null;
+} {
   if (!budget) return { budget_usd: null, budget_period: null, resets_at: null };
-  return { budget_usd: microsToUsd(budget.micros), budget_period: budget.period, resets_at: new Date(periodEnd(budget.period, Date.now()) * 1000).toISOString() };
+  return {
+    budget_usd: microsToUsd(budget.micros),
+    budget_period: budget.period,
+    resets_at: new Date(periodEnd(budget.period, Date.now()) * 1000).toISOString(),
+  };
 }
 
 /** `DELETE /admin/cache`: whose stored answers go (no filter: every account's). */
@@ -73,21 +81,29 @@ const cachePurgeQuerySchema = z.strictObject({
 
 export const bodyLimit = 64 * 1024;
 
-const keyNotFound = (keyId: string) => new GatewayError(404, `No API key with id '${keyId}'.`, { code: 'key_not_found' });
+const keyNotFound = (keyId: string) =>
+  new GatewayError(404, `No API key with id '${keyId}'.`, { code: 'key_not_found' });
 
 function digest(value: string): Buffer {
   return createHash('sha256').update(value).digest();
 }
 
 /** `mappedTeams`: the team names OIDC_TEAM_MAP gives (those teams keep their names: `TeamStore.rename`). */
-export function adminRoutes(store: KeyStore, adminToken: string | undefined, mappedTeams: readonly string[] = [], mcpServers?: McpServerAdmin): Router {
+export function adminRoutes(
+  store: KeyStore,
+  adminToken: string | undefined,
+  mappedTeams: readonly string[] = [],
+  mcpServers?: McpServerAdmin,
+): Router {
   const router = createRouter<GatewayState>('/admin');
   const accounts = store.accounts;
   const expected = adminToken ? digest(adminToken) : undefined;
 
   router.use(async (ctx, next) => {
     if (!expected) {
-      throw new GatewayError(403, 'The admin API is disabled: set ADMIN_TOKEN to enable it.', { code: 'admin_disabled' });
+      throw new GatewayError(403, 'The admin API is disabled: set ADMIN_TOKEN to enable it.', {
+        code: 'admin_disabled',
+      });
     }
     const match = /^Bearer\s+(\S+)\s*$/i.exec(ctx.get('authorization'));
     if (!match || !timingSafeEqual(digest(match[1]!), expected)) {
@@ -97,7 +113,10 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   });
 
   // Every change here is the admin token's: who holds it is not known, where it came from is.
-  const audit = (ctx: { ip: string; get(field: string): string }) => ({ record: store.record, source: auditSource(ctx, 'admin-token') });
+  const audit = (ctx: { ip: string; get(field: string): string }) => ({
+    record: store.record,
+    source: auditSource(ctx, 'admin-token'),
+  });
 
   const existingAccount = async (accountId: string): Promise<Account> => {
     const account = await accounts.get(accountId);
@@ -111,7 +130,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const body = parseStrict(createAccountSchema, await readJsonObject(ctx.req, bodyLimit));
     const account = await accounts.create(body);
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'account.created', teamId: account.id, target: account.id, after: accountAuditFields(account) });
+    await recordChange(record, {
+      ...source,
+      action: 'account.created',
+      teamId: account.id,
+      target: account.id,
+      after: accountAuditFields(account),
+    });
     ctx.status = 201;
     ctx.body = accountView(account);
   });
@@ -139,12 +164,29 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     // A new password is a change to record, never its value.
     if (body.password !== undefined) Object.assign(changed.after, { password_changed: true });
     // A PATCH of the budget alone changes no account field: its row is the budget's, below.
-    if (Object.keys(changed.after).length > 0) await recordChange(record, { ...source, action: 'account.updated', teamId: account.id, target: account.id, ...changed });
+    if (Object.keys(changed.after).length > 0)
+      await recordChange(record, {
+        ...source,
+        action: 'account.updated',
+        teamId: account.id,
+        target: account.id,
+        ...changed,
+      });
     const budgetAfter = await budgetView(account.id);
     if (budgetBefore) {
-      const limit = (view: typeof budgetAfter) => ({ budget_usd: view.budget?.budget_usd ?? null, budget_period: view.budget?.budget_period ?? null });
+      const limit = (view: typeof budgetAfter) => ({
+        budget_usd: view.budget?.budget_usd ?? null,
+        budget_period: view.budget?.budget_period ?? null,
+      });
       const moved = changedFields(limit(budgetBefore), limit(budgetAfter));
-      if (Object.keys(moved.after).length > 0) await recordChange(record, { ...source, action: 'budget.updated', teamId: account.id, target: account.id, ...moved });
+      if (Object.keys(moved.after).length > 0)
+        await recordChange(record, {
+          ...source,
+          action: 'budget.updated',
+          teamId: account.id,
+          target: account.id,
+          ...moved,
+        });
     }
     ctx.body = { ...accountView(account), ...budgetAfter };
   });
@@ -153,7 +195,14 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const revoked = await accounts.delete(ctx.params.id!);
     if (revoked === undefined) throw accountNotFound(ctx.params.id!);
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'account.deleted', teamId: ctx.params.id!, target: ctx.params.id!, before: { deleted: false }, after: { deleted: true, keys_revoked: revoked } });
+    await recordChange(record, {
+      ...source,
+      action: 'account.deleted',
+      teamId: ctx.params.id!,
+      target: ctx.params.id!,
+      before: { deleted: false },
+      after: { deleted: true, keys_revoked: revoked },
+    });
     ctx.body = { id: ctx.params.id!, object: 'account', deleted: true, keys_revoked: revoked };
   });
 
@@ -162,14 +211,32 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const body = parseStrict(capSchema, await readJsonObject(ctx.req, bodyLimit));
     const cap = budgetChange(body) ?? null;
     // The cap it replaces, for the audit row's before: the member's row holds it.
-    const row = await store.record.selectFrom('team_members').select(['cap_micros', 'cap_period']).where('team_id', '=', ctx.params.id!).where('member_id', '=', ctx.params.member!).executeTakeFirst();
+    const row = await store.record
+      .selectFrom('team_members')
+      .select(['cap_micros', 'cap_period'])
+      .where('team_id', '=', ctx.params.id!)
+      .where('member_id', '=', ctx.params.member!)
+      .executeTakeFirst();
     if (!row || !(await store.setMemberCap(ctx.params.id!, ctx.params.member!, cap))) {
-      throw new GatewayError(404, `No member '${ctx.params.member!.slice(0, 64)}' in the team '${ctx.params.id!.slice(0, 64)}'.`, { code: 'member_not_found', param: 'member' });
+      throw new GatewayError(
+        404,
+        `No member '${ctx.params.member!.slice(0, 64)}' in the team '${ctx.params.id!.slice(0, 64)}'.`,
+        { code: 'member_not_found', param: 'member' },
+      );
     }
-    const was = row.cap_micros === null || row.cap_period === null ? null : { micros: Number(row.cap_micros), period: row.cap_period };
+    const was =
+      row.cap_micros === null || row.cap_period === null
+        ? null
+        : { micros: Number(row.cap_micros), period: row.cap_period };
     const limit = (view: ReturnType<typeof capView>) => ({ cap_usd: view.budget_usd, cap_period: view.budget_period });
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'budget.updated', teamId: ctx.params.id!, target: ctx.params.member!, ...changedFields(limit(capView(was)), limit(capView(cap))) });
+    await recordChange(record, {
+      ...source,
+      action: 'budget.updated',
+      teamId: ctx.params.id!,
+      target: ctx.params.member!,
+      ...changedFields(limit(capView(was)), limit(capView(cap))),
+    });
     ctx.body = { object: 'team.member_cap', team_id: ctx.params.id!, member_id: ctx.params.member!, ...capView(cap) };
   });
 
@@ -185,7 +252,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const micros = usdToMicros(body.amount_usd);
     const balance = await accounts.credit(ctx.params.id!, micros, body.note ?? '');
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'credit.granted', teamId: ctx.params.id!, target: ctx.params.id!, after: { amount_micros: micros, note: body.note ?? '', balance_micros: balance } });
+    await recordChange(record, {
+      ...source,
+      action: 'credit.granted',
+      teamId: ctx.params.id!,
+      target: ctx.params.id!,
+      after: { amount_micros: micros, note: body.note ?? '', balance_micros: balance },
+    });
     ctx.body = { object: 'account.balance', account_id: ctx.params.id!, balance_usd: microsToUsd(balance) };
   });
 
@@ -200,9 +273,19 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   router.post('/keys', async (ctx) => {
     const body = parseStrict(adminCreateKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // An admin's limits: in force, and ceilings the account's members may only tighten.
-    const created = await store.create(body.name, { accountId: body.account_id, ...newKeyLimits(body), ...(body.created_by ? { createdBy: body.created_by } : {}) }, 'admin');
+    const created = await store.create(
+      body.name,
+      { accountId: body.account_id, ...newKeyLimits(body), ...(body.created_by ? { createdBy: body.created_by } : {}) },
+      'admin',
+    );
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'key.created', teamId: created.accountId, target: created.id, after: keyAuditFields(created) });
+    await recordChange(record, {
+      ...source,
+      action: 'key.created',
+      teamId: created.accountId,
+      target: created.id,
+      after: keyAuditFields(created),
+    });
     ctx.status = 201;
     ctx.body = { ...keyView(created), key: created.key };
   });
@@ -227,7 +310,13 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     if (!key) throw keyNotFound(ctx.params.id!);
     const { record, source } = audit(ctx);
     const [was] = before ? await store.withAdminLimits([before]) : [];
-    await recordChange(record, { ...source, action: 'key.updated', teamId: key.accountId, target: key.id, ...changedFields(was ? keyAuditFields(was) : {}, keyAuditFields(key)) });
+    await recordChange(record, {
+      ...source,
+      action: 'key.updated',
+      teamId: key.accountId,
+      target: key.id,
+      ...changedFields(was ? keyAuditFields(was) : {}, keyAuditFields(key)),
+    });
     ctx.body = keyView(key);
   });
 
@@ -236,7 +325,14 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const before = await store.get(keyId);
     if (!(await store.revoke(keyId))) throw keyNotFound(keyId);
     const { record, source } = audit(ctx);
-    await recordChange(record, { ...source, action: 'key.revoked', teamId: before?.accountId ?? null, target: keyId, before: { revoked: false }, after: { revoked: true } });
+    await recordChange(record, {
+      ...source,
+      action: 'key.revoked',
+      teamId: before?.accountId ?? null,
+      target: keyId,
+      before: { revoked: false },
+      after: { revoked: true },
+    });
     ctx.body = { id: keyId, object: 'api_key', deleted: true };
   });
 
@@ -253,11 +349,21 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
     const body = parseStrict(createTeamSchema, await readJsonObject(ctx.req, bodyLimit));
     // The first owner is looked up before the team is made: an unknown email makes no team.
     if (body.owner_email !== undefined && !(await accounts.findByEmail(body.owner_email))) {
-      throw new GatewayError(404, `Nobody has the email '${body.owner_email}'.`, { code: 'account_not_found', param: 'owner_email' });
+      throw new GatewayError(404, `Nobody has the email '${body.owner_email}'.`, {
+        code: 'account_not_found',
+        param: 'owner_email',
+      });
     }
     const team = await accounts.createTeam({ name: body.name });
     const by = auditSource(ctx, 'admin-token');
-    await recordChange(store.record, { ...by, action: 'team.created', teamId: team.id, target: team.id, before: null, after: { name: team.name } });
+    await recordChange(store.record, {
+      ...by,
+      action: 'team.created',
+      teamId: team.id,
+      target: team.id,
+      before: null,
+      after: { name: team.name },
+    });
     if (body.owner_email !== undefined) await teams.add(team, body.owner_email, 'owner', 'admin', by);
     ctx.status = 201;
     ctx.body = { ...accountView(team), members: await teams.members(team) };
@@ -267,7 +373,10 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   // members as POST answers it.
   router.get('/teams', async (ctx) => {
     const all = (await accounts.list()).filter((account) => account.kind === 'team');
-    ctx.body = { object: 'list', data: await Promise.all(all.map(async (team) => ({ ...accountView(team), members: await teams.members(team) }))) };
+    ctx.body = {
+      object: 'list',
+      data: await Promise.all(all.map(async (team) => ({ ...accountView(team), members: await teams.members(team) }))),
+    };
   });
 
   router.get('/teams/:id', async (ctx) => {
@@ -312,7 +421,11 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
   router.get('/alerts', async (ctx) => {
     const query = parseStrict(alertsQuerySchema, ctx.query);
     const limit = query.limit ?? 100;
-    const alerts = await listAlerts(store.record, { limit, ...(query.team_id !== undefined ? { teamId: query.team_id } : {}), ...(query.before !== undefined ? { before: query.before } : {}) });
+    const alerts = await listAlerts(store.record, {
+      limit,
+      ...(query.team_id !== undefined ? { teamId: query.team_id } : {}),
+      ...(query.before !== undefined ? { before: query.before } : {}),
+    });
     ctx.body = { object: 'list', data: alerts.map(alertView), has_more: alerts.length === limit };
   });
 
@@ -360,7 +473,12 @@ export function adminRoutes(store: KeyStore, adminToken: string | undefined, map
       action: 'cache.purged',
       teamId: accountId ?? null,
       target: accountId ?? 'all accounts',
-      after: { purged, ...(accountId !== undefined ? { account_id: accountId } : {}), ...(keyId !== undefined ? { key_id: keyId } : {}), ...(model !== undefined ? { model } : {}) },
+      after: {
+        purged,
+        ...(accountId !== undefined ? { account_id: accountId } : {}),
+        ...(keyId !== undefined ? { key_id: keyId } : {}),
+        ...(model !== undefined ? { model } : {}),
+      },
     });
     ctx.body = { object: 'cache.purge', purged };
   });

@@ -19,7 +19,9 @@ const instant = z
   .max(40)
   .transform((text, ctx) => {
     if (/^\d{1,12}$/.test(text)) return Number(text);
-    const ms = /^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(text) ? Date.parse(text.length === 10 ? `${text}T00:00:00Z` : text) : Number.NaN;
+    const ms = /^\d{4}-\d{2}-\d{2}([T ][\d:.]+(Z|[+-]\d{2}:?\d{2})?)?$/.test(text)
+      ? Date.parse(text.length === 10 ? `${text}T00:00:00Z` : text)
+      : Number.NaN;
     if (Number.isNaN(ms)) {
       ctx.issues.push({ code: 'custom', message: 'expected unix seconds or an ISO 8601 date-time', input: text });
       return z.NEVER;
@@ -72,12 +74,15 @@ export const requestListQuerySchema = z
   })
   .transform((query) => {
     const cursor = query.cursor === undefined ? undefined : decodeCursor(query.cursor);
-    if (query.cursor !== undefined && !cursor) throw invalidRequest('The cursor is not one this API gave out.', 'cursor');
+    if (query.cursor !== undefined && !cursor)
+      throw invalidRequest('The cursor is not one this API gave out.', 'cursor');
     return { filter: toFilter(query), limit: query.limit ?? 50, cursor };
   });
 
 /** The filters alone, without the paging (the histogram counts the whole range). */
-export const requestFilterQuerySchema = z.strictObject(filterFields).transform((query) => ({ filter: toFilter(query) }));
+export const requestFilterQuerySchema = z
+  .strictObject(filterFields)
+  .transform((query) => ({ filter: toFilter(query) }));
 
 export type RequestListQuery = z.output<typeof requestListQuerySchema>;
 
@@ -85,8 +90,12 @@ export const generationQuerySchema = z.strictObject({ id });
 
 /** The same answer for an id nobody made and one another key made. */
 export const generationNotFound = (id: string) =>
-  new GatewayError(404, `No request with id '${id.slice(0, 256)}' was found for this API key (a record appears a moment after its answer).`, {
-    type: 'invalid_request_error',
-    code: 'not_found',
-    param: 'id',
-  });
+  new GatewayError(
+    404,
+    `No request with id '${id.slice(0, 256)}' was found for this API key (a record appears a moment after its answer).`,
+    {
+      type: 'invalid_request_error',
+      code: 'not_found',
+      param: 'id',
+    },
+  );

@@ -29,7 +29,10 @@ export interface UsageQuery {
 const day = z
   .string()
   .regex(/^\d{4}-\d{2}-\d{2}$/, 'expected a UTC day as YYYY-MM-DD')
-  .refine((text) => !Number.isNaN(Date.parse(`${text}T00:00:00Z`)) && utcDay(Date.parse(`${text}T00:00:00Z`)) === text, 'no such day');
+  .refine(
+    (text) => !Number.isNaN(Date.parse(`${text}T00:00:00Z`)) && utcDay(Date.parse(`${text}T00:00:00Z`)) === text,
+    'no such day',
+  );
 const id = storableText().min(1).max(256);
 
 export const usageQuerySchema = z
@@ -41,15 +44,30 @@ export const usageQuerySchema = z
     to: day.optional(),
     group_by: z
       .string()
-      .regex(new RegExp(`^(${groupings.join('|')})(,(${groupings.join('|')}))*$`), `expected a comma-separated list of ${groupings.join(', ')}`)
+      .regex(
+        new RegExp(`^(${groupings.join('|')})(,(${groupings.join('|')}))*$`),
+        `expected a comma-separated list of ${groupings.join(', ')}`,
+      )
       .optional(),
   })
   .transform((query, ctx): UsageQuery => {
     const to = query.to ?? utcDay(Date.now());
     const from = query.from ?? utcDay(Date.parse(`${to}T00:00:00Z`) - (defaultUsageDays - 1) * dayMs);
     const count = (Date.parse(`${to}T00:00:00Z`) - Date.parse(`${from}T00:00:00Z`)) / dayMs + 1;
-    if (count < 1) ctx.issues.push({ code: 'custom', message: `'from' (${from}) is after 'to' (${to})`, path: ['from'], input: query.from });
-    else if (count > maxUsageDays) ctx.issues.push({ code: 'custom', message: `at most ${maxUsageDays} days may be asked for at once, not ${count}`, path: ['from'], input: query.from });
+    if (count < 1)
+      ctx.issues.push({
+        code: 'custom',
+        message: `'from' (${from}) is after 'to' (${to})`,
+        path: ['from'],
+        input: query.from,
+      });
+    else if (count > maxUsageDays)
+      ctx.issues.push({
+        code: 'custom',
+        message: `at most ${maxUsageDays} days may be asked for at once, not ${count}`,
+        path: ['from'],
+        input: query.from,
+      });
     if (ctx.issues.length > 0) return z.NEVER;
     const start = Date.parse(`${from}T00:00:00Z`);
     return {
@@ -61,14 +79,24 @@ export const usageQuerySchema = z
     };
   });
 
-
 type Totals = Record<UsageMetric, number>;
 const zero = (): Totals => Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Totals;
 
-/** The day totals of some days from the record; with an account, only its own rows are read (its index leads with the account). */
-export async function loadUsageDays(record: RecordDb, days: readonly string[], accountId?: string): Promise<UsageDailyTable[]> {
+/**
+ * The day totals of some days from the record; with an account, only its own rows are read (its index leads with the
+ * account).
+ */
+export async function loadUsageDays(
+  record: RecordDb,
+  days: readonly string[],
+  accountId?: string,
+): Promise<UsageDailyTable[]> {
   if (days.length === 0) return [];
-  let query = record.selectFrom('usage_daily').selectAll().where('day', '>=', days[0]!).where('day', '<=', days.at(-1)!);
+  let query = record
+    .selectFrom('usage_daily')
+    .selectAll()
+    .where('day', '>=', days[0]!)
+    .where('day', '<=', days.at(-1)!);
   if (accountId !== undefined) query = query.where('account_id', '=', accountId);
   return query.execute();
 }
@@ -89,7 +117,12 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
   if (query.groupBy.length === 0) grouped({});
 
   for (const row of loaded) {
-    if ((query.accountId && row.account_id !== query.accountId) || (query.keyId && row.key_id !== query.keyId) || (query.model && row.model !== query.model)) continue;
+    if (
+      (query.accountId && row.account_id !== query.accountId) ||
+      (query.keyId && row.key_id !== query.keyId) ||
+      (query.model && row.model !== query.model)
+    )
+      continue;
     const totals = grouped({ day: row.day, account: row.account_id, model: row.model, key: row.key_id });
     for (const metric of usageMetrics) totals[metric] += row[metric];
   }
@@ -114,6 +147,7 @@ export function groupUsage(loaded: readonly UsageDailyTable[], query: Omit<Usage
     };
     return row;
   });
-  const order = (row: UsageTotals) => [row.day ?? '', row.account_id ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
+  const order = (row: UsageTotals) =>
+    [row.day ?? '', row.account_id ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
   return rows.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
 }

@@ -17,9 +17,13 @@ export async function recordChange(record: RecordDb, entry: AuditEntry): Promise
   try {
     await appendAudit(record, entry);
   } catch (error) {
-    throw new GatewayError(500, `The change was made, but the audit log could not record it (${entry.action}${entry.target ? ` ${entry.target}` : ''}); do not repeat it.`, {
-      code: 'audit_not_recorded',
-      cause: error,
-    });
+    throw new GatewayError(
+      500,
+      `The change was made, but the audit log could not record it (${entry.action}${entry.target ? ` ${entry.target}` : ''}); do not repeat it.`,
+      {
+        code: 'audit_not_recorded',
+        cause: error,
+      },
+    );
   }
 }

@@ -45,30 +45,44 @@ export function authenticate(keys: KeyCache): Middleware<AuthState> {
     const header = ctx.get('authorization');
     const apiKey = ctx.get('x-api-key').trim();
     const match = /^Bearer\s+(\S+)\s*$/i.exec(header);
-    const key = (google ? googleKey(ctx) : undefined) ?? match?.[1] ?? (header === '' && /^\S+$/.test(apiKey) ? apiKey : undefined);
+    const key =
+      (google ? googleKey(ctx) : undefined) ??
+      match?.[1] ??
+      (header === '' && /^\S+$/.test(apiKey) ? apiKey : undefined);
     if (key === undefined) {
       throw invalidApiKey(
         google
-          ? 'You did not provide an API key. Send it in the x-goog-api-key header, as the key query parameter, or as "Authorization: Bearer <API key>".'
+          ? 'You did not provide an API key. Send it in the x-goog-api-key header, as the key query parameter, or ' +
+              'as "Authorization: Bearer <API key>".'
           : header || apiKey
             ? 'The Authorization header must be "Bearer <API key>" (or send the key alone in x-api-key).'
             : ctx.get('x-goog-api-key') !== ''
-              ? "You did not provide an API key: x-goog-api-key is read on Google's paths (/v1beta/…, /v1/models/{model}:{method}) only. Send it as \"Authorization: Bearer <API key>\" or in the x-api-key header."
-              : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>" or in the x-api-key header.',
+              ? "You did not provide an API key: x-goog-api-key is read on Google's paths (/v1beta/…, " +
+                '/v1/models/{model}:{method}) only. Send it as "Authorization: Bearer <API key>" or in the ' +
+                'x-api-key header.'
+              : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>" or in the x-api-key ' +
+                'header.',
       );
     }
     const verdict = await keys.check(key);
     if ('refused' in verdict) {
-      const refuse = (message: string) => (google ? new GatewayError(403, message, { code: 'invalid_api_key' }) : invalidApiKey(message));
-      // Saying a key expired (rather than that it is wrong) tells its owner to ask for a new one, not to check for typos.
+      const refuse = (message: string) =>
+        google ? new GatewayError(403, message, { code: 'invalid_api_key' }) : invalidApiKey(message);
+      // Saying a key expired (rather than that it is wrong) tells its owner to ask for a new one, not to check for
+      // typos.
       if (verdict.refused === 'expired') {
-        throw refuse(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
+        throw refuse(
+          `The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key ` +
+            `or extend this one.`,
+        );
       }
       if (verdict.refused === 'disabled') throw refuse(accessRefusalMessage('disabled'));
       throw refuse(
         google
-          ? 'API key not valid. Please pass a valid API key (create keys in the console, /console, with `npm run keys -- create`, or with the admin API).'
-          : 'Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.',
+          ? 'API key not valid. Please pass a valid API key (create keys in the console, /console, with `npm run ' +
+              'keys -- create`, or with the admin API).'
+          : 'Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or ' +
+              'with the admin API.',
       );
     }
     ctx.state.keyId = verdict.access.keyId;

@@ -2,7 +2,17 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { journalWrite } from '../../shared/redis-journal.js';
 import { defaultAccountId, type AccountRole, type KeyAccess } from '../../shared/accounts.js';
-import { accessChangedChannel, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, billKey, keyBillField, keyBillFields } from '../../shared/redis-keys.js';
+import {
+  accessChangedChannel,
+  accountKey,
+  accountKeysKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  billKey,
+  keyBillField,
+  keyBillFields,
+} from '../../shared/redis-keys.js';
 import { GatewayError } from '../../shared/errors.js';
 import { parseToolPatterns } from '../../shared/mcp/tool-rules.js';
 import { AccountStore, accountNotFound, microsToUsd } from './account-store.js';
@@ -11,7 +21,14 @@ import { optionalNumber, parseModels, readKeyAccess } from '../../shared/access/
 import type { ApiKeysTable, RecordDb } from '../../storage/record/database.js';
 import { ensureDefaultRecord, type HotState } from '../../storage/record/hot-state.js';
 import { readKeySpend, type KeySpend } from '../../shared/money/billing.js';
-import { budgetCounter, budgetText, parseBudgetText, periodStart, type BudgetInForce, type BudgetPeriod } from '../../shared/money/budgets.js';
+import {
+  budgetCounter,
+  budgetText,
+  parseBudgetText,
+  periodStart,
+  type BudgetInForce,
+  type BudgetPeriod,
+} from '../../shared/money/budgets.js';
 import { seedBudgetScript } from '../../shared/money/scripts.js';
 
 /**
@@ -48,7 +65,10 @@ export interface KeyLimits {
 export interface KeySettings extends KeyLimits {
   /** Seconds: a request of the key without `Cache-Control` is cached as if it sent `max-age=<cacheTtlS>`; 0 = none. */
   cacheTtlS?: number;
-  /** What the key may spend per period (shared/money/budgets.ts), beside its lifetime `limitMicros`; no ceiling holds it. */
+  /**
+   * What the key may spend per period (shared/money/budgets.ts), beside its lifetime `limitMicros`; no ceiling holds
+   * it.
+   */
   budget?: { micros: number; period: BudgetPeriod };
   /**
    * The MCP tools it may use, `server/tool` patterns (shared/mcp/tool-rules.ts), within what its account allows;
@@ -127,16 +147,29 @@ function adminRow(changes: KeyChanges) {
     ...(changes.rpm !== undefined ? { admin_rpm: changes.rpm } : {}),
     ...(changes.tpm !== undefined ? { admin_tpm: changes.tpm } : {}),
     ...(changes.expiresAt !== undefined ? { admin_expires: changes.expiresAt } : {}),
-    ...(changes.models !== undefined ? { admin_models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+    ...(changes.models !== undefined
+      ? { admin_models: changes.models === null ? null : JSON.stringify(changes.models) }
+      : {}),
   };
 }
 
-const limitParams = { limitMicros: 'limit_usd', rpm: 'rpm', tpm: 'tpm', models: 'models', expiresAt: 'expires_at' } as const;
+const limitParams = {
+  limitMicros: 'limit_usd',
+  rpm: 'rpm',
+  tpm: 'tpm',
+  models: 'models',
+  expiresAt: 'expires_at',
+} as const;
 
 function ceilingText(field: keyof KeyLimits, value: number | readonly string[]): string {
   if (field === 'models') {
     const models = value as readonly string[];
-    return models.slice(0, 20).map((m) => `\`${m}\``).join(', ') + (models.length > 20 ? ` and ${models.length - 20} more` : '');
+    return (
+      models
+        .slice(0, 20)
+        .map((m) => `\`${m}\``)
+        .join(', ') + (models.length > 20 ? ` and ${models.length - 20} more` : '')
+    );
   }
   if (field === 'limitMicros') return `$${microsToUsd(value as number)}`;
   if (field === 'expiresAt') return new Date((value as number) * 1000).toISOString();
@@ -171,12 +204,16 @@ export function checkMemberLimits(changes: KeyChanges, admin: KeyLimits, policy:
         : field === 'expiresAt'
           ? `An administrator set this key to expire at ${bound}: you may make it expire sooner, not later or never.`
           : `An administrator set this key's ${param} to at most ${bound}: you may lower it, not raise or remove it.`
-      : `This gateway's keys may have a ${param} of at most ${bound}: set ${param} to that or less, or leave it unset (then that is its limit).`;
+      : `This gateway's keys may have a ${param} of at most ${bound}: set ${param} to that or less, or leave it ` +
+        `unset (then that is its limit).`;
     throw new GatewayError(403, message, { code: byAdmin ? 'limit_set_by_admin' : 'above_default_limit', param });
   }
 }
 
-/** What a person's own account names its Playground key, and what every Playground key was named before teams had several. */
+/**
+ * What a person's own account names its Playground key, and what every Playground key was named before teams had
+ * several.
+ */
 export const playgroundName = 'Playground';
 
 /** Key names are at most this long (the API's `keyName`). */
@@ -187,16 +224,25 @@ const keyNameMax = 200;
  * it is (their email, else their name or id), so a team's several tell apart wherever keys are named (Keys, Usage,
  * Activity, Budgets). Cut to a key name's longest, the end of a long email given up first.
  */
-export function playgroundKeyName(person: { id: string; email?: string | undefined; name?: string | undefined }): string {
+export function playgroundKeyName(person: {
+  id: string;
+  email?: string | undefined;
+  name?: string | undefined;
+}): string {
   const who = person.email || person.name || person.id;
   const room = keyNameMax - `${playgroundName} ()`.length;
   return `${playgroundName} (${who.length > room ? `${who.slice(0, room - 1)}…` : who})`;
 }
 
 const tooManyKeys = (max: number) =>
-  new GatewayError(409, `This account already has ${max} API keys, the most one account may have on this gateway (MAX_KEYS_PER_ACCOUNT): revoke one before making another.`, {
-    code: 'too_many_keys',
-  });
+  new GatewayError(
+    409,
+    `This account already has ${max} API keys, the most one account may have on this gateway ` +
+      `(MAX_KEYS_PER_ACCOUNT): revoke one before making another.`,
+    {
+      code: 'too_many_keys',
+    },
+  );
 
 export function hashSecret(secret: string): string {
   return createHash('sha256').update(secret).digest('hex');
@@ -215,14 +261,20 @@ function limitFields(changes: KeyChanges): string[] {
   put('expires', changes.expiresAt);
   put('cache_ttl', changes.cacheTtlS);
   if (changes.budget !== undefined) fields.push('budget', budgetText(changes.budget));
-  if (changes.models !== undefined) fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
-  if (changes.mcpTools !== undefined) fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
+  if (changes.models !== undefined)
+    fields.push('models', changes.models === null ? '' : JSON.stringify(changes.models));
+  if (changes.mcpTools !== undefined)
+    fields.push('mcp_tools', changes.mcpTools === null ? '' : JSON.stringify(changes.mcpTools));
   if (changes.name !== undefined) fields.push('name', changes.name);
   return fields;
 }
 
 const mcpToolsAdminOnly = () =>
-  new GatewayError(403, "A key's MCP tools (mcp_tools) are set by an administrator.", { type: 'invalid_request_error', code: 'admin_only', param: 'mcp_tools' });
+  new GatewayError(403, "A key's MCP tools (mcp_tools) are set by an administrator.", {
+    type: 'invalid_request_error',
+    code: 'admin_only',
+    param: 'mcp_tools',
+  });
 
 /** A key from its directory hash and its spend in its account's bill. */
 function toRecord(row: Record<string, string>, spend: KeySpend | undefined): ApiKeyRecord | undefined {
@@ -274,20 +326,53 @@ export class KeyStore {
    * Throws 404 `account_not_found` for an unknown or deleted account, 409 `too_many_keys` past the policy's cap,
    * and 403 for a member's limit above the operator's defaults. What an admin sets becomes the key's ceilings.
    */
-  async create(name: string, options: KeyOptions = {}, by: KeyActor = 'admin'): Promise<ApiKeyRecord & { key: string }> {
+  async create(
+    name: string,
+    options: KeyOptions = {},
+    by: KeyActor = 'admin',
+  ): Promise<ApiKeyRecord & { key: string }> {
     return this.make(name, options, by, true);
   }
 
-  private async make(name: string, options: KeyOptions, by: KeyActor, counted: boolean): Promise<ApiKeyRecord & { key: string }> {
+  private async make(
+    name: string,
+    options: KeyOptions,
+    by: KeyActor,
+    counted: boolean,
+  ): Promise<ApiKeyRecord & { key: string }> {
     const accountId = options.accountId ?? defaultAccountId;
     const secret = `sy-${randomBytes(32).toString('base64url')}`;
     const id = `key_${randomBytes(8).toString('hex')}`;
     const created = Math.floor(Date.now() / 1000);
     const hint = `${secret.slice(0, 7)}…`;
     const hash = hashSecret(secret);
-    const fields = ['id', id, 'name', name, 'created', String(created), 'hash', hash, 'hint', hint, 'account', accountId, 'created_by', options.createdBy ?? ''];
+    const fields = [
+      'id',
+      id,
+      'name',
+      name,
+      'created',
+      String(created),
+      'hash',
+      hash,
+      'hint',
+      hint,
+      'account',
+      accountId,
+      'created_by',
+      options.createdBy ?? '',
+    ];
     // Every limit field is written, '' when unset, so the record shows the whole layout.
-    const { limitMicros = null, rpm = null, tpm = null, models = null, expiresAt = null, cacheTtlS = null, budget = null, mcpTools = null } = options;
+    const {
+      limitMicros = null,
+      rpm = null,
+      tpm = null,
+      models = null,
+      expiresAt = null,
+      cacheTtlS = null,
+      budget = null,
+      mcpTools = null,
+    } = options;
     const limits = { limitMicros, rpm, tpm, models, expiresAt };
     if (by === 'member') checkMemberLimits(options, {}, this.policy);
     if (by === 'member' && options.mcpTools !== undefined) throw mcpToolsAdminOnly();
@@ -298,7 +383,12 @@ export class KeyStore {
     const max = counted ? this.policy.maxKeysPerAccount : undefined;
     await this.record.transaction().execute(async (tx) => {
       // The account's row locked: two keys made at once are counted one after the other, so the cap holds exactly.
-      const owner = await tx.selectFrom('accounts').select(['deleted', 'playground_key']).where('id', '=', accountId).forUpdate().executeTakeFirst();
+      const owner = await tx
+        .selectFrom('accounts')
+        .select(['deleted', 'playground_key'])
+        .where('id', '=', accountId)
+        .forUpdate()
+        .executeTakeFirst();
       if (!owner || owner.deleted) throw accountNotFound(accountId);
       if (max !== undefined) {
         const playground = owner.playground_key;
@@ -357,14 +447,35 @@ export class KeyStore {
       await this.record.deleteFrom('api_keys').where('id', '=', id).execute();
       throw accountNotFound(accountId);
     }
-    const adminLimits = by === 'admin' ? adminLimitsOf({ admin_limit_micros: limitMicros, admin_rpm: rpm, admin_tpm: tpm, admin_models: models && JSON.stringify(models), admin_expires: expiresAt }) : {};
-    return { ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!, adminLimits, key: secret };
+    const adminLimits =
+      by === 'admin'
+        ? adminLimitsOf({
+            admin_limit_micros: limitMicros,
+            admin_rpm: rpm,
+            admin_tpm: tpm,
+            admin_models: models && JSON.stringify(models),
+            admin_expires: expiresAt,
+          })
+        : {};
+    return {
+      ...toRecord(Object.fromEntries(pairs(fields)), { spentMicros: 0, reservedMicros: 0 })!,
+      adminLimits,
+      key: secret,
+    };
   }
 
   /** The keys with the limits an admin set on each (`adminLimits`), read from the record. */
   async withAdminLimits<T extends ApiKeyRecord>(keys: T[]): Promise<T[]> {
     if (keys.length === 0) return keys;
-    const rows = await this.record.selectFrom('api_keys').select(['id', ...adminColumns]).where('id', 'in', keys.map((key) => key.id)).execute();
+    const rows = await this.record
+      .selectFrom('api_keys')
+      .select(['id', ...adminColumns])
+      .where(
+        'id',
+        'in',
+        keys.map((key) => key.id),
+      )
+      .execute();
     const found = new Map(rows.map((row) => [row.id, adminLimitsOf(row)]));
     return keys.map((key) => ({ ...key, adminLimits: found.get(key.id) ?? {} }));
   }
@@ -380,14 +491,28 @@ export class KeyStore {
       .selectFrom('api_keys')
       .innerJoin('accounts as owner', 'owner.id', 'api_keys.account_id')
       .leftJoin('accounts as maker', 'maker.id', 'api_keys.created_by')
-      .select(['api_keys.id', 'api_keys.created_by', 'owner.kind', 'owner.email as owner_email', 'owner.name as owner_name', 'maker.email as maker_email', 'maker.name as maker_name'])
-      .where('api_keys.id', 'in', keys.map((key) => key.id))
+      .select([
+        'api_keys.id',
+        'api_keys.created_by',
+        'owner.kind',
+        'owner.email as owner_email',
+        'owner.name as owner_name',
+        'maker.email as maker_email',
+        'maker.name as maker_name',
+      ])
+      .where(
+        'api_keys.id',
+        'in',
+        keys.map((key) => key.id),
+      )
       .execute();
     const byId = new Map(rows.map((row) => [row.id, row]));
     for (const key of keys) {
       const row = byId.get(key.id);
-      if (row?.created_by) found.set(key.id, { id: row.created_by, email: row.maker_email ?? '', name: row.maker_name ?? '' });
-      else if (row && row.kind === 'person' && key.accountId !== defaultAccountId) found.set(key.id, { id: key.accountId, email: row.owner_email, name: row.owner_name });
+      if (row?.created_by)
+        found.set(key.id, { id: row.created_by, email: row.maker_email ?? '', name: row.maker_name ?? '' });
+      else if (row && row.kind === 'person' && key.accountId !== defaultAccountId)
+        found.set(key.id, { id: key.accountId, email: row.owner_email, name: row.owner_name });
       else found.set(key.id, null);
     }
     return found;
@@ -395,7 +520,12 @@ export class KeyStore {
 
   /** The ids of every key (revoked ones too) `person` made in an account: a member's share of a team's usage. */
   async keysMadeBy(accountId: string, person: string): Promise<string[]> {
-    const rows = await this.record.selectFrom('api_keys').select('id').where('account_id', '=', accountId).where('created_by', '=', person).execute();
+    const rows = await this.record
+      .selectFrom('api_keys')
+      .select('id')
+      .where('account_id', '=', accountId)
+      .where('created_by', '=', person)
+      .execute();
     return rows.map((row) => row.id);
   }
 
@@ -409,10 +539,14 @@ export class KeyStore {
     for (const id of ids) pipeline.hgetall(apiKeyRecordKey(id));
     const rows = ((await pipeline.exec()) ?? []).map(([, value]) => value as Record<string, string>);
     // Spend lives in the accounts' bills (other slots): read apart from the directory's pipeline.
-    const spends = await Promise.all(rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)));
+    const spends = await Promise.all(
+      rows.map((row) => (row.id ? readKeySpend(this.redis, row.account || defaultAccountId, row.id) : undefined)),
+    );
     const keys = rows
       .map((row, i) => toRecord(row, spends[i]))
-      .filter((key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId))
+      .filter(
+        (key): key is ApiKeyRecord => key !== undefined && (!filter.accountId || key.accountId === filter.accountId),
+      )
       .sort((a, b) => a.created - b.created || a.id.localeCompare(b.id));
     return Promise.all(keys.map((key) => this.withBudgetSpend(key)));
   }
@@ -426,7 +560,10 @@ export class KeyStore {
   /** A key with a budget, with what it spent in the budget's current period (its counter in the bill). */
   private async withBudgetSpend(key: ApiKeyRecord): Promise<ApiKeyRecord> {
     if (!key.budget) return key;
-    return { ...key, budgetSpentMicros: await this.periodSpent(key.accountId, { scope: 'key', ownerId: key.id, ...key.budget }) };
+    return {
+      ...key,
+      budgetSpentMicros: await this.periodSpent(key.accountId, { scope: 'key', ownerId: key.id, ...key.budget }),
+    };
   }
 
   /**
@@ -441,23 +578,42 @@ export class KeyStore {
       ...(changes.rpm !== undefined ? { rpm: changes.rpm } : {}),
       ...(changes.tpm !== undefined ? { tpm: changes.tpm } : {}),
       ...(changes.expiresAt !== undefined ? { expires: changes.expiresAt } : {}),
-      ...(changes.models !== undefined ? { models: changes.models === null ? null : JSON.stringify(changes.models) } : {}),
+      ...(changes.models !== undefined
+        ? { models: changes.models === null ? null : JSON.stringify(changes.models) }
+        : {}),
       // Not a limit: no ceiling checks it (checkMemberLimits) and none is kept of it (adminRow).
       ...(changes.cacheTtlS !== undefined ? { cache_ttl_s: changes.cacheTtlS } : {}),
-      ...(changes.budget !== undefined ? { budget_micros: changes.budget?.micros ?? null, budget_period: changes.budget?.period ?? null } : {}),
-      ...(changes.mcpTools !== undefined ? { mcp_tools: changes.mcpTools === null ? null : JSON.stringify(changes.mcpTools) } : {}),
+      ...(changes.budget !== undefined
+        ? { budget_micros: changes.budget?.micros ?? null, budget_period: changes.budget?.period ?? null }
+        : {}),
+      ...(changes.mcpTools !== undefined
+        ? { mcp_tools: changes.mcpTools === null ? null : JSON.stringify(changes.mcpTools) }
+        : {}),
     };
     if (by !== 'admin' && changes.mcpTools !== undefined) throw mcpToolsAdminOnly();
-    // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no other.
+    // The key's ceilings after the change, from the query that makes it (none to make: read), so its answer needs no
+    // other.
     let ceilings: Pick<ApiKeysTable, (typeof adminColumns)[number]> | undefined;
     if (Object.keys(row).length === 0) {
       ceilings = await this.record.selectFrom('api_keys').select(adminColumns).where('id', '=', id).executeTakeFirst();
     } else {
       ceilings =
         by === 'admin'
-          ? await this.record.updateTable('api_keys').set({ ...row, ...adminRow(changes) }).where('id', '=', id).where('revoked', 'is', null).returning(adminColumns).executeTakeFirst()
+          ? await this.record
+              .updateTable('api_keys')
+              .set({ ...row, ...adminRow(changes) })
+              .where('id', '=', id)
+              .where('revoked', 'is', null)
+              .returning(adminColumns)
+              .executeTakeFirst()
           : await this.record.transaction().execute(async (tx) => {
-              const current = await tx.selectFrom('api_keys').select(adminColumns).where('id', '=', id).where('revoked', 'is', null).forUpdate().executeTakeFirst();
+              const current = await tx
+                .selectFrom('api_keys')
+                .select(adminColumns)
+                .where('id', '=', id)
+                .where('revoked', 'is', null)
+                .forUpdate()
+                .executeTakeFirst();
               if (!current) return undefined;
               checkMemberLimits(changes, adminLimitsOf(current), this.policy);
               await tx.updateTable('api_keys').set(row).where('id', '=', id).execute();
@@ -469,7 +625,12 @@ export class KeyStore {
       const accountId = (await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId;
       await this.seedBudget(accountId, { scope: 'key', ownerId: id, ...changes.budget });
     }
-    const done = await updateKeyScript(this.redis, { record: apiKeyRecordKey(id), channel: accessChangedChannel, keyId: id, fields: limitFields(changes) });
+    const done = await updateKeyScript(this.redis, {
+      record: apiKeyRecordKey(id),
+      channel: accessChangedChannel,
+      keyId: id,
+      fields: limitFields(changes),
+    });
     this.changed?.(id);
     const key = done === 1 ? await this.get(id) : undefined;
     return key && { ...key, adminLimits: ceilings ? adminLimitsOf(ceilings) : {} };
@@ -478,9 +639,10 @@ export class KeyStore {
   /**
    * The access of an account's Playground key (the console's playground bills through it, as any key),
    * made on first use and again if it was revoked. Its limits are the owner's to set, like any key's; what
-   * its account carries (weight, granted service tiers, cache cap) it carries as every key of the account does (`access`).
-   * Its access is read as a presented key's (`access`, by its hash), so the budgets that hold it are those of any key
-   * the person made in the team: the team's budget, its own, and the person's member cap there (`cap:<person>`).
+   * its account carries (weight, granted service tiers, cache cap) it carries as every key of the account does
+   * (`access`). Its access is read as a presented key's (`access`, by its hash), so the budgets that hold it are those
+   * of any key the person made in the team: the team's budget, its own, and the person's member cap there
+   * (`cap:<person>`).
    */
   async playgroundAccess(accountId: string, person: string = accountId): Promise<KeyAccess> {
     // Each person in a team has a Playground key of their own there (made by them, so a member's Playground usage
@@ -491,7 +653,9 @@ export class KeyStore {
     // Named for the person in a team (their own account holds one Playground key: "Playground" says which); read only
     // when a key is made, found again or renamed, not on every use.
     let named: string | undefined;
-    const name = async () => (named ??= person === accountId ? playgroundName : playgroundKeyName((await this.accounts.get(person)) ?? { id: person }));
+    const name = async () =>
+      (named ??=
+        person === accountId ? playgroundName : playgroundKeyName((await this.accounts.get(person)) ?? { id: person }));
     for (let attempt = 0; attempt < 3; attempt++) {
       let id = await this.redis.hget(accountKey(accountId), field);
       if (!id && person !== accountId) {
@@ -506,7 +670,16 @@ export class KeyStore {
           .orderBy('created', 'desc')
           .limit(1)
           .executeTakeFirst();
-        if (kept && (await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: '', made: kept.id, field })) === 1) id = kept.id;
+        if (
+          kept &&
+          (await claimPlaygroundKeyScript(this.redis, {
+            account: accountKey(accountId),
+            current: '',
+            made: kept.id,
+            field,
+          })) === 1
+        )
+          id = kept.id;
       }
       const key = id ? await this.get(id) : undefined;
       if (key && key.accountId === accountId) {
@@ -517,11 +690,26 @@ export class KeyStore {
         continue;
       }
       // Made for the console, not by anyone: no ceilings, and not counted against the account's keys.
-      const made = await this.make(await name(), { accountId, ...(person === accountId ? {} : { createdBy: person }) }, 'member', false);
+      const made = await this.make(
+        await name(),
+        { accountId, ...(person === accountId ? {} : { createdBy: person }) },
+        'member',
+        false,
+      );
       // Two first uses at once: one key wins, the other is revoked.
-      const won = await claimPlaygroundKeyScript(this.redis, { account: accountKey(accountId), current: id ?? '', made: made.id, field });
+      const won = await claimPlaygroundKeyScript(this.redis, {
+        account: accountKey(accountId),
+        current: id ?? '',
+        made: made.id,
+        field,
+      });
       if (won === 1) {
-        if (person === accountId) await this.record.updateTable('accounts').set({ playground_key: made.id }).where('id', '=', accountId).execute();
+        if (person === accountId)
+          await this.record
+            .updateTable('accounts')
+            .set({ playground_key: made.id })
+            .where('id', '=', accountId)
+            .execute();
         const access = await this.accessOfKey(made.id);
         if (access) return access;
         continue;
@@ -537,17 +725,31 @@ export class KeyStore {
    */
   private async accessOfKey(id: string): Promise<KeyAccess | undefined> {
     const access = await readKeyAccess(this.redis, { keyId: id });
-    if (access === 'disabled') throw new GatewayError(403, 'The account this Playground key spends is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
+    if (access === 'disabled')
+      throw new GatewayError(
+        403,
+        'The account this Playground key spends is disabled. Ask an administrator to enable it.',
+        { code: 'account_disabled' },
+      );
     return access;
   }
 
   /** Returns false when no such key exists. */
   async revoke(id: string): Promise<boolean> {
-    const revoked = await this.record.updateTable('api_keys').set({ revoked: Math.floor(Date.now() / 1000) }).where('id', '=', id).where('revoked', 'is', null).returning('account_id').execute();
-    const accountId = revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
-    // Out of its account's bill first, then the directory, announced (the same path as a member's keys revoked with their membership).
+    const revoked = await this.record
+      .updateTable('api_keys')
+      .set({ revoked: Math.floor(Date.now() / 1000) })
+      .where('id', '=', id)
+      .where('revoked', 'is', null)
+      .returning('account_id')
+      .execute();
+    const accountId =
+      revoked[0]?.account_id ?? ((await this.redis.hget(apiKeyRecordKey(id), 'account')) || defaultAccountId);
+    // Out of its account's bill first, then the directory, announced (the same path as a member's keys revoked with
+    // their membership).
     const done = await this.accounts.unlistRevokedKey(accountId, id);
-    // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): a key never comes back.
+    // Sent again after a reconnection, as a failover may have lost it (shared/redis-journal.ts): a key never comes
+    // back.
     journalWrite(this.redis, async () => (await this.accounts.unlistRevokedKey(accountId, id), false));
     return done || revoked.length > 0;
   }
@@ -557,7 +759,13 @@ export class KeyStore {
    * script reads; every api drops what it cached of the team's keys. False when no such account exists.
    */
   async setTeamBudget(teamId: string, budget: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
-    const done = await this.record.updateTable('accounts').set({ budget_micros: budget?.micros ?? null, budget_period: budget?.period ?? null }).where('id', '=', teamId).where('deleted', '=', false).returning('id').execute();
+    const done = await this.record
+      .updateTable('accounts')
+      .set({ budget_micros: budget?.micros ?? null, budget_period: budget?.period ?? null })
+      .where('id', '=', teamId)
+      .where('deleted', '=', false)
+      .returning('id')
+      .execute();
     if (done.length === 0) return false;
     if (budget) await this.seedBudget(teamId, { scope: 'team', ...budget });
     await this.redis.hset(accountKey(teamId), 'budget', budgetText(budget));
@@ -569,8 +777,18 @@ export class KeyStore {
    * Sets (null clears) what the keys `memberId` made in `teamId` may spend per period: the member's row in the
    * record, then the cap field of the team's hash (`cap:<member>`). False when they are not a member of the team.
    */
-  async setMemberCap(teamId: string, memberId: string, cap: { micros: number; period: BudgetPeriod } | null): Promise<boolean> {
-    const done = await this.record.updateTable('team_members').set({ cap_micros: cap?.micros ?? null, cap_period: cap?.period ?? null }).where('team_id', '=', teamId).where('member_id', '=', memberId).returning('member_id').execute();
+  async setMemberCap(
+    teamId: string,
+    memberId: string,
+    cap: { micros: number; period: BudgetPeriod } | null,
+  ): Promise<boolean> {
+    const done = await this.record
+      .updateTable('team_members')
+      .set({ cap_micros: cap?.micros ?? null, cap_period: cap?.period ?? null })
+      .where('team_id', '=', teamId)
+      .where('member_id', '=', memberId)
+      .returning('member_id')
+      .execute();
     if (done.length === 0) return false;
     if (cap) await this.seedBudget(teamId, { scope: 'member', ownerId: memberId, ...cap });
     if (cap) await this.redis.hset(accountKey(teamId), `cap:${memberId}`, budgetText(cap));
@@ -594,10 +812,20 @@ export class KeyStore {
       .where('created', '>=', periodStart(budget.period, now));
     if (budget.scope === 'key') query = query.where('key_id', '=', budget.ownerId ?? '');
     if (budget.scope === 'member') {
-      query = query.where('key_id', 'in', (eb) => eb.selectFrom('api_keys').select('id').where('account_id', '=', accountId).where('created_by', '=', budget.ownerId ?? ''));
+      query = query.where('key_id', 'in', (eb) =>
+        eb
+          .selectFrom('api_keys')
+          .select('id')
+          .where('account_id', '=', accountId)
+          .where('created_by', '=', budget.ownerId ?? ''),
+      );
     }
     const spent = Number((await query.executeTakeFirstOrThrow()).spent);
-    await seedBudgetScript(this.redis, { bill: billKey(accountId), spentField: `${budgetCounter(budget, now)}.spent`, recordedMicros: spent });
+    await seedBudgetScript(this.redis, {
+      bill: billKey(accountId),
+      spentField: `${budgetCounter(budget, now)}.spent`,
+      recordedMicros: spent,
+    });
   }
 
   /** What a budget's counter holds as spent in its current period (0 when nothing was spent yet). */
@@ -615,7 +843,10 @@ export class KeyStore {
     return (await this.redis.hget(apiKeyHashesKey, secretHash)) ?? undefined;
   }
 
-  /** What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted account. Expiry is the caller's to check. */
+  /**
+   * What admission needs of a presented key, in one round trip; undefined for an unknown key or one of a deleted
+   * account. Expiry is the caller's to check.
+   */
   async access(secretHash: string, reloaded = false): Promise<KeyAccess | 'disabled' | undefined> {
     const found = await readKeyAccess(this.redis, { hash: secretHash });
     // Unknown here: perhaps Redis lost its hot state (flushed). Loaded again from the record, asked once more.
@@ -624,7 +855,6 @@ export class KeyStore {
   }
 }
 
-
 function pairs(flat: readonly string[]): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
@@ -632,7 +862,8 @@ function pairs(flat: readonly string[]): Array<[string, string]> {
 }
 
 /** Why a presented key was refused, so the 401 can say so. */
-export type KeyVerdict = { access: KeyAccess } | { refused: 'unknown' | 'disabled' } | { refused: 'expired'; expiresAt: number };
+export type KeyVerdict =
+  { access: KeyAccess } | { refused: 'unknown' | 'disabled' } | { refused: 'expired'; expiresAt: number };
 
 /**
  * Per-process cache of valid keys, so the hot path makes no Redis round trip.
@@ -666,11 +897,13 @@ export class KeyCache {
       const found = await this.store.access(hash);
       if (found === 'disabled') return { refused: 'disabled' };
       access = found;
-      if (access && generation === this.generation) this.entries.set(secret, { access, hash, expires: now + this.ttlMs });
+      if (access && generation === this.generation)
+        this.entries.set(secret, { access, hash, expires: now + this.ttlMs });
       else this.entries.delete(secret);
     }
     if (!access) return { refused: 'unknown' };
-    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= now) return { refused: 'expired', expiresAt: access.expiresAt };
+    if (access.expiresAt !== undefined && access.expiresAt * 1000 <= now)
+      return { refused: 'expired', expiresAt: access.expiresAt };
     return { access };
   }
 
@@ -686,7 +919,8 @@ export class KeyCache {
     // A secret hash, as revocations were announced before, names its key too.
     const accountId = message.startsWith('account:') ? message.slice('account:'.length) : undefined;
     for (const [secret, { access, hash }] of this.entries) {
-      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message || hash === message) this.entries.delete(secret);
+      if (accountId !== undefined ? access.accountId === accountId : access.keyId === message || hash === message)
+        this.entries.delete(secret);
     }
   }
 

@@ -19,10 +19,17 @@ const roleRank: Record<TeamRole, number> = { viewer: 0, member: 1, owner: 2 };
  * The teams (by name) and roles a person's groups give: several groups naming one team give the highest of their
  * roles. Team names are matched in any letter case, as teams are named.
  */
-/** The team names OIDC_TEAM_MAP gives: teams the provider's groups find by name, so they keep it (`TeamStore.rename`). */
-export const mappedTeamNames = (oidc: { teamMap: readonly TeamMapEntry[] } | undefined): string[] => [...new Set((oidc?.teamMap ?? []).map((entry) => entry.team))];
+/**
+ * The team names OIDC_TEAM_MAP gives: teams the provider's groups find by name, so they keep it (`TeamStore.rename`).
+ */
+export const mappedTeamNames = (oidc: { teamMap: readonly TeamMapEntry[] } | undefined): string[] => [
+  ...new Set((oidc?.teamMap ?? []).map((entry) => entry.team)),
+];
 
-export function teamsForGroups(teamMap: readonly TeamMapEntry[], groups: readonly string[]): Map<string, { team: string; role: TeamRole }> {
+export function teamsForGroups(
+  teamMap: readonly TeamMapEntry[],
+  groups: readonly string[],
+): Map<string, { team: string; role: TeamRole }> {
   const held = new Set(groups);
   const teams = new Map<string, { team: string; role: TeamRole }>();
   for (const entry of teamMap) {
@@ -35,7 +42,11 @@ export function teamsForGroups(teamMap: readonly TeamMapEntry[], groups: readonl
 }
 
 /** The live person a provider's subject signed in as before, or undefined. */
-export async function findOidcPerson(accounts: AccountStore, issuer: string, subject: string): Promise<Account | undefined> {
+export async function findOidcPerson(
+  accounts: AccountStore,
+  issuer: string,
+  subject: string,
+): Promise<Account | undefined> {
   const row = await accounts.record
     .selectFrom('accounts')
     .select('id')
@@ -53,7 +64,12 @@ export async function linkedSubject(record: RecordDb, accountId: string): Promis
 }
 
 /** Links an account with no subject yet to the provider's; false when another got there first. */
-export async function linkOidcPerson(record: RecordDb, accountId: string, issuer: string, subject: string): Promise<boolean> {
+export async function linkOidcPerson(
+  record: RecordDb,
+  accountId: string,
+  issuer: string,
+  subject: string,
+): Promise<boolean> {
   const done = await record
     .updateTable('accounts')
     .set({ oidc_issuer: issuer, oidc_subject: subject })
@@ -77,7 +93,14 @@ export async function ensureTeam(accounts: AccountStore, name: string, by: Audit
     throw error;
   }
   // Outside the catch: an append that failed is the sign-in's failure, never passed over as the team made by another.
-  await recordChange(accounts.record, { ...by, action: 'team.created', teamId: made.id, target: made.id, before: null, after: { name: made.name, via: 'oidc' } });
+  await recordChange(accounts.record, {
+    ...by,
+    action: 'team.created',
+    teamId: made.id,
+    target: made.id,
+    before: null,
+    after: { name: made.name, via: 'oidc' },
+  });
   return made;
 }
 
@@ -88,15 +111,37 @@ export async function ensureTeam(accounts: AccountStore, name: string, by: Audit
  * the provider's groups say so, the person loses the keys they made in it, as when an owner does it
  * (`changeMemberships`, team-store.ts): revoked in this transaction, then gone from Redis before the sign-in ends.
  */
-export async function syncOidcMemberships(accounts: AccountStore, personId: string, teams: ReadonlyMap<string, TeamRole>, by: AuditBy): Promise<void> {
+export async function syncOidcMemberships(
+  accounts: AccountStore,
+  personId: string,
+  teams: ReadonlyMap<string, TeamRole>,
+  by: AuditBy,
+): Promise<void> {
   const now = Math.floor(Date.now() / 1000);
   await changeMemberships(accounts, by, async (tx, changed) => {
-    const rows = await tx.selectFrom('team_members').select(['team_id', 'role', 'source']).where('member_id', '=', personId).forUpdate().execute();
+    const rows = await tx
+      .selectFrom('team_members')
+      .select(['team_id', 'role', 'source'])
+      .where('member_id', '=', personId)
+      .forUpdate()
+      .execute();
     const held = new Map(rows.map((row) => [row.team_id, row]));
     for (const row of rows) {
       if (row.source === 'oidc' && !teams.has(row.team_id)) {
-        await tx.deleteFrom('team_members').where('team_id', '=', row.team_id).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
-        await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: row.team_id, target: personId, before: { role: row.role, source: 'oidc' }, after: null });
+        await tx
+          .deleteFrom('team_members')
+          .where('team_id', '=', row.team_id)
+          .where('member_id', '=', personId)
+          .where('source', '=', 'oidc')
+          .execute();
+        await appendAudit(tx, {
+          ...by,
+          action: 'team.member_removed',
+          teamId: row.team_id,
+          target: personId,
+          before: { role: row.role, source: 'oidc' },
+          after: null,
+        });
         await changed({ teamId: row.team_id, memberId: personId, from: row.role, to: null });
       }
     }
@@ -105,14 +150,43 @@ export async function syncOidcMemberships(accounts: AccountStore, personId: stri
       if (!row) {
         const added = await tx
           .insertInto('team_members')
-          .values({ team_id: teamId, member_id: personId, role, source: 'oidc', cap_micros: null, cap_period: null, created: now })
+          .values({
+            team_id: teamId,
+            member_id: personId,
+            role,
+            source: 'oidc',
+            cap_micros: null,
+            cap_period: null,
+            created: now,
+          })
           .onConflict((conflict) => conflict.columns(['team_id', 'member_id']).doNothing())
           .returning('member_id')
           .executeTakeFirst();
-        if (added) await appendAudit(tx, { ...by, action: 'team.member_added', teamId, target: personId, before: null, after: { role, source: 'oidc' } });
+        if (added)
+          await appendAudit(tx, {
+            ...by,
+            action: 'team.member_added',
+            teamId,
+            target: personId,
+            before: null,
+            after: { role, source: 'oidc' },
+          });
       } else if (row.source === 'oidc' && row.role !== role) {
-        await tx.updateTable('team_members').set({ role }).where('team_id', '=', teamId).where('member_id', '=', personId).where('source', '=', 'oidc').execute();
-        await appendAudit(tx, { ...by, action: 'team.member_updated', teamId, target: personId, before: { role: row.role }, after: { role } });
+        await tx
+          .updateTable('team_members')
+          .set({ role })
+          .where('team_id', '=', teamId)
+          .where('member_id', '=', personId)
+          .where('source', '=', 'oidc')
+          .execute();
+        await appendAudit(tx, {
+          ...by,
+          action: 'team.member_updated',
+          teamId,
+          target: personId,
+          before: { role: row.role },
+          after: { role },
+        });
         await changed({ teamId, memberId: personId, from: row.role, to: role });
       }
     }

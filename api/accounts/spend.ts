@@ -1,6 +1,17 @@
 import type { Redis } from 'ioredis';
 import type { KeyAccess } from '../../shared/accounts.js';
-import { charge, limitsInForce, moneyRefusal, refusedForMoney, reserve, type KeyLimitsInForce, type RateLimitState, type Reservation, type ReserveOutcome, type SettlePolicy } from '../../shared/money/billing.js';
+import {
+  charge,
+  limitsInForce,
+  moneyRefusal,
+  refusedForMoney,
+  reserve,
+  type KeyLimitsInForce,
+  type RateLimitState,
+  type Reservation,
+  type ReserveOutcome,
+  type SettlePolicy,
+} from '../../shared/money/billing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError, invalidApiKey } from '../../shared/errors.js';
@@ -33,7 +44,10 @@ function rateHeaders(outcome: ReserveOutcome): Record<string, string> {
   return headers;
 }
 
-/** Which of the key's rates a reservation counts: a request that shares another's call uses no tokens; one counted already is not counted twice. */
+/**
+ * Which of the key's rates a reservation counts: a request that shares another's call uses no tokens; one counted
+ * already is not counted twice.
+ */
 export interface CountedRates {
   requests: boolean;
   tokens: boolean;
@@ -74,7 +88,14 @@ export function reservationOf(
 ): { reservation: Reservation; limits: KeyLimitsInForce } {
   const { rpm, tpm, ...money } = limitsInForce(access, config);
   return {
-    reservation: { requestId, keyId: access.keyId, accountId: access.accountId, micros: estimate.micros, tokens: counted.tokens ? estimate.tokens : 0, deadline },
+    reservation: {
+      requestId,
+      keyId: access.keyId,
+      accountId: access.accountId,
+      micros: estimate.micros,
+      tokens: counted.tokens ? estimate.tokens : 0,
+      deadline,
+    },
     limits: { ...money, ...(counted.requests && rpm ? { rpm } : {}), ...(counted.tokens && tpm ? { tpm } : {}) },
   };
 }
@@ -83,7 +104,13 @@ export function reservationOf(
  * Admits and bills in one step a request whose price is known before it is served (a cache hit): the key's rate of
  * requests, its limit and the balance hold as for any request; refused, the same 429s as `reserveSpend`.
  */
-export async function chargeSpend(redis: Redis, config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>, access: KeyAccess, usage: UsageEntry, policy: SettlePolicy): Promise<Record<string, string>> {
+export async function chargeSpend(
+  redis: Redis,
+  config: Pick<Config, 'defaultKeyRpm' | 'defaultKeyTpm'>,
+  access: KeyAccess,
+  usage: UsageEntry,
+  policy: SettlePolicy,
+): Promise<Record<string, string>> {
   const { tpm: _tokens, ...limits } = limitsInForce(access, config);
   return admitted(await charge(redis, usage, limits, policy), access);
 }
@@ -105,14 +132,22 @@ export function admitted(outcome: ReserveOutcome, access: KeyAccess): Record<str
         {
           type: kind,
           code: 'rate_limit_exceeded',
-          headers: { ...headers, 'retry-after': String(seconds), 'retry-after-ms': String(Math.ceil(outcome.retryAfterMs)) },
+          headers: {
+            ...headers,
+            'retry-after': String(seconds),
+            'retry-after-ms': String(Math.ceil(outcome.retryAfterMs)),
+          },
         },
       );
     }
     case 'key_limit':
     case 'account_balance':
     case 'budget': {
-      throw new GatewayError(429, refusedForMoney(outcome, access.accountName), { type: 'insufficient_quota', code: 'insufficient_quota', headers: { ...headers, 'x-should-retry': 'false' } });
+      throw new GatewayError(429, refusedForMoney(outcome, access.accountName), {
+        type: 'insufficient_quota',
+        code: 'insufficient_quota',
+        headers: { ...headers, 'x-should-retry': 'false' },
+      });
     }
     default:
       throw invalidApiKey(moneyRefusal('no_access'));

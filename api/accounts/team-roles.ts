@@ -13,9 +13,18 @@ import type { RecordDb, TeamRole } from '../../storage/record/database.js';
 export type { TeamRole };
 
 /** The role `person` holds in `teamId`; undefined when they are not in it. */
-export async function teamRole(record: RecordDb, teamId: string, person: Pick<Account, 'id' | 'role'>): Promise<TeamRole | undefined> {
+export async function teamRole(
+  record: RecordDb,
+  teamId: string,
+  person: Pick<Account, 'id' | 'role'>,
+): Promise<TeamRole | undefined> {
   if (person.role === 'admin' || teamId === person.id) return 'owner';
-  const row = await record.selectFrom('team_members').select('role').where('team_id', '=', teamId).where('member_id', '=', person.id).executeTakeFirst();
+  const row = await record
+    .selectFrom('team_members')
+    .select('role')
+    .where('team_id', '=', teamId)
+    .where('member_id', '=', person.id)
+    .executeTakeFirst();
   return row?.role;
 }
 

@@ -44,22 +44,37 @@ export interface TeamMember {
   created: number;
 }
 
-export const memberNotFound = (id: string) => new GatewayError(404, `No member with id '${id.slice(0, 100)}' in this team.`, { code: 'member_not_found' });
-export const teamNotFound = (id: string) => new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
-const lastOwner = () => new GatewayError(409, 'A team keeps at least one owner: make another member owner first.', { code: 'last_owner' });
+export const memberNotFound = (id: string) =>
+  new GatewayError(404, `No member with id '${id.slice(0, 100)}' in this team.`, { code: 'member_not_found' });
+export const teamNotFound = (id: string) =>
+  new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
+const lastOwner = () =>
+  new GatewayError(409, 'A team keeps at least one owner: make another member owner first.', { code: 'last_owner' });
 const ownAccount = () =>
-  new GatewayError(409, "A person always owns their own account: their role there cannot change and they cannot be removed from it.", { code: 'own_account' });
+  new GatewayError(
+    409,
+    'A person always owns their own account: their role there cannot change and they cannot be removed from it.',
+    { code: 'own_account' },
+  );
 
 const nowSeconds = () => Math.floor(Date.now() / 1000);
 
-/** 409 `team_name_mapped` for a new name of a team OIDC_TEAM_MAP names (`mappedNames`): the provider's groups find it by that name. */
+/**
+ * 409 `team_name_mapped` for a new name of a team OIDC_TEAM_MAP names (`mappedNames`): the provider's groups find it by
+ * that name.
+ */
 export function refuseMappedRename(team: Account, name: string, mappedNames: readonly string[]): void {
   const mapped = mappedNames.find((mappedName) => mappedName.toLowerCase() === team.name.toLowerCase());
   if (mapped === undefined || mapped.toLowerCase() === name.trim().toLowerCase()) return;
-  throw new GatewayError(409, `OIDC_TEAM_MAP names this team '${mapped}': the sign-in provider's groups find it by that name. Change the map (and restart) to rename it.`, {
-    code: 'team_name_mapped',
-    param: 'name',
-  });
+  throw new GatewayError(
+    409,
+    `OIDC_TEAM_MAP names this team '${mapped}': the sign-in provider's groups find it by that name. Change the ` +
+      `map (and restart) to rename it.`,
+    {
+      code: 'team_name_mapped',
+      param: 'name',
+    },
+  );
 }
 
 /** Why a person's keys in a team were revoked with their membership (the `reason` of each `key.revoked` row). */
@@ -76,9 +91,16 @@ export interface MembershipChange {
 /**
  * Revokes, in the record (`tx`, the membership change's own transaction), the keys `memberId` made in `teamId` and
  * that are not revoked yet, each appended to the audit log as `key.revoked` with the reason; returns their ids. Keys
- * without a maker (the admin API's, the CLI's) are not anyone's and stay. A person's own account is never theirs to lose.
+ * without a maker (the admin API's, the CLI's) are not anyone's and stay. A person's own account is never theirs to
+ * lose.
  */
-async function revokeMemberKeys(tx: RecordDb, teamId: string, memberId: string, reason: MemberKeysReason, by: AuditBy): Promise<string[]> {
+async function revokeMemberKeys(
+  tx: RecordDb,
+  teamId: string,
+  memberId: string,
+  reason: MemberKeysReason,
+  by: AuditBy,
+): Promise<string[]> {
   if (teamId === memberId) return [];
   const revoked = await tx
     .updateTable('api_keys')
@@ -90,7 +112,14 @@ async function revokeMemberKeys(tx: RecordDb, teamId: string, memberId: string, 
     .execute();
   const ids = revoked.map((row) => row.id).sort();
   for (const id of ids) {
-    await appendAudit(tx, { ...by, action: 'key.revoked', teamId, target: id, before: { revoked: false }, after: { revoked: true, reason, member: memberId } });
+    await appendAudit(tx, {
+      ...by,
+      action: 'key.revoked',
+      teamId,
+      target: id,
+      before: { revoked: false },
+      after: { revoked: true, reason, member: memberId },
+    });
   }
   return ids;
 }
@@ -111,7 +140,8 @@ export async function changeMemberships<T>(
   const revoked: Array<{ teamId: string; ids: string[] }> = [];
   const result = await accounts.record.transaction().execute((tx) =>
     work(tx, async ({ teamId, memberId, from, to }) => {
-      const reason: MemberKeysReason | undefined = to === null ? 'member_removed' : to === 'viewer' && from !== 'viewer' ? 'member_demoted' : undefined;
+      const reason: MemberKeysReason | undefined =
+        to === null ? 'member_removed' : to === 'viewer' && from !== 'viewer' ? 'member_demoted' : undefined;
       if (reason) revoked.push({ teamId, ids: await revokeMemberKeys(tx, teamId, memberId, reason, by) });
     }),
   );
@@ -141,8 +171,12 @@ export class TeamStore {
       .where('team_members.member_id', '=', person.id)
       .where('accounts.deleted', '=', false)
       .execute();
-    const teams = await Promise.all(rows.map(async (row) => ({ team: await this.accounts.get(row.team_id), role: row.role })));
-    const others = teams.filter((m): m is Membership => m.team !== undefined).sort((a, b) => a.team.name.localeCompare(b.team.name) || a.team.id.localeCompare(b.team.id));
+    const teams = await Promise.all(
+      rows.map(async (row) => ({ team: await this.accounts.get(row.team_id), role: row.role })),
+    );
+    const others = teams
+      .filter((m): m is Membership => m.team !== undefined)
+      .sort((a, b) => a.team.name.localeCompare(b.team.name) || a.team.id.localeCompare(b.team.id));
     const own = (await this.accounts.get(person.id)) ?? person;
     return [{ team: own, role: 'owner' }, ...others];
   }
@@ -157,8 +191,12 @@ export class TeamStore {
       .where('accounts.deleted', '=', false)
       .groupBy('accounts.id')
       .execute();
-    const teams = await Promise.all(rows.map(async (row) => ({ team: await this.accounts.get(row.id), members: Number(row.members) })));
-    return teams.filter((t): t is { team: Account; members: number } => t.team !== undefined).sort((a, b) => a.team.name.localeCompare(b.team.name));
+    const teams = await Promise.all(
+      rows.map(async (row) => ({ team: await this.accounts.get(row.id), members: Number(row.members) })),
+    );
+    return teams
+      .filter((t): t is { team: Account; members: number } => t.team !== undefined)
+      .sort((a, b) => a.team.name.localeCompare(b.team.name));
   }
 
   /** A team's members: for a person's own account, that person first (as owner); then the rows, owners first. */
@@ -166,15 +204,34 @@ export class TeamStore {
     const rows = await this.record
       .selectFrom('team_members')
       .innerJoin('accounts', 'accounts.id', 'team_members.member_id')
-      .select(['accounts.id', 'accounts.email', 'accounts.name', 'team_members.role', 'team_members.source', 'team_members.created'])
+      .select([
+        'accounts.id',
+        'accounts.email',
+        'accounts.name',
+        'team_members.role',
+        'team_members.source',
+        'team_members.created',
+      ])
       .where('team_members.team_id', '=', team.id)
       .where('accounts.deleted', '=', false)
       .execute();
     const rank = { owner: 0, member: 1, viewer: 2 } as const;
     const members: TeamMember[] = rows
-      .map((row) => ({ id: row.id, email: row.email, name: row.name, role: row.role, source: row.source, created: row.created }))
+      .map((row) => ({
+        id: row.id,
+        email: row.email,
+        name: row.name,
+        role: row.role,
+        source: row.source,
+        created: row.created,
+      }))
       .sort((a, b) => rank[a.role] - rank[b.role] || a.email.localeCompare(b.email));
-    return team.kind === 'person' ? [{ id: team.id, email: team.email, name: team.name, role: 'owner', source: null, created: team.created }, ...members] : members;
+    return team.kind === 'person'
+      ? [
+          { id: team.id, email: team.email, name: team.name, role: 'owner', source: null, created: team.created },
+          ...members,
+        ]
+      : members;
   }
 
   /**
@@ -183,39 +240,91 @@ export class TeamStore {
    */
   async add(team: Account, email: string, role: TeamRole, source: MemberSource, by: AuditBy): Promise<TeamMember> {
     const person = await this.accounts.findByEmail(email);
-    if (!person) throw new GatewayError(404, `Nobody has the email '${email.slice(0, 320)}': they sign up (or an admin makes their account) first.`, { code: 'account_not_found', param: 'email' });
+    if (!person)
+      throw new GatewayError(
+        404,
+        `Nobody has the email '${email.slice(0, 320)}': they sign up (or an admin makes their account) first.`,
+        { code: 'account_not_found', param: 'email' },
+      );
     if (person.id === team.id) throw ownAccount();
     const created = nowSeconds();
     await changeMemberships(this.accounts, by, async (tx, changed) => {
       // The team's row locked: two changes to its owners at once are made one after the other (`lastOwnerCheck`).
       await this.lockTeam(tx, team.id);
-      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', person.id).executeTakeFirst();
+      const current = await tx
+        .selectFrom('team_members')
+        .select('role')
+        .where('team_id', '=', team.id)
+        .where('member_id', '=', person.id)
+        .executeTakeFirst();
       if (current) {
         if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
-        await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', person.id).execute();
+        await tx
+          .updateTable('team_members')
+          .set({ role })
+          .where('team_id', '=', team.id)
+          .where('member_id', '=', person.id)
+          .execute();
         if (current.role !== role) {
-          await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: person.id, before: { role: current.role }, after: { role } });
+          await appendAudit(tx, {
+            ...by,
+            action: 'team.member_updated',
+            teamId: team.id,
+            target: person.id,
+            before: { role: current.role },
+            after: { role },
+          });
           await changed({ teamId: team.id, memberId: person.id, from: current.role, to: role });
         }
       } else {
-        await tx.insertInto('team_members').values({ team_id: team.id, member_id: person.id, role, cap_micros: null, cap_period: null, source, created }).execute();
-        await appendAudit(tx, { ...by, action: 'team.member_added', teamId: team.id, target: person.id, before: null, after: { email: person.email, role, source } });
+        await tx
+          .insertInto('team_members')
+          .values({ team_id: team.id, member_id: person.id, role, cap_micros: null, cap_period: null, source, created })
+          .execute();
+        await appendAudit(tx, {
+          ...by,
+          action: 'team.member_added',
+          teamId: team.id,
+          target: person.id,
+          before: null,
+          after: { email: person.email, role, source },
+        });
       }
     });
     return (await this.members(team)).find((m) => m.id === person.id)!;
   }
 
-  /** Changes a member's role (made a viewer, their keys there are revoked); 404 for someone not in the team, 409 when it would leave the team without an owner. */
+  /**
+   * Changes a member's role (made a viewer, their keys there are revoked); 404 for someone not in the team, 409 when it
+   * would leave the team without an owner.
+   */
   async setRole(team: Account, memberId: string, role: TeamRole, by: AuditBy): Promise<TeamMember> {
     if (memberId === team.id) throw ownAccount();
     await changeMemberships(this.accounts, by, async (tx, changed) => {
       await this.lockTeam(tx, team.id);
-      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
+      const current = await tx
+        .selectFrom('team_members')
+        .select('role')
+        .where('team_id', '=', team.id)
+        .where('member_id', '=', memberId)
+        .executeTakeFirst();
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner' && role !== 'owner') await this.lastOwnerCheck(tx, team);
-      await tx.updateTable('team_members').set({ role }).where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
+      await tx
+        .updateTable('team_members')
+        .set({ role })
+        .where('team_id', '=', team.id)
+        .where('member_id', '=', memberId)
+        .execute();
       if (current.role !== role) {
-        await appendAudit(tx, { ...by, action: 'team.member_updated', teamId: team.id, target: memberId, before: { role: current.role }, after: { role } });
+        await appendAudit(tx, {
+          ...by,
+          action: 'team.member_updated',
+          teamId: team.id,
+          target: memberId,
+          before: { role: current.role },
+          after: { role },
+        });
         await changed({ teamId: team.id, memberId, from: current.role, to: role });
       }
     });
@@ -232,11 +341,23 @@ export class TeamStore {
     if (memberId === team.id) throw ownAccount();
     await changeMemberships(this.accounts, by, async (tx, changed) => {
       await this.lockTeam(tx, team.id);
-      const current = await tx.selectFrom('team_members').select('role').where('team_id', '=', team.id).where('member_id', '=', memberId).executeTakeFirst();
+      const current = await tx
+        .selectFrom('team_members')
+        .select('role')
+        .where('team_id', '=', team.id)
+        .where('member_id', '=', memberId)
+        .executeTakeFirst();
       if (!current) throw memberNotFound(memberId);
       if (current.role === 'owner') await this.lastOwnerCheck(tx, team);
       await tx.deleteFrom('team_members').where('team_id', '=', team.id).where('member_id', '=', memberId).execute();
-      await appendAudit(tx, { ...by, action: 'team.member_removed', teamId: team.id, target: memberId, before: { role: current.role }, after: null });
+      await appendAudit(tx, {
+        ...by,
+        action: 'team.member_removed',
+        teamId: team.id,
+        target: memberId,
+        before: { role: current.role },
+        after: null,
+      });
       await changed({ teamId: team.id, memberId, from: current.role, to: null });
     });
   }
@@ -248,16 +369,34 @@ export class TeamStore {
    * case: 409 `team_exists`. Appended to the audit log as `team.updated` once the name is in force.
    */
   async rename(team: Account, name: string, mappedNames: readonly string[], by: AuditBy): Promise<Account> {
-    if (team.kind !== 'team') throw new GatewayError(409, "A person's own account takes its person's name; only a team made for several people is renamed.", { code: 'own_account', param: 'name' });
+    if (team.kind !== 'team')
+      throw new GatewayError(
+        409,
+        "A person's own account takes its person's name; only a team made for several people is renamed.",
+        { code: 'own_account', param: 'name' },
+      );
     refuseMappedRename(team, name, mappedNames);
     const renamed = await this.accounts.update(team.id, { name });
     if (!renamed) throw teamNotFound(team.id);
-    if (renamed.name !== team.name) await recordChange(this.record, { ...by, action: 'team.updated', teamId: team.id, target: team.id, before: { name: team.name }, after: { name: renamed.name } });
+    if (renamed.name !== team.name)
+      await recordChange(this.record, {
+        ...by,
+        action: 'team.updated',
+        teamId: team.id,
+        target: team.id,
+        before: { name: team.name },
+        after: { name: renamed.name },
+      });
     return renamed;
   }
 
   private async lockTeam(tx: RecordDb, teamId: string): Promise<void> {
-    const row = await tx.selectFrom('accounts').select('deleted').where('id', '=', teamId).forUpdate().executeTakeFirst();
+    const row = await tx
+      .selectFrom('accounts')
+      .select('deleted')
+      .where('id', '=', teamId)
+      .forUpdate()
+      .executeTakeFirst();
     if (!row || row.deleted) throw accountNotFound(teamId);
   }
 

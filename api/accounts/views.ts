@@ -6,10 +6,17 @@ import { periodEnd, type BudgetPeriod } from '../../shared/money/budgets.js';
 import { microsToUsd, type LedgerEntry } from './account-store.js';
 import type { ApiKeyRecord, KeyLimits } from './key-store.js';
 
-/** Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for "none". */
+/**
+ * Accounts, keys and ledger entries as the admin API and the console answer them: USD numbers, unix seconds, null for
+ * "none".
+ */
 
-/** What an account (a team) has left to spend, in USD; null: it spends without a balance (the default account, and admins unless one is set for them). */
-export const balanceUsd = (account: Account): number | null => (account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros));
+/**
+ * What an account (a team) has left to spend, in USD; null: it spends without a balance (the default account, and
+ * admins unless one is set for them).
+ */
+export const balanceUsd = (account: Account): number | null =>
+  account.balanceMicros === undefined ? null : microsToUsd(account.balanceMicros);
 
 export function accountView(account: Account): AccountView {
   return {
@@ -25,7 +32,8 @@ export function accountView(account: Account): AccountView {
     weight: account.weight,
     // The service tiers an admin granted it; null: the configured default (SERVICE_TIERS_GRANTED).
     service_tiers: account.serviceTiers ?? null,
-    // The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own.
+    // The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of
+    // its own.
     cache_max_ttl_s: account.cacheMaxTtlS ?? null,
     // The MCP tools its keys may use (shared/mcp/tool-rules.ts); null: every tool.
     mcp_tools: account.mcpTools ?? null,
@@ -46,14 +54,16 @@ export function keyView(key: ApiKeyRecord): KeyView {
     tpm: key.tpm ?? null,
     models: key.models ?? null,
     expires_at: key.expiresAt ?? null,
-    // Its default response-cache TTL, seconds: a request without Cache-Control is cached as with max-age=<this> (null, 0: none).
+    // Its default response-cache TTL, seconds: a request without Cache-Control is cached as with max-age=<this> (null,
+    // 0: none).
     cache_ttl_s: key.cacheTtlS ?? null,
     // The MCP tools it may use within its account's; null: every tool its account allows.
     mcp_tools: key.mcpTools ?? null,
     spent_usd: microsToUsd(key.spentMicros),
     last_used_at: key.lastUsedAt ?? null,
     ...budgetView(key.budget, key.budgetSpentMicros),
-    // The limits an admin set: ceilings the account's members may lower a limit below, never raise or remove (null: none).
+    // The limits an admin set: ceilings the account's members may lower a limit below, never raise or remove (null:
+    // none).
     ...(key.adminLimits ? { admin_limits: adminLimitsView(key.adminLimits) } : {}),
   };
 }
@@ -62,7 +72,11 @@ export function keyView(key: ApiKeyRecord): KeyView {
  * A budget per period as every view shows it (a key's, a team's, a member's cap): the amount, the period, what was
  * spent in the current one and when it ends (ISO, UTC); all null when there is none.
  */
-export function budgetView(budget: { micros: number; period: BudgetPeriod } | undefined | null, spentMicros: number | undefined, now = Date.now()): BudgetValues {
+export function budgetView(
+  budget: { micros: number; period: BudgetPeriod } | undefined | null,
+  spentMicros: number | undefined,
+  now = Date.now(),
+): BudgetValues {
   if (!budget) return { budget_usd: null, budget_period: null, budget_spent_usd: null, budget_resets_at: null };
   return {
     budget_usd: microsToUsd(budget.micros),
@@ -93,14 +107,19 @@ export function ledgerView(entry: LedgerEntry) {
   };
 }
 
-
-/** An account as the audit log compares it before and after a change: its settings, not its balance (which moves by itself). */
+/**
+ * An account as the audit log compares it before and after a change: its settings, not its balance (which moves by
+ * itself).
+ */
 export function accountAuditFields(account: Account): Record<string, unknown> {
   const { balance_usd: _balance, object: _object, ...fields } = accountView(account);
   return fields;
 }
 
-/** A key as the audit log compares it: its settings and limits, not what it spent or when it was last used, never its secret. */
+/**
+ * A key as the audit log compares it: its settings and limits, not what it spent or when it was last used, never its
+ * secret.
+ */
 export function keyAuditFields(key: ApiKeyRecord): Record<string, unknown> {
   const { spent_usd: _spent, last_used_at: _used, object: _object, ...fields } = keyView(key);
   return fields;

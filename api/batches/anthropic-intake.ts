@@ -1,5 +1,11 @@
 import { z } from 'zod';
-import { cancelBatch, createBatch, fillBatchWindow, newBatchId, storeBatchEntries } from '../../shared/batches/index.js';
+import {
+  cancelBatch,
+  createBatch,
+  fillBatchWindow,
+  newBatchId,
+  storeBatchEntries,
+} from '../../shared/batches/index.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { worstCase } from '../../shared/money/charge.js';
@@ -23,7 +29,9 @@ import { splitBatchBody } from './split-body.js';
 
 const envelopeSchema = z.strictObject({ requests: z.array(z.unknown()) });
 const requestSchema = z.strictObject({
-  custom_id: z.string().regex(/^[a-zA-Z0-9_-]{1,64}$/, 'custom_id must be 1 to 64 letters, digits, underscores or hyphens'),
+  custom_id: z
+    .string()
+    .regex(/^[a-zA-Z0-9_-]{1,64}$/, 'custom_id must be 1 to 64 letters, digits, underscores or hyphens'),
   params: z.record(z.string(), z.unknown()),
 });
 
@@ -36,7 +44,11 @@ const storedPerRound = 200;
 function inRequest(index: number, error: unknown, where = 'params'): never {
   if (!(error instanceof GatewayError)) throw error;
   const param = `requests.${index}.${where}${error.param ? `.${error.param}` : ''}`;
-  throw new GatewayError(error.status, `requests.${index}: ${error.message}`, { param, code: error.code, type: error.type });
+  throw new GatewayError(error.status, `requests.${index}: ${error.message}`, {
+    param,
+    code: error.code,
+    type: error.type,
+  });
 }
 
 async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: string[]): Promise<Checked[]> {
@@ -52,20 +64,51 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
       checkJsonShape(text, maxJsonDepth);
       request = parseBody(requestSchema, JSON.parse(text));
     } catch (error) {
-      if (error instanceof SyntaxError) throw invalidRequest(`requests.${index}: we could not parse it (${error.message}).`, `requests.${index}`, 'invalid_json');
+      if (error instanceof SyntaxError)
+        throw invalidRequest(
+          `requests.${index}: we could not parse it (${error.message}).`,
+          `requests.${index}`,
+          'invalid_json',
+        );
       inRequest(index, error, '');
     }
-    if (seen.has(request.custom_id)) throw invalidRequest(`requests.${index}: the custom_id \`${request.custom_id}\` is used twice; each request of a batch needs its own.`, `requests.${index}.custom_id`);
+    if (seen.has(request.custom_id))
+      throw invalidRequest(
+        `requests.${index}: the custom_id \`${request.custom_id}\` is used twice; each request of a batch needs ` +
+          `its own.`,
+        `requests.${index}.custom_id`,
+      );
     seen.add(request.custom_id);
     try {
       const fields = parseBody(messagesRequestSchema, request.params);
-      if (fields.stream === true) throw invalidRequest('A batch request cannot stream: its result is read from the batch.', 'stream');
+      if (fields.stream === true)
+        throw invalidRequest('A batch request cannot stream: its result is read from the batch.', 'stream');
       const model = deps.models.resolve(fields.model, 'messages');
       checkModelAllowed(access, model.id);
-      const accepted = await handlers.messages.accept({ fields, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access }, header: (name) => ctx.get(name) });
+      const accepted = await handlers.messages.accept({
+        fields,
+        model,
+        files: [],
+        scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access },
+        header: (name) => ctx.get(name),
+      });
       const request_ = { endpoint: 'messages', payload: accepted.payload } as EndpointRequest;
-      const estimate = worstCase(deps.config, deps.prices, request_, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
-      checked.push({ customId: request.custom_id, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), accepted: { payload: accepted.payload, serviceTier: 'flex' }, micros: estimate.micros, tokens: estimate.tokens });
+      const estimate = worstCase(
+        deps.config,
+        deps.prices,
+        request_,
+        model.id,
+        model.routes[0]?.vendor,
+        accepted.promptTokens ?? 0,
+      );
+      checked.push({
+        customId: request.custom_id,
+        modelId: model.id,
+        lane: laneOf(deps.queues.laneNames, model),
+        accepted: { payload: accepted.payload, serviceTier: 'flex' },
+        micros: estimate.micros,
+        tokens: estimate.tokens,
+      });
     } catch (error) {
       inRequest(index, error);
     }
@@ -74,24 +117,40 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
 }
 
 /** `POST /v1/messages/batches`: the batch checked whole, recorded, and its requests queued; answers its record. */
-export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, text: string, openBatches: () => Promise<number>): Promise<{ id: string; created: number; expires: number; total: number }> {
+export async function intakeBatch(
+  ctx: KeyedContext,
+  deps: EndpointRouteDeps,
+  text: string,
+  openBatches: () => Promise<number>,
+): Promise<{ id: string; created: number; expires: number; total: number }> {
   const { access, keyId, log } = ctx.state;
   const limits = deps.config.batches;
   const { envelope, items } = await splitBatchBody(text, limits.maxRequests);
   let parsedEnvelope: unknown;
   try {
     // Small once the requests are out; a body without a `requests` array is refused before it is parsed whole.
-    if (envelope.length > 64 * 1024) throw invalidRequest('The body must be {"requests": [...]}.', 'requests', 'missing_required_parameter');
+    if (envelope.length > 64 * 1024)
+      throw invalidRequest('The body must be {"requests": [...]}.', 'requests', 'missing_required_parameter');
     parsedEnvelope = JSON.parse(envelope);
   } catch (error) {
-    if (error instanceof SyntaxError) throw invalidRequest(`We could not parse the JSON body of your request (${error.message}). Send valid JSON.`, null, 'invalid_json');
+    if (error instanceof SyntaxError)
+      throw invalidRequest(
+        `We could not parse the JSON body of your request (${error.message}). Send valid JSON.`,
+        null,
+        'invalid_json',
+      );
     throw error;
   }
   parseBody(envelopeSchema, parsedEnvelope);
   if (items.length === 0) throw invalidRequest('A batch needs at least one request.', 'requests');
   // Before the requests are checked (the costly part): a batch the account may not open now is refused at once.
   if ((await openBatches()) >= limits.maxOpen) {
-    throw new GatewayError(429, `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when one has ended.`, { code: 'rate_limit_exceeded', type: 'requests' });
+    throw new GatewayError(
+      429,
+      `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when ` +
+        `one has ended.`,
+      { code: 'rate_limit_exceeded', type: 'requests' },
+    );
   }
   const checked = await checkRequests(ctx, deps, items);
   const total = checked.length;
@@ -101,10 +160,24 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
   const id = newBatchId();
   const created = Date.now();
   const expires = created + limits.deadlineMs;
-  const owner: BatchOwner = { accountId: access.accountId, keyId, weight: access.weight ?? 1, ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) };
+  const owner: BatchOwner = {
+    accountId: access.accountId,
+    keyId,
+    weight: access.weight ?? 1,
+    ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
+    ...(access.budgets ? { budgets: access.budgets } : {}),
+  };
   const keptMs = expires - created + 60_000;
-  const window = batchWindow(deps.config, checked.map((request) => request.lane));
-  await createBatch(deps.redis, { id, accountId: access.accountId, keyId, created, expires, total, models }, limits.resultsKeepMs, { window, intakeMs: intakeLeaseMs });
+  const window = batchWindow(
+    deps.config,
+    checked.map((request) => request.lane),
+  );
+  await createBatch(
+    deps.redis,
+    { id, accountId: access.accountId, keyId, created, expires, total, models },
+    limits.resultsKeepMs,
+    { window, intakeMs: intakeLeaseMs },
+  );
   const missed: number[] = [];
   try {
     // Taken out round by round, so what the api holds of the batch shrinks as it is stored.
@@ -121,7 +194,8 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
       await Promise.all(payloads.map(([key, value]) => deps.redis.set(key, value, 'PX', keptMs)));
       await storeBatchEntries(deps.redis, id, from, entries, keptMs, intakeLeaseMs);
       // The window filled as soon as its requests are stored (the vendor starts on the batch while the rest is stored):
-      // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet stored.
+      // at once after the first round, then whatever room the answers meanwhile could not fill with requests not yet
+      // stored.
       missed.push(...(await fillBatchWindow(deps.redis, deps.queues, id, limits.resultsKeepMs)));
     }
     if (missed.length > 0) throw new Error(`requests ${missed.join(', ')} of the batch could not be queued`);
@@ -129,7 +203,9 @@ export async function intakeBatch(ctx: KeyedContext, deps: EndpointRouteDeps, te
     // Part of it queued: it is canceled, and the sweep records what never runs; the client is told it failed.
     log.error({ err: error, batch: id }, 'a batch could not be queued whole; it is canceled');
     await cancelBatch(deps.redis, id).catch(() => undefined);
-    throw new GatewayError(503, 'The batch could not be queued; it was canceled. Try again.', { code: 'queue_unavailable' });
+    throw new GatewayError(503, 'The batch could not be queued; it was canceled. Try again.', {
+      code: 'queue_unavailable',
+    });
   }
   return { id, created, expires, total };
 }

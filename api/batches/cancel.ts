@@ -23,7 +23,9 @@ export async function cancelMessageBatch(deps: SweepDeps, batch: BatchRecord, lo
   if (status === 'canceling' && batch.status === 'in_progress') {
     activeMetrics()?.batches.get('canceled', 'anthropic').inc();
     // What still waits is removed now, after the answer; a worker's request under way ends as it will.
-    void sweepBatch(deps, now).catch((error: unknown) => log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'));
+    void sweepBatch(deps, now).catch((error: unknown) =>
+      log.warn({ err: error, batch: batch.id }, 'could not sweep a canceled batch (the periodic sweep will)'),
+    );
   }
   return now;
 }
@@ -36,7 +38,8 @@ export async function cancelOpenAIBatch(deps: OpenAIBatchDeps, batch: BatchRecor
   }
   const after = await cancelBatch(deps.redis, batch.id);
   const now = (await readBatch(deps.redis, batch.id)) ?? batch;
-  if (batch.status === 'in_progress' || batch.status === 'validating') activeMetrics()?.batches.get('canceled', 'openai').inc();
+  if (batch.status === 'in_progress' || batch.status === 'validating')
+    activeMetrics()?.batches.get('canceled', 'openai').inc();
   if (after === 'canceling' && batch.status === 'in_progress') {
     // After the answer: what still waits is recorded cancelled (a worker's request under way ends as it will, and
     // the batch with it), then, if that ended it, its files are written.
@@ -44,7 +47,9 @@ export async function cancelOpenAIBatch(deps: OpenAIBatchDeps, batch: BatchRecor
       await sweepBatch({ redis: deps.redis, queues: deps.queues, config: deps.config, log: deps.log }, now);
       const swept = await readBatch(deps.redis, batch.id);
       if (swept && awaitsFinal(swept)) startFinalize(deps, batch.id);
-    })().catch((error: unknown) => log.warn({ err: error, batch: batch.id }, 'could not sweep a cancelled batch (the periodic sweep will)'));
+    })().catch((error: unknown) =>
+      log.warn({ err: error, batch: batch.id }, 'could not sweep a cancelled batch (the periodic sweep will)'),
+    );
   } else if (awaitsFinal(now)) startFinalize(deps, batch.id);
   return now;
 }

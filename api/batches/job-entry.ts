@@ -42,21 +42,59 @@ export interface BatchOwner {
 
 /** Enough of a batch queued at once to fill the widest lane it uses twice over (a capped vendor never waits on it). */
 export function batchWindow(config: EndpointRouteDeps['config'], lanes: Iterable<string | undefined>): number {
-  return Math.max(config.batches.window, ...[...new Set(lanes)].map((lane) => (lane ? 2 * vendorLimits(config, lane).maxConcurrency : 0)));
+  return Math.max(
+    config.batches.window,
+    ...[...new Set(lanes)].map((lane) => (lane ? 2 * vendorLimits(config, lane).maxConcurrency : 0)),
+  );
 }
 
 /**
  * The entry of a checked request of either dialect (what its job will be, shared/batches/entries.ts), and its payload's
  * key and JSON when that is kept apart (the caller writes it before the entry is stored: before its job can be taken).
  */
-export function batchJobEntry<E extends Endpoint>(deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>, batch: { id: string; expires: number; dialect?: 'openai' }, owner: BatchOwner, endpoint: E, index: number, request: Checked<E>): { entry: string; payload?: [string, string] } {
+export function batchJobEntry<E extends Endpoint>(
+  deps: Pick<EndpointRouteDeps, 'queues' | 'hub' | 'config'>,
+  batch: { id: string; expires: number; dialect?: 'openai' },
+  owner: BatchOwner,
+  endpoint: E,
+  index: number,
+  request: Checked<E>,
+): { entry: string; payload?: [string, string] } {
   const jobId = batchRequestJobId(batch.id, index);
-  const job: BatchJob = { id: batch.id, index, customId: request.customId, reserve: { micros: request.micros, tokens: request.tokens, ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}), ...(owner.budgets ? { budgets: owner.budgets } : {}) }, ...(batch.dialect ? { dialect: batch.dialect } : {}) };
+  const job: BatchJob = {
+    id: batch.id,
+    index,
+    customId: request.customId,
+    reserve: {
+      micros: request.micros,
+      tokens: request.tokens,
+      ...(owner.limitMicros !== undefined ? { keyLimitMicros: owner.limitMicros } : {}),
+      ...(owner.budgets ? { budgets: owner.budgets } : {}),
+    },
+    ...(batch.dialect ? { dialect: batch.dialect } : {}),
+  };
   // A batch's jobs are not admitted to the waiting room (they have limits of their own): only their queues are found.
   const queue = jobQueue(deps.queues, { id: jobId, queue: endpoints[endpoint].queue, lane: request.lane });
-  const origin = { requestId: jobId, replyTo: deps.hub.channel, keyId: owner.keyId, accountId: owner.accountId, model: request.modelId, baseUrl: '' };
+  const origin = {
+    requestId: jobId,
+    replyTo: deps.hub.channel,
+    keyId: owner.keyId,
+    accountId: owner.accountId,
+    model: request.modelId,
+    baseUrl: '',
+  };
   const { data, storedPayload } = jobData(endpoint, request.accepted, origin, 'batch', batch.expires, deps.config);
-  const claim = { accountId: owner.accountId, weight: owner.weight, tokens: request.tokens, tier: 'batch' as const, contended: true };
-  const entry = encodeBatchEntry({ queue: queue.name, attempts: deps.config.jobAttempts, data: { ...data, batch: job, claim } });
+  const claim = {
+    accountId: owner.accountId,
+    weight: owner.weight,
+    tokens: request.tokens,
+    tier: 'batch' as const,
+    contended: true,
+  };
+  const entry = encodeBatchEntry({
+    queue: queue.name,
+    attempts: deps.config.jobAttempts,
+    data: { ...data, batch: job, claim },
+  });
   return storedPayload !== undefined ? { entry, payload: [payloadKey(jobId), storedPayload] } : { entry };
 }

@@ -32,7 +32,10 @@ export class LineTooLong extends Error {
  * The file's lines that hold something (blank ones, and a final newline, skipped but counted), `\r\n` endings and a
  * leading byte-order mark read as a text editor does. A line past `maxLineBytes` throws `LineTooLong`.
  */
-export async function* readJsonlLines(source: AsyncIterable<Buffer | string>, maxLineBytes: number): AsyncGenerator<JsonlLine> {
+export async function* readJsonlLines(
+  source: AsyncIterable<Buffer | string>,
+  maxLineBytes: number,
+): AsyncGenerator<JsonlLine> {
   let pending: Buffer[] = [];
   let pendingBytes = 0;
   let number = 0;

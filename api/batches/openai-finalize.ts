@@ -7,7 +7,15 @@ import type { Logger } from '../../shared/logger.js';
 import { batchFinalizeLeaseKey, batchResultsKey } from '../../shared/redis-keys.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { yieldToLoop } from '../http/request-body.js';
-import { awaitsFinal, finalStatusOf, noteFinal, noteFinalizing, noteSpilled, openAIFields, spilledOf } from './openai-record.js';
+import {
+  awaitsFinal,
+  finalStatusOf,
+  noteFinal,
+  noteFinalizing,
+  noteSpilled,
+  openAIFields,
+  spilledOf,
+} from './openai-record.js';
 
 /**
  * An OpenAI batch's end: once the engine has ended it (every request recorded, or the rest canceled or expired),
@@ -50,13 +58,20 @@ function errorOf(result: string): { code: string; message: string } {
   } catch {
     // Said below as a failure without more.
   }
-  if (parsed.type === 'canceled') return { code: 'batch_cancelled', message: 'This request was cancelled with its batch before it ran.' };
-  if (parsed.type === 'expired') return { code: 'batch_expired', message: 'This request could not be executed before the completion window expired.' };
+  if (parsed.type === 'canceled')
+    return { code: 'batch_cancelled', message: 'This request was cancelled with its batch before it ran.' };
+  if (parsed.type === 'expired')
+    return {
+      code: 'batch_expired',
+      message: 'This request could not be executed before the completion window expired.',
+    };
   const message = parsed.error?.error?.message;
   return { code: 'server_error', message: typeof message === 'string' ? message : 'The request failed.' };
 }
 
-/** A result's line in the output file (`which` 'output') or the error file, or undefined when it belongs to the other. */
+/**
+ * A result's line in the output file (`which` 'output') or the error file, or undefined when it belongs to the other.
+ */
 function lineOf(customId: string, result: string, which: 'output' | 'error'): string | undefined {
   const recorded = openAIRecordedResponse(result);
   if ((recorded?.outcome === 'succeeded') !== (which === 'output')) return undefined;
@@ -67,16 +82,30 @@ function lineOf(customId: string, result: string, which: 'output' | 'error'): st
 }
 
 /** Where part `part` of a batch's results keeps the lines of one of its files. */
-export const batchPartKey = (batchId: string, part: number, which: 'output' | 'error') => `batch-parts/${batchId}/${part}-${which}.jsonl`;
+export const batchPartKey = (batchId: string, part: number, which: 'output' | 'error') =>
+  `batch-parts/${batchId}/${part}-${which}.jsonl`;
 
 /**
  * The lines of one of the files from the results in Redis after `from` up to `through` (both stream ids; the start
  * and the end when undefined), a page of results at a time, in the order the results came.
  */
-async function* resultLines(redis: Redis, batchId: string, which: 'output' | 'error', keepLease: () => Promise<unknown>, from?: string, through = '+'): AsyncGenerator<string> {
+async function* resultLines(
+  redis: Redis,
+  batchId: string,
+  which: 'output' | 'error',
+  keepLease: () => Promise<unknown>,
+  from?: string,
+  through = '+',
+): AsyncGenerator<string> {
   let after = from;
   for (;;) {
-    const entries = await redis.xrange(batchResultsKey(batchId), after === undefined ? '-' : `(${after}`, through, 'COUNT', resultsPage);
+    const entries = await redis.xrange(
+      batchResultsKey(batchId),
+      after === undefined ? '-' : `(${after}`,
+      through,
+      'COUNT',
+      resultsPage,
+    );
     let text = '';
     for (const [, fields] of entries) {
       const { customId, result = '' } = readResultEntry(fields);
@@ -92,7 +121,12 @@ async function* resultLines(redis: Redis, batchId: string, which: 'output' | 'er
 }
 
 /** The lines of one of the files: its parts' in order, then those of the results still in Redis. */
-async function* fileLines(deps: FinalizeDeps, batch: BatchRecord, which: 'output' | 'error', keepLease: () => Promise<unknown>): AsyncGenerator<Buffer | string> {
+async function* fileLines(
+  deps: FinalizeDeps,
+  batch: BatchRecord,
+  which: 'output' | 'error',
+  keepLease: () => Promise<unknown>,
+): AsyncGenerator<Buffer | string> {
   const { parts, through } = spilledOf(batch);
   for (let part = 0; part < parts; part++) {
     const stream = await deps.blobs.stream(batchPartKey(batch.id, part, which));
@@ -108,9 +142,14 @@ async function* fileLines(deps: FinalizeDeps, batch: BatchRecord, which: 'output
 
 /**
  * Runs `step` under the batch's writing lease (a part and the files are never written at once), with the batch as
- * read under it and a way to keep the lease; false, without running it, when another holds the lease or the batch is gone.
+ * read under it and a way to keep the lease; false, without running it, when another holds the lease or the batch is
+ * gone.
  */
-async function underLease(redis: Redis, batchId: string, step: (batch: BatchRecord, keepLease: () => Promise<unknown>) => Promise<boolean>): Promise<boolean> {
+async function underLease(
+  redis: Redis,
+  batchId: string,
+  step: (batch: BatchRecord, keepLease: () => Promise<unknown>) => Promise<boolean>,
+): Promise<boolean> {
   if ((await redis.set(batchFinalizeLeaseKey(batchId), '1', 'PX', leaseMs, 'NX')) !== 'OK') return false;
   try {
     // Read under the lease: the parts it names are all that were noted.
@@ -133,8 +172,16 @@ export async function spillOpenAIResults(deps: FinalizeDeps, batchId: string): P
     const last = (await redis.xrevrange(batchResultsKey(batchId), '+', '-', 'COUNT', 1))[0]?.[0];
     if (last === undefined || last === through) return false;
     const keys = [batchPartKey(batchId, parts, 'output'), batchPartKey(batchId, parts, 'error')] as const;
-    await deps.blobs.putStream(keys[0], resultLines(redis, batchId, 'output', keepLease, through, last), 'application/jsonl');
-    await deps.blobs.putStream(keys[1], resultLines(redis, batchId, 'error', keepLease, through, last), 'application/jsonl');
+    await deps.blobs.putStream(
+      keys[0],
+      resultLines(redis, batchId, 'output', keepLease, through, last),
+      'application/jsonl',
+    );
+    await deps.blobs.putStream(
+      keys[1],
+      resultLines(redis, batchId, 'error', keepLease, through, last),
+      'application/jsonl',
+    );
     if (await noteSpilled(redis, batchId, parts, last)) return true;
     // Not noted (the batch is gone): the part is nobody's.
     await Promise.all(keys.map((key) => deps.blobs.delete(key).catch(() => undefined)));
@@ -145,7 +192,11 @@ export async function spillOpenAIResults(deps: FinalizeDeps, batchId: string): P
 /** Deletes a finalized batch's parts (their lines are in its files now); one that fails is left to the janitor. */
 async function deleteParts(deps: FinalizeDeps, batchId: string, parts: number): Promise<void> {
   for (let part = 0; part < parts; part++) {
-    await Promise.all((['output', 'error'] as const).map((which) => deps.blobs.delete(batchPartKey(batchId, part, which)).catch(() => undefined)));
+    await Promise.all(
+      (['output', 'error'] as const).map((which) =>
+        deps.blobs.delete(batchPartKey(batchId, part, which)).catch(() => undefined),
+      ),
+    );
   }
 }
 
@@ -157,11 +208,22 @@ export async function finalizeOpenAIBatch(deps: FinalizeDeps, batchId: string): 
     await noteFinalizing(redis, batchId);
     const fields = openAIFields(batch);
     const now = Date.now();
-    const expiresAt = Math.floor((fields.outputExpirySeconds !== null ? now + fields.outputExpirySeconds * 1000 : now + deps.config.batches.resultsKeepMs) / 1000);
+    const expiresAt = Math.floor(
+      (fields.outputExpirySeconds !== null
+        ? now + fields.outputExpirySeconds * 1000
+        : now + deps.config.batches.resultsKeepMs) / 1000,
+    );
     const write = async (which: 'output' | 'error') => {
       const filename = `${batchId}_${which}.jsonl`;
       // The batch's key and models go with its files: who sees the batch sees them (api/files/key-scope.ts).
-      const file = await deps.files.put(batch.accountId, { purpose: 'batch_output', filename, body: fileLines(deps, batch, which, keepLease), expiresAt, keyId: batch.keyId, batch: { id: batchId, models: batch.models ?? null } });
+      const file = await deps.files.put(batch.accountId, {
+        purpose: 'batch_output',
+        filename,
+        body: fileLines(deps, batch, which, keepLease),
+        expiresAt,
+        keyId: batch.keyId,
+        batch: { id: batchId, models: batch.models ?? null },
+      });
       return { id: file.id, name: filename };
     };
     const { succeeded, errored, canceled, expired } = batch.counts;
@@ -179,7 +241,9 @@ export async function finalizeOpenAIBatch(deps: FinalizeDeps, batchId: string): 
 
 /** Finalizes in the background (a failure is logged; the sweep tries again). */
 export function startFinalize(deps: FinalizeDeps, batchId: string): void {
-  void finalizeOpenAIBatch(deps, batchId).catch((error: unknown) => deps.log.warn({ err: error, batch: batchId }, "could not write an OpenAI batch's files (the sweep will again)"));
+  void finalizeOpenAIBatch(deps, batchId).catch((error: unknown) =>
+    deps.log.warn({ err: error, batch: batchId }, "could not write an OpenAI batch's files (the sweep will again)"),
+  );
 }
 
 /**
@@ -202,6 +266,9 @@ export async function advanceOpenAIBatch(deps: FinalizeDeps, batchId: string): P
     const after = await readBatch(deps.redis, batchId);
     if (after && awaitsFinal(after)) await finalizeOpenAIBatch(deps, batchId);
   } catch (error) {
-    deps.log.warn({ err: error, batch: batchId }, "could not write out an OpenAI batch's results (the next step or the sweep will again)");
+    deps.log.warn(
+      { err: error, batch: batchId },
+      "could not write out an OpenAI batch's results (the next step or the sweep will again)",
+    );
   }
 }

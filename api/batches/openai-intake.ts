@@ -1,4 +1,16 @@
-import { batchField, batchRequestJobId, cancelBatch, createBatch, encodeBatchEntry, fillBatchWindow, openAIBatchErrorBody, openAIBatchResult, readBatch, storeBatchEntries, type BatchRecord } from '../../shared/batches/index.js';
+import {
+  batchField,
+  batchRequestJobId,
+  cancelBatch,
+  createBatch,
+  encodeBatchEntry,
+  fillBatchWindow,
+  openAIBatchErrorBody,
+  openAIBatchResult,
+  readBatch,
+  storeBatchEntries,
+  type BatchRecord,
+} from '../../shared/batches/index.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import { endpoints } from '../../shared/endpoints.js';
@@ -14,7 +26,16 @@ import { handlers, type EndpointHandler } from '../requests/endpoint-handlers.js
 import { checkModelAllowed, type EndpointRouteDeps } from '../requests/endpoint-route.js';
 import { batchJobEntry, batchWindow, intakeLeaseMs, type BatchOwner, type Checked } from './job-entry.js';
 import { LineTooLong, readJsonlLines } from './jsonl-lines.js';
-import { batchEndpoints, failValidation, noteStarted, openAIFields, renewValidation, type BatchEndpoint, type BatchLineError, type OpenAIBatchFields } from './openai-record.js';
+import {
+  batchEndpoints,
+  failValidation,
+  noteStarted,
+  openAIFields,
+  renewValidation,
+  type BatchEndpoint,
+  type BatchLineError,
+  type OpenAIBatchFields,
+} from './openai-record.js';
 
 /**
  * An OpenAI batch's input file, read and run: the api answers `POST /v1/batches` with the batch `validating`, then
@@ -24,7 +45,8 @@ import { batchEndpoints, failValidation, noteStarted, openAIFields, renewValidat
  * - The first reading decides whether the file can run at all, as OpenAI's validation does: a line that is not a
  *   JSON object, one without a `custom_id`, a `method` other than POST, a `url` other than the batch's endpoint, a
  *   `custom_id` used twice, more lines than FILES_BATCH_MAX_REQUESTS (OpenAI's 50,000), an empty file, a file that
- *   is not the account's `batch` file or past FILES_BATCH_MAX_BYTES (OpenAI's 200 MB): the batch is `failed`, `errors.data` naming each line (up to ten) and its code, and nothing runs.
+ *   is not the account's `batch` file or past FILES_BATCH_MAX_BYTES (OpenAI's 200 MB): the batch is `failed`,
+ *   `errors.data` naming each line (up to ten) and its code, and nothing runs.
  * - The second starts the batch on the engine (shared/batches/) and checks each line's
  *   `body` as its endpoint checks a request (the endpoint row's schema, the model, the key's models, the model's
  *   context and modalities): one that passes is stored as the job it will be, in the flex band of its model's
@@ -45,7 +67,10 @@ export interface OpenAIBatchDeps extends EndpointRouteDeps {
 
 /** The most errors a failed batch names (the reading stops there). */
 const maxErrorsNamed = 10;
-/** Lines checked per turn of the loop in the second reading (each about 0.3 ms: its parse, schema, translation and token count). */
+/**
+ * Lines checked per turn of the loop in the second reading (each about 0.3 ms: its parse, schema, translation and token
+ * count).
+ */
 const checkedPerTurn = 8;
 const storedPerRound = 200;
 /** How often the validation's lease is renewed (and the batch asked whether it was canceled meanwhile). */
@@ -59,9 +84,15 @@ interface FileCheck {
   lanes: Set<string | undefined>;
 }
 
-const lineError = (line: number | null, code: string, message: string, param: string | null = null): BatchLineError => ({ code, message, param, line });
+const lineError = (
+  line: number | null,
+  code: string,
+  message: string,
+  param: string | null = null,
+): BatchLineError => ({ code, message, param, line });
 
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * Keeps the validation's lease while the file is read, and says whether the batch is still validating (a cancel
@@ -78,7 +109,12 @@ function leaseKeeper(deps: OpenAIBatchDeps, batchId: string): () => Promise<bool
 }
 
 /** The model a line's body names that this batch's key may use: its catalog id and lane, or undefined. */
-function usableModel(deps: OpenAIBatchDeps, endpoint: BatchEndpoint, fields: OpenAIBatchFields, model: unknown): CatalogModel | undefined {
+function usableModel(
+  deps: OpenAIBatchDeps,
+  endpoint: BatchEndpoint,
+  fields: OpenAIBatchFields,
+  model: unknown,
+): CatalogModel | undefined {
   if (typeof model !== 'string') return undefined;
   try {
     const resolved = deps.models.resolve(model, endpoint);
@@ -90,18 +126,41 @@ function usableModel(deps: OpenAIBatchDeps, endpoint: BatchEndpoint, fields: Ope
 }
 
 /** The first reading (see above). Undefined when the batch stopped validating meanwhile (canceled). */
-async function checkFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAIBatchFields, stillValidating: () => Promise<boolean>): Promise<FileCheck | undefined> {
+async function checkFile(
+  deps: OpenAIBatchDeps,
+  batch: BatchRecord,
+  fields: OpenAIBatchFields,
+  stillValidating: () => Promise<boolean>,
+): Promise<FileCheck | undefined> {
   const endpoint = batchEndpoints[fields.endpoint];
   const check: FileCheck = { lines: 0, errors: [], models: new Set(), lanes: new Set() };
   const stream = await deps.files.read(batch.accountId, fields.inputFileId);
-  if (!stream) return { ...check, errors: [lineError(null, 'file_not_found', `No file with id '${fields.inputFileId}' was found for this account.`, 'input_file_id')] };
+  if (!stream)
+    return {
+      ...check,
+      errors: [
+        lineError(
+          null,
+          'file_not_found',
+          `No file with id '${fields.inputFileId}' was found for this account.`,
+          'input_file_id',
+        ),
+      ],
+    };
   const seen = new Set<string>();
   const fail = (error: BatchLineError) => check.errors.push(error) >= maxErrorsNamed;
   try {
     for await (const { number, text } of readJsonlLines(stream, deps.config.maxBodyBytes)) {
       if (!(await stillValidating())) return undefined;
       if (++check.lines > deps.config.files.batchMaxRequests) {
-        check.errors.push(lineError(number, 'too_many_tasks', `The file has more than ${deps.config.files.batchMaxRequests} requests, the most a batch may hold (FILES_BATCH_MAX_REQUESTS).`));
+        check.errors.push(
+          lineError(
+            number,
+            'too_many_tasks',
+            `The file has more than ${deps.config.files.batchMaxRequests} requests, the most a batch may hold ` +
+              `(FILES_BATCH_MAX_REQUESTS).`,
+          ),
+        );
         break;
       }
       let line: unknown;
@@ -112,20 +171,55 @@ async function checkFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: Open
         continue;
       }
       if (!isObject(line)) {
-        if (fail(lineError(number, 'invalid_json_line', 'This line is not a JSON object ({"custom_id", "method", "url", "body"}).'))) break;
+        if (
+          fail(
+            lineError(
+              number,
+              'invalid_json_line',
+              'This line is not a JSON object ({"custom_id", "method", "url", "body"}).',
+            ),
+          )
+        )
+          break;
         continue;
       }
       const problem =
         typeof line.custom_id !== 'string' || line.custom_id === ''
-          ? lineError(number, 'missing_required_parameter', 'Each line needs a `custom_id`: a non-empty string naming the request in the output.', 'custom_id')
+          ? lineError(
+              number,
+              'missing_required_parameter',
+              'Each line needs a `custom_id`: a non-empty string naming the request in the output.',
+              'custom_id',
+            )
           : line.method !== 'POST'
-            ? lineError(number, 'invalid_method', `The \`method\` must be POST${typeof line.method === 'string' ? `, not ${line.method.slice(0, 16)}` : ''}.`, 'method')
+            ? lineError(
+                number,
+                'invalid_method',
+                `The \`method\` must be POST${typeof line.method === 'string' ? `, not ${line.method.slice(0, 16)}` : ''}.`,
+                'method',
+              )
             : line.url !== fields.endpoint
-              ? lineError(number, 'url_mismatch', `The \`url\` of each line must be the batch's endpoint, ${fields.endpoint}${typeof line.url === 'string' ? `; this one is ${line.url.slice(0, 64)}` : ''}.`, 'url')
+              ? lineError(
+                  number,
+                  'url_mismatch',
+                  `The \`url\` of each line must be the batch's endpoint, ${fields.endpoint}${typeof line.url === 'string' ? `; this one is ${line.url.slice(0, 64)}` : ''}.`,
+                  'url',
+                )
               : !isObject(line.body)
-                ? lineError(number, 'missing_required_parameter', 'Each line needs a `body`: the request, as a JSON object.', 'body')
+                ? lineError(
+                    number,
+                    'missing_required_parameter',
+                    'Each line needs a `body`: the request, as a JSON object.',
+                    'body',
+                  )
                 : seen.has(line.custom_id)
-                  ? lineError(number, 'duplicate_custom_id', `The custom_id \`${line.custom_id.slice(0, 64)}\` is used by an earlier line; each request of a batch needs its own.`, 'custom_id')
+                  ? lineError(
+                      number,
+                      'duplicate_custom_id',
+                      `The custom_id \`${line.custom_id.slice(0, 64)}\` is used by an earlier line; each request ` +
+                        `of a batch needs its own.`,
+                      'custom_id',
+                    )
                   : undefined;
       if (problem) {
         if (fail(problem)) break;
@@ -141,18 +235,33 @@ async function checkFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: Open
     }
   } catch (error) {
     if (!(error instanceof LineTooLong)) throw error;
-    check.errors.push(lineError(error.line, 'line_too_long', `This line is longer than ${error.maxBytes} bytes (MAX_BODY_BYTES), the largest request the gateway takes.`));
+    check.errors.push(
+      lineError(
+        error.line,
+        'line_too_long',
+        `This line is longer than ${error.maxBytes} bytes (MAX_BODY_BYTES), the largest request the gateway takes.`,
+      ),
+    );
   } finally {
     stream.destroy();
   }
-  if (check.lines === 0 && check.errors.length === 0) check.errors.push(lineError(null, 'empty_file', 'The input file has no requests.', 'input_file_id'));
+  if (check.lines === 0 && check.errors.length === 0)
+    check.errors.push(lineError(null, 'empty_file', 'The input file has no requests.', 'input_file_id'));
   return check;
 }
 
 type LineOutcome = { checked: Checked<Endpoint> } | { refused: GatewayError };
 
-/** One line's request checked as its endpoint checks it (see above): the request as its job will carry it, or why it is refused. */
-async function checkLine(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAIBatchFields, text: string): Promise<LineOutcome & { customId: string }> {
+/**
+ * One line's request checked as its endpoint checks it (see above): the request as its job will carry it, or why it is
+ * refused.
+ */
+async function checkLine(
+  deps: OpenAIBatchDeps,
+  batch: BatchRecord,
+  fields: OpenAIBatchFields,
+  text: string,
+): Promise<LineOutcome & { customId: string }> {
   const line = JSON.parse(text) as { custom_id: string; body: Record<string, unknown> };
   const customId = line.custom_id;
   const endpoint = batchEndpoints[fields.endpoint];
@@ -161,21 +270,47 @@ async function checkLine(deps: OpenAIBatchDeps, batch: BatchRecord, fields: Open
     checkJsonShape(text, maxJsonDepth + 1);
     const body = line.body;
     if (endpoint === 'responses') {
-      if (body.background === true) throw invalidRequest('A batch request cannot run in the background: it is run by the batch.', 'background');
-      // Kept in the batch's output file, not as a stored response (which would outlive neither the output nor add to it).
+      if (body.background === true)
+        throw invalidRequest('A batch request cannot run in the background: it is run by the batch.', 'background');
+      // Kept in the batch's output file, not as a stored response (which would outlive neither the output nor add to
+      // it).
       body.store = false;
     }
     const row = endpoints[endpoint];
     const parsed = parseBody(row.schema, body) as { model: string; stream?: boolean | null };
-    if (parsed.stream === true) throw invalidRequest("A batch request cannot stream: its answer is written to the batch's output file.", 'stream');
+    if (parsed.stream === true)
+      throw invalidRequest(
+        "A batch request cannot stream: its answer is written to the batch's output file.",
+        'stream',
+      );
     const model = deps.models.resolve(parsed.model, endpoint);
     checkModelAllowed(fields.access, model.id);
     const handler = handlers[endpoint] as unknown as EndpointHandler<Endpoint>;
-    const accepted = await handler.accept({ fields: parsed as never, model, files: [], scope: { redis: deps.redis, blobs: deps.blobs, keyId: batch.keyId, config: deps.config, models: deps.models }, header: () => '' });
+    const accepted = await handler.accept({
+      fields: parsed as never,
+      model,
+      files: [],
+      scope: { redis: deps.redis, blobs: deps.blobs, keyId: batch.keyId, config: deps.config, models: deps.models },
+      header: () => '',
+    });
     const request = { endpoint, payload: accepted.payload } as EndpointRequest;
-    const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
+    const estimate = worstCase(
+      deps.config,
+      deps.prices,
+      request,
+      model.id,
+      model.routes[0]?.vendor,
+      accepted.promptTokens ?? 0,
+    );
     // Its job's id is the batch's request id (a response's own id stays in its object), and it runs in the flex band.
-    const checked: Checked<Endpoint> = { customId, modelId: model.id, lane: laneOf(deps.queues.laneNames, model), accepted: { payload: accepted.payload, serviceTier: 'flex' }, micros: estimate.micros, tokens: estimate.tokens };
+    const checked: Checked<Endpoint> = {
+      customId,
+      modelId: model.id,
+      lane: laneOf(deps.queues.laneNames, model),
+      accepted: { payload: accepted.payload, serviceTier: 'flex' },
+      micros: estimate.micros,
+      tokens: estimate.tokens,
+    };
     return { customId, checked };
   } catch (error) {
     if (error instanceof GatewayError) return { customId, refused: error };
@@ -183,21 +318,44 @@ async function checkLine(deps: OpenAIBatchDeps, batch: BatchRecord, fields: Open
   }
 }
 
-/** The second reading: the batch started on the engine, its lines stored as they are checked, its window filled as they are. */
-async function runFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAIBatchFields, check: FileCheck, inputName: string): Promise<void> {
+/**
+ * The second reading: the batch started on the engine, its lines stored as they are checked, its window filled as they
+ * are.
+ */
+async function runFile(
+  deps: OpenAIBatchDeps,
+  batch: BatchRecord,
+  fields: OpenAIBatchFields,
+  check: FileCheck,
+  inputName: string,
+): Promise<void> {
   const { id } = batch;
   const limits = deps.config.batches;
   const endpoint = batchEndpoints[fields.endpoint];
   const started = await createBatch(
     deps.redis,
-    { id, accountId: batch.accountId, keyId: batch.keyId, created: batch.created, expires: batch.expires, total: check.lines, models: [...check.models] },
+    {
+      id,
+      accountId: batch.accountId,
+      keyId: batch.keyId,
+      created: batch.created,
+      expires: batch.expires,
+      total: check.lines,
+      models: [...check.models],
+    },
     limits.resultsKeepMs,
     { window: batchWindow(deps.config, check.lanes), intakeMs: intakeLeaseMs, fromValidating: true },
   );
   // Canceled while its file was read: it ended then, and nothing of it runs.
   if (!started) return;
   await noteStarted(deps.redis, id, inputName);
-  const owner: BatchOwner = { accountId: batch.accountId, keyId: batch.keyId, weight: fields.access.weight ?? 1, ...(fields.access.limitMicros !== undefined ? { limitMicros: fields.access.limitMicros } : {}), ...(fields.access.budgets ? { budgets: fields.access.budgets } : {}) };
+  const owner: BatchOwner = {
+    accountId: batch.accountId,
+    keyId: batch.keyId,
+    weight: fields.access.weight ?? 1,
+    ...(fields.access.limitMicros !== undefined ? { limitMicros: fields.access.limitMicros } : {}),
+    ...(fields.access.budgets ? { budgets: fields.access.budgets } : {}),
+  };
   const keptMs = batch.expires - Date.now() + 60_000;
   const stream = await deps.files.read(batch.accountId, fields.inputFileId);
   const missed: number[] = [];
@@ -221,13 +379,26 @@ async function runFile(deps: OpenAIBatchDeps, batch: BatchRecord, fields: OpenAI
       if (index % checkedPerTurn === 0 && index > 0) await yieldToLoop();
       const outcome = await checkLine(deps, batch, fields, text);
       if ('checked' in outcome) {
-        const made = batchJobEntry(deps, { id, expires: batch.expires, dialect: 'openai' }, owner, endpoint as Endpoint, index, outcome.checked);
+        const made = batchJobEntry(
+          deps,
+          { id, expires: batch.expires, dialect: 'openai' },
+          owner,
+          endpoint as Endpoint,
+          index,
+          outcome.checked,
+        );
         entries.push(made.entry);
         if (made.payload) payloads.push(made.payload);
       } else {
         const error = outcome.refused;
-        // Refused before any vendor call, it still has the request id its job would have had, as every OpenAI line has one.
-        const result = openAIBatchResult('errored', error.status, batchRequestJobId(id, index), openAIBatchErrorBody(error, endpoint));
+        // Refused before any vendor call, it still has the request id its job would have had, as every OpenAI line has
+        // one.
+        const result = openAIBatchResult(
+          'errored',
+          error.status,
+          batchRequestJobId(id, index),
+          openAIBatchErrorBody(error, endpoint),
+        );
         entries.push(encodeBatchEntry({ refused: { customId: outcome.customId, result } }));
       }
       index++;
@@ -257,14 +428,41 @@ export async function validateOpenAIBatch(deps: OpenAIBatchDeps, batchId: string
   const failed = async (errors: BatchLineError[]) => {
     if (await failValidation(deps.redis, batchId, errors, keepMs)) {
       activeMetrics()?.batches.get('failed', 'openai').inc();
-      deps.log.info({ batch: batchId, errors: errors.map(({ code, line }) => ({ code, line })) }, 'an OpenAI batch failed its validation');
+      deps.log.info(
+        { batch: batchId, errors: errors.map(({ code, line }) => ({ code, line })) },
+        'an OpenAI batch failed its validation',
+      );
     }
   };
   const file = await deps.files.get(batch.accountId, fields.inputFileId);
-  if (!file) return failed([lineError(null, 'file_not_found', `No file with id '${fields.inputFileId}' was found for this account.`, 'input_file_id')]);
-  if (file.purpose !== 'batch') return failed([lineError(null, 'invalid_file_purpose', `The file ${file.id} was uploaded with purpose '${file.purpose}'; a batch's input needs purpose 'batch'.`, 'input_file_id')]);
+  if (!file)
+    return failed([
+      lineError(
+        null,
+        'file_not_found',
+        `No file with id '${fields.inputFileId}' was found for this account.`,
+        'input_file_id',
+      ),
+    ]);
+  if (file.purpose !== 'batch')
+    return failed([
+      lineError(
+        null,
+        'invalid_file_purpose',
+        `The file ${file.id} was uploaded with purpose '${file.purpose}'; a batch's input needs purpose 'batch'.`,
+        'input_file_id',
+      ),
+    ]);
   const maxBytes = deps.config.files.batchMaxBytes;
-  if (file.bytes > maxBytes) return failed([lineError(null, 'file_too_large', `The file is ${file.bytes} bytes; a batch's input may be at most ${maxBytes} (FILES_BATCH_MAX_BYTES).`, 'input_file_id')]);
+  if (file.bytes > maxBytes)
+    return failed([
+      lineError(
+        null,
+        'file_too_large',
+        `The file is ${file.bytes} bytes; a batch's input may be at most ${maxBytes} (FILES_BATCH_MAX_BYTES).`,
+        'input_file_id',
+      ),
+    ]);
   const stillValidating = leaseKeeper(deps, batchId);
   const check = await checkFile(deps, batch, fields, stillValidating);
   if (!check) return;
@@ -272,7 +470,12 @@ export async function validateOpenAIBatch(deps: OpenAIBatchDeps, batchId: string
   await runFile(deps, batch, fields, check, file.filename);
 }
 
-/** Validates a batch after the answer has gone (or for the sweep); a failure is logged, and the sweep tries again once the lease is out. */
+/**
+ * Validates a batch after the answer has gone (or for the sweep); a failure is logged, and the sweep tries again once
+ * the lease is out.
+ */
 export function startValidation(deps: OpenAIBatchDeps, batchId: string): void {
-  void validateOpenAIBatch(deps, batchId).catch((error: unknown) => deps.log.warn({ err: error, batch: batchId }, "could not validate an OpenAI batch's file (the sweep will again)"));
+  void validateOpenAIBatch(deps, batchId).catch((error: unknown) =>
+    deps.log.warn({ err: error, batch: batchId }, "could not validate an OpenAI batch's file (the sweep will again)"),
+  );
 }

@@ -4,7 +4,13 @@ import { openingFields, type BatchRecord, type OpenAIBatchStatus } from '../../s
 import type { Endpoint } from '../../shared/endpoints.js';
 import { inOneWrite } from '../../shared/redis.js';
 import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
-import { accountBatchesKey, batchIntakeKey, batchKey, batchResultsKey, openBatchesKey } from '../../shared/redis-keys.js';
+import {
+  accountBatchesKey,
+  batchIntakeKey,
+  batchKey,
+  batchResultsKey,
+  openBatchesKey,
+} from '../../shared/redis-keys.js';
 
 /**
  * What an OpenAI batch (`/v1/batches`) keeps of its own dialect beside the engine's record, in the same hash
@@ -42,7 +48,9 @@ export interface BatchAccess {
   models?: readonly string[];
   limitMicros?: number;
   weight?: number;
-  /** The budgets per period that held the key when the batch was made (each request counts in the period it runs in). */
+  /**
+   * The budgets per period that held the key when the batch was made (each request counts in the period it runs in).
+   */
   budgets?: readonly BudgetInForce[];
 }
 
@@ -115,7 +123,10 @@ export async function createValidatingBatch(redis: Redis, batch: NewOpenAIBatch,
     .pexpire(batchKey(batch.id), ttl)
     .set(batchIntakeKey(batch.id), '1', 'PX', validationLeaseMs)
     .exec();
-  await inOneWrite(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
+  await inOneWrite(redis)
+    .zadd(accountBatchesKey(batch.accountId), batch.created, batch.id)
+    .zadd(openBatchesKey, batch.expires, batch.id)
+    .exec();
 }
 
 /** Takes a validating batch's lease when nobody holds it (its api died mid-way); true when taken. */
@@ -132,11 +143,28 @@ export async function renewValidation(redis: Redis, batchId: string): Promise<vo
  * Ends a validating batch `failed` (lua/fail-validation.lua, which names this dialect's fields as `field` does: the
  * Lua cannot import them) and lets go of its validation's lease; true when it did.
  */
-const failValidationScript = redisScript({ reply: (failed: number) => failed === 1, name: 'openai_batch_fail_validation', files: luaFiles(import.meta.url, 'fail-validation'), keys: ['batch', 'lease'], args: ['nowMs', 'errors', 'keepMs'] });
+const failValidationScript = redisScript({
+  reply: (failed: number) => failed === 1,
+  name: 'openai_batch_fail_validation',
+  files: luaFiles(import.meta.url, 'fail-validation'),
+  keys: ['batch', 'lease'],
+  args: ['nowMs', 'errors', 'keepMs'],
+});
 
 /** Ends a validating batch `failed`, with the errors that name why; nothing when it is no longer validating. */
-export async function failValidation(redis: Redis, batchId: string, errors: readonly BatchLineError[], keepMs: number): Promise<boolean> {
-  const failed = await failValidationScript(redis, { batch: batchKey(batchId), lease: batchIntakeKey(batchId), nowMs: Date.now(), errors: JSON.stringify(errors), keepMs });
+export async function failValidation(
+  redis: Redis,
+  batchId: string,
+  errors: readonly BatchLineError[],
+  keepMs: number,
+): Promise<boolean> {
+  const failed = await failValidationScript(redis, {
+    batch: batchKey(batchId),
+    lease: batchIntakeKey(batchId),
+    nowMs: Date.now(),
+    errors: JSON.stringify(errors),
+    keepMs,
+  });
   if (failed) await redis.zrem(openBatchesKey, batchId);
   return failed;
 }
@@ -152,12 +180,24 @@ export async function noteFinalizing(redis: Redis, batchId: string): Promise<voi
 }
 
 /** Sets fields of a batch only while it is there (lua/note-final.lua). */
-const noteFinalScript = redisScript({ name: 'openai_batch_note_final', files: luaFiles(import.meta.url, 'note-final'), keys: ['batch'], args: ['fields'], reply: as<number>() });
+const noteFinalScript = redisScript({
+  name: 'openai_batch_note_final',
+  files: luaFiles(import.meta.url, 'note-final'),
+  keys: ['batch'],
+  args: ['fields'],
+  reply: as<number>(),
+});
 
 /** Its final status and files, once written: it leaves the open batches. */
-export async function noteFinal(redis: Redis, batchId: string, final: Exclude<FinalStatus, 'failed'>, files: { output?: { id: string; name: string }; error?: { id: string; name: string } }): Promise<void> {
+export async function noteFinal(
+  redis: Redis,
+  batchId: string,
+  final: Exclude<FinalStatus, 'failed'>,
+  files: { output?: { id: string; name: string }; error?: { id: string; name: string } },
+): Promise<void> {
   const fields: Record<string, string | number> = { [field.final]: final, [field.finalAt]: Date.now() };
-  if (files.output) Object.assign(fields, { [field.outputFile]: files.output.id, [field.outputName]: files.output.name });
+  if (files.output)
+    Object.assign(fields, { [field.outputFile]: files.output.id, [field.outputName]: files.output.name });
   if (files.error) Object.assign(fields, { [field.errorFile]: files.error.id, [field.errorName]: files.error.name });
   // Only while the batch is there: one deleted meanwhile is not brought back as a hash of these fields alone.
   await noteFinalScript(redis, { batch: batchKey(batchId), fields: Object.entries(fields).flat() });
@@ -173,7 +213,13 @@ export function spilledOf(batch: BatchRecord): { parts: number; through: string 
  * Notes a part written out and trims the results it holds from the stream, in one step (lua/spilled.lua, which
  * names the `parts` fields as `field` does); true when noted.
  */
-const spilledScript = redisScript({ reply: (noted: number) => noted === 1, name: 'openai_batch_spilled', files: luaFiles(import.meta.url, 'spilled'), keys: ['batch', 'results'], args: ['partsBefore', 'through', 'trimFrom'] });
+const spilledScript = redisScript({
+  reply: (noted: number) => noted === 1,
+  name: 'openai_batch_spilled',
+  files: luaFiles(import.meta.url, 'spilled'),
+  keys: ['batch', 'results'],
+  args: ['partsBefore', 'through', 'trimFrom'],
+});
 
 /** The stream id just after `id` (`ms-seq`): the first one a trim to it keeps. */
 const nextStreamId = (id: string) => {
@@ -185,8 +231,19 @@ const nextStreamId = (id: string) => {
  * Notes a part written out, holding the results up to `through`, and drops those results from Redis, in one step;
  * false when the batch is gone or its parts are no longer `partsBefore` (another api noted one meanwhile).
  */
-export async function noteSpilled(redis: Redis, batchId: string, partsBefore: number, through: string): Promise<boolean> {
-  return spilledScript(redis, { batch: batchKey(batchId), results: batchResultsKey(batchId), partsBefore, through, trimFrom: nextStreamId(through) });
+export async function noteSpilled(
+  redis: Redis,
+  batchId: string,
+  partsBefore: number,
+  through: string,
+): Promise<boolean> {
+  return spilledScript(redis, {
+    batch: batchKey(batchId),
+    results: batchResultsKey(batchId),
+    partsBefore,
+    through,
+    trimFrom: nextStreamId(through),
+  });
 }
 
 /** This dialect's fields of a batch, read from its record. */
@@ -299,7 +356,13 @@ export function openAIBatchView(batch: BatchRecord): Record<string, unknown> {
     cancelled_at: final === 'cancelled' ? endedAt : null,
     // OpenAI counts the requests that failed, not those a cancel or the deadline kept from running.
     request_counts: { total: batch.total, completed: batch.counts.succeeded, failed: batch.counts.errored },
-    usage: { input_tokens: input, input_tokens_details: { cached_tokens: cached }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output },
+    usage: {
+      input_tokens: input,
+      input_tokens_details: { cached_tokens: cached },
+      output_tokens: output,
+      output_tokens_details: { reasoning_tokens: 0 },
+      total_tokens: input + output,
+    },
     metadata: fields.metadata,
   };
 }

@@ -1,6 +1,12 @@
 import type Router from '@koa/router';
 import { z } from 'zod';
-import { listBatches, newOpenAIBatchId, openBatchCount, readBatch, type BatchRecord } from '../../shared/batches/index.js';
+import {
+  listBatches,
+  newOpenAIBatchId,
+  openBatchCount,
+  readBatch,
+  type BatchRecord,
+} from '../../shared/batches/index.js';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { createRouter } from '../http/canonical-path.js';
@@ -10,7 +16,13 @@ import type { RecordDb } from '../../storage/record/database.js';
 import { keyScope, seenFile, seesBatchAs } from '../files/key-scope.js';
 import { cancelOpenAIBatch } from './cancel.js';
 import { startValidation, type OpenAIBatchDeps } from './openai-intake.js';
-import { batchEndpoints, createValidatingBatch, failValidation, openAIBatchView, type BatchEndpointPath } from './openai-record.js';
+import {
+  batchEndpoints,
+  createValidatingBatch,
+  failValidation,
+  openAIBatchView,
+  type BatchEndpointPath,
+} from './openai-record.js';
 
 /**
  * OpenAI's Batch API (`/v1/batches`) on the batch engine that runs Anthropic's Message Batches: `POST` makes a
@@ -30,13 +42,19 @@ export interface OpenAIBatchRouteDeps extends OpenAIBatchDeps {
 }
 
 const batchIdPattern = /^batch_[A-Za-z0-9]{1,64}$/;
-const notFound = (id: string) => new GatewayError(404, `No batch found with id '${id.slice(0, 80)}'.`, { type: 'invalid_request_error', code: 'not_found' });
+const notFound = (id: string) =>
+  new GatewayError(404, `No batch found with id '${id.slice(0, 80)}'.`, {
+    type: 'invalid_request_error',
+    code: 'not_found',
+  });
 
 const maxMetadataKeys = 16;
 /** OpenAI's metadata: at most 16 pairs, keys of 64 characters at most, values of 512. */
 const metadataSchema = z
   .record(z.string(), z.unknown())
-  .refine((value) => Object.keys(value).length <= maxMetadataKeys, { message: `at most ${maxMetadataKeys} keys are allowed` })
+  .refine((value) => Object.keys(value).length <= maxMetadataKeys, {
+    message: `at most ${maxMetadataKeys} keys are allowed`,
+  })
   .pipe(z.record(z.string().max(64), z.string().max(512)));
 
 const createSchema = z.strictObject({
@@ -44,13 +62,17 @@ const createSchema = z.strictObject({
   endpoint: z.string(),
   completion_window: z.string(),
   metadata: metadataSchema.nullish(),
-  output_expires_after: z.strictObject({ anchor: z.literal('created_at'), seconds: z.number().int().min(3600).max(2_592_000) }).nullish(),
+  output_expires_after: z
+    .strictObject({ anchor: z.literal('created_at'), seconds: z.number().int().min(3600).max(2_592_000) })
+    .nullish(),
 });
 
 /** A batch's create body is small: the file holds its requests. */
 const maxCreateBytes = 64 * 1024;
 
-/** The caller's account's batch of this dialect, or a 404 (another account's, or one using a model the key may not use). */
+/**
+ * The caller's account's batch of this dialect, or a 404 (another account's, or one using a model the key may not use).
+ */
 async function ownedBatch(ctx: KeyedContext, deps: OpenAIBatchRouteDeps, id: string): Promise<BatchRecord> {
   if (!batchIdPattern.test(id)) throw notFound(id);
   const batch = await readBatch(deps.redis, id);
@@ -61,10 +83,18 @@ async function ownedBatch(ctx: KeyedContext, deps: OpenAIBatchRouteDeps, id: str
 
 /** Fails a batch whose file the key may not see, with the error a file that does not exist gets (openai-intake.ts). */
 async function failUnseen(deps: OpenAIBatchRouteDeps, batchId: string, fileId: string): Promise<void> {
-  const error = { code: 'file_not_found', message: `No file with id '${fileId}' was found for this account.`, param: 'input_file_id', line: null };
+  const error = {
+    code: 'file_not_found',
+    message: `No file with id '${fileId}' was found for this account.`,
+    param: 'input_file_id',
+    line: null,
+  };
   if (await failValidation(deps.redis, batchId, [error], deps.config.batches.resultsKeepMs)) {
     activeMetrics()?.batches.get('failed', 'openai').inc();
-    deps.log.info({ batch: batchId, errors: [{ code: error.code, line: null }] }, 'an OpenAI batch failed its validation');
+    deps.log.info(
+      { batch: batchId, errors: [{ code: error.code, line: null }] },
+      'an OpenAI batch failed its validation',
+    );
   }
 }
 
@@ -72,7 +102,8 @@ async function failUnseen(deps: OpenAIBatchRouteDeps, batchId: string, fileId: s
 function pageQuery(query: Record<string, unknown>): { limit: number; afterId?: string } {
   const text = (name: string) => (typeof query[name] === 'string' ? (query[name] as string) : undefined);
   const limit = text('limit') === undefined ? 20 : Number(text('limit'));
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidRequest('limit must be a whole number from 1 to 100.', 'limit');
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100)
+    throw invalidRequest('limit must be a whole number from 1 to 100.', 'limit');
   const after = text('after');
   return { limit, ...(after !== undefined ? { afterId: after } : {}) };
 }
@@ -83,19 +114,37 @@ export function openAIBatchRoutes(deps: OpenAIBatchRouteDeps): Router<KeyedState
   router.post('/', async (ctx) => {
     const body = parseBody(createSchema, await readJsonObject(ctx.req, maxCreateBytes));
     if (!(body.endpoint in batchEndpoints)) {
-      throw invalidRequest(`Invalid 'endpoint': '${body.endpoint.slice(0, 64)}'. A batch here runs ${Object.keys(batchEndpoints).join(', ')}.`, 'endpoint', 'invalid_value');
+      throw invalidRequest(
+        `Invalid 'endpoint': '${body.endpoint.slice(0, 64)}'. A batch here runs ${Object.keys(batchEndpoints).join(', ')}.`,
+        'endpoint',
+        'invalid_value',
+      );
     }
-    if (body.completion_window !== '24h') throw invalidRequest(`Invalid 'completion_window': '${body.completion_window.slice(0, 16)}'. Only '24h' is supported.`, 'completion_window', 'invalid_value');
+    if (body.completion_window !== '24h')
+      throw invalidRequest(
+        `Invalid 'completion_window': '${body.completion_window.slice(0, 16)}'. Only '24h' is supported.`,
+        'completion_window',
+        'invalid_value',
+      );
     const { access, keyId } = ctx.state;
     const limits = deps.config.batches;
     if ((await openBatchCount(deps.redis, access.accountId, Date.now() - limits.deadlineMs)) >= limits.maxOpen) {
-      throw new GatewayError(429, `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry when one has ended.`, { code: 'rate_limit_exceeded' });
+      throw new GatewayError(
+        429,
+        `This account has ${limits.maxOpen} batches in progress, the most it may have (BATCH_MAX_OPEN). Retry ` +
+          `when one has ended.`,
+        { code: 'rate_limit_exceeded' },
+      );
     }
     const id = newOpenAIBatchId();
     const created = Date.now();
     // The file as this key sees it; the batch is tied to it before it exists, so no key that may not see the batch
     // sees its file meanwhile (key-scope.ts).
-    const input = await seenFile(await keyScope(deps.record, access), deps.redis, await deps.files.entry(access.accountId, body.input_file_id));
+    const input = await seenFile(
+      await keyScope(deps.record, access),
+      deps.redis,
+      await deps.files.entry(access.accountId, body.input_file_id),
+    );
     if (input) await deps.files.tieBatch(access.accountId, input.file.id, id);
     await createValidatingBatch(
       deps.redis,
@@ -109,7 +158,12 @@ export function openAIBatchRoutes(deps: OpenAIBatchRouteDeps): Router<KeyedState
         inputFileId: body.input_file_id,
         metadata: body.metadata ?? null,
         outputExpiresAfter: body.output_expires_after ?? null,
-        access: { ...(access.models ? { models: access.models } : {}), ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.weight !== undefined ? { weight: access.weight } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) },
+        access: {
+          ...(access.models ? { models: access.models } : {}),
+          ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
+          ...(access.weight !== undefined ? { weight: access.weight } : {}),
+          ...(access.budgets ? { budgets: access.budgets } : {}),
+        },
       },
       limits.resultsKeepMs,
     );
@@ -126,9 +180,20 @@ export function openAIBatchRoutes(deps: OpenAIBatchRouteDeps): Router<KeyedState
   router.get('/', async (ctx) => {
     const page = pageQuery(ctx.query);
     const scope = await keyScope(deps.record, ctx.state.access);
-    const { batches, hasMore } = await listBatches(deps.redis, ctx.state.access.accountId, { ...page, dialect: 'openai' }, (batch) => seesBatchAs(scope, batch));
+    const { batches, hasMore } = await listBatches(
+      deps.redis,
+      ctx.state.access.accountId,
+      { ...page, dialect: 'openai' },
+      (batch) => seesBatchAs(scope, batch),
+    );
     const data = batches.map(openAIBatchView);
-    ctx.body = { object: 'list', data, first_id: (data[0]?.id as string | undefined) ?? null, last_id: (data.at(-1)?.id as string | undefined) ?? null, has_more: hasMore };
+    ctx.body = {
+      object: 'list',
+      data,
+      first_id: (data[0]?.id as string | undefined) ?? null,
+      last_id: (data.at(-1)?.id as string | undefined) ?? null,
+      has_more: hasMore,
+    };
   });
 
   router.get('/:id', async (ctx) => {

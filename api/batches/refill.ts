@@ -14,7 +14,13 @@ import type { ReplyHub } from '../relay/reply-hub.js';
  * that finds many results waiting writes them out as a part (`advance`, api/batches/openai-finalize.ts; one api
  * does, under a lease).
  */
-export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueues, log: Logger, options: { keepMs: number; advance?: (batchId: string) => Promise<void> }): void {
+export function listenForRefills(
+  hub: ReplyHub,
+  redis: Redis,
+  queues: BatchQueues,
+  log: Logger,
+  options: { keepMs: number; advance?: (batchId: string) => Promise<void> },
+): void {
   const filling = new Map<string, boolean>();
   // An OpenAI batch's step (a part written out, or its files) runs beside its fills, never holding them up; one at a
   // time per batch, an ask during one makes one more after it.
@@ -36,7 +42,8 @@ export function listenForRefills(hub: ReplyHub, redis: Redis, queues: BatchQueue
     filling.set(batchId, false);
     try {
       const missed = await fillBatchWindow(redis, queues, batchId, options.keepMs);
-      if (missed.length > 0) log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
+      if (missed.length > 0)
+        log.warn({ batch: batchId, missed }, "a batch's requests could not be queued (the sweep will see them)");
       if (dialectOf(batchId) === 'openai') advance(batchId);
     } catch (error) {
       log.warn({ err: error, batch: batchId }, "could not refill a batch's window (the sweep will)");

@@ -14,13 +14,20 @@ const sliceChars = 64 * 1024;
 const structural = /["{}[\],:]/g;
 
 export interface SplitBody {
-  /** The body with the array's elements taken out: `{"requests":[]}`, or the whole body when it has no `requests` array. */
+  /**
+   * The body with the array's elements taken out: `{"requests":[]}`, or the whole body when it has no `requests` array.
+   */
   envelope: string;
   /** Each element's JSON text, in order. */
   items: string[];
 }
 
-const malformed = (detail: string) => invalidRequest(`We could not parse the JSON body of your request (${detail}). Send valid JSON.`, null, 'invalid_json');
+const malformed = (detail: string) =>
+  invalidRequest(
+    `We could not parse the JSON body of your request (${detail}). Send valid JSON.`,
+    null,
+    'invalid_json',
+  );
 
 /** The index just past the string whose opening quote is at `quote`. */
 function stringEnd(text: string, quote: number): number {
@@ -51,7 +58,11 @@ export async function splitBatchBody(text: string, maxItems: number): Promise<Sp
   let nextYield = sliceChars;
   const checkGap = (to: number, first: boolean) => {
     const gap = text.slice(gapFrom, to);
-    if (!(first ? /^\s*$/ : /^\s*,\s*$/).test(gap)) throw invalidRequest(`requests.${items.length}: each request must be an object ({"custom_id", "params"}).`, `requests.${items.length}`);
+    if (!(first ? /^\s*$/ : /^\s*,\s*$/).test(gap))
+      throw invalidRequest(
+        `requests.${items.length}: each request must be an object ({"custom_id", "params"}).`,
+        `requests.${items.length}`,
+      );
   };
   structural.lastIndex = 0;
   for (let match = structural.exec(text); match; match = structural.exec(text)) {
@@ -74,7 +85,11 @@ export async function splitBatchBody(text: string, maxItems: number): Promise<Sp
     if (char === 0x2c /* , */) continue;
     if (char === 0x7b /* { */ || char === 0x5b /* [ */) {
       if (inArray && depth === 2) {
-        if (char !== 0x7b) throw invalidRequest(`requests.${items.length}: each request must be an object ({"custom_id", "params"}).`, `requests.${items.length}`);
+        if (char !== 0x7b)
+          throw invalidRequest(
+            `requests.${items.length}: each request must be an object ({"custom_id", "params"}).`,
+            `requests.${items.length}`,
+          );
         checkGap(at, items.length === 0);
         itemStart = at;
       } else if (depth === 1 && char === 0x5b && member !== '' && safeKey(member) === 'requests') {
@@ -91,7 +106,8 @@ export async function splitBatchBody(text: string, maxItems: number): Promise<Sp
     if (depth < 0) throw malformed('unbalanced brackets');
     if (inArray && depth === 2 && itemStart >= 0) {
       items.push(text.slice(itemStart, at + 1));
-      if (items.length > maxItems) throw invalidRequest(`A batch may hold at most ${maxItems} requests.`, 'requests', 'too_many_requests');
+      if (items.length > maxItems)
+        throw invalidRequest(`A batch may hold at most ${maxItems} requests.`, 'requests', 'too_many_requests');
       itemStart = -1;
       gapFrom = at + 1;
     } else if (inArray && depth === 1) {

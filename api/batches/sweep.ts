@@ -1,5 +1,19 @@
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, cancelAbandonedIntake, decodeBatchEntry, entryCustomId, fillBatchWindow, pendingEntries, queueBatchRequests, queuedIndices, readBatch, recordBatchResult, releasedCount, type BatchRecord, type BatchResult } from '../../shared/batches/index.js';
+import {
+  batchRequestJobId,
+  cancelAbandonedIntake,
+  decodeBatchEntry,
+  entryCustomId,
+  fillBatchWindow,
+  pendingEntries,
+  queueBatchRequests,
+  queuedIndices,
+  readBatch,
+  recordBatchResult,
+  releasedCount,
+  type BatchRecord,
+  type BatchResult,
+} from '../../shared/batches/index.js';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -18,9 +32,9 @@ import { awaitsFinal, takeValidation } from './openai-record.js';
  * whose job is not there a while later (its api died between letting it in and queuing it) is queued again from its
  * entry, and a window whose refill was asked but never done is filled. A batch whose api died while storing its
  * requests (its intake's lease ran out with some not stored; its client had no answer and will send it again) is
- * canceled: what was stored and not yet run, and what never was, is recorded `canceled`. The api that takes a cancel sweeps the batch
- * at once; every api sweeps the open batches periodically (one at a time, under a lock). Idempotent: each result is recorded once whoever sweeps, and a job
- * queued twice is one job (its id).
+ * canceled: what was stored and not yet run, and what never was, is recorded `canceled`. The api that takes a cancel
+ * sweeps the batch at once; every api sweeps the open batches periodically (one at a time, under a lock). Idempotent:
+ * each result is recorded once whoever sweeps, and a job queued twice is one job (its id).
  */
 
 export interface SweepDeps {
@@ -28,7 +42,10 @@ export interface SweepDeps {
   queues: QueueShards;
   config: Pick<Config, 'batches'>;
   log: Logger;
-  /** What OpenAI's batches need of the api beyond this: to read a file again whose api died validating it, and to write an ended one's files. */
+  /**
+   * What OpenAI's batches need of the api beyond this: to read a file again whose api died validating it, and to write
+   * an ended one's files.
+   */
   openai?: OpenAIBatchDeps;
 }
 
@@ -48,7 +65,17 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
   const result: BatchResult = outcome === 'canceled' ? { type: 'canceled' } : { type: 'expired' };
   let swept = 0;
   const record = async (index: number, entry: string, what: BatchResult = result) => {
-    if ((await recordBatchResult(deps.redis, batch.id, index, entryCustomId(entry, index), what, deps.config.batches.resultsKeepMs)) === 'recorded') swept++;
+    if (
+      (await recordBatchResult(
+        deps.redis,
+        batch.id,
+        index,
+        entryCustomId(entry, index),
+        what,
+        deps.config.batches.resultsKeepMs,
+      )) === 'recorded'
+    )
+      swept++;
   };
   // The queued ones: running (left to their worker), waiting (removed and recorded), or gone without a result.
   const queued = await queuedIndices(deps.redis, batch.id, outcome ? undefined : Date.now() - lostAfterMs);
@@ -74,16 +101,30 @@ export async function sweepBatch(deps: SweepDeps, batch: BatchRecord): Promise<n
       }),
     );
     if (lost.length === 0) continue;
-    deps.log.warn({ batch: batch.id, requests: lost.map(({ index }) => index) }, "a batch's requests were released without a job; queued again");
+    deps.log.warn(
+      { batch: batch.id, requests: lost.map(({ index }) => index) },
+      "a batch's requests were released without a job; queued again",
+    );
     const missed = await queueBatchRequests(deps.redis, deps.queues, batch.id, lost, deps.config.batches.resultsKeepMs);
     swept += lost.length - missed.length;
-    const lostResult: BatchResult = { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' }, request_id: null } };
+    const lostResult: BatchResult = {
+      type: 'errored',
+      error: {
+        type: 'error',
+        error: { type: 'api_error', message: 'This request of the batch was lost before it could run.' },
+        request_id: null,
+      },
+    };
     await Promise.all(missed.map((index) => record(index, '', lostResult)));
   }
   if (!outcome) {
     // A window whose refill was asked and not done (the ask lost, its api gone) is filled here.
     const missed = await fillBatchWindow(deps.redis, deps.queues, batch.id, deps.config.batches.resultsKeepMs);
-    if (missed.length > 0) deps.log.warn({ batch: batch.id, missed }, "a batch's requests could not be queued (the next sweep records them)");
+    if (missed.length > 0)
+      deps.log.warn(
+        { batch: batch.id, missed },
+        "a batch's requests could not be queued (the next sweep records them)",
+      );
     return swept;
   }
   // The ones never queued: past the window when the batch stopped.

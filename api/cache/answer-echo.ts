@@ -26,7 +26,8 @@ import { readSseFrame, sseDoneData } from '../../shared/sse.js';
  * - Gemini's `generateContent` (body, every chunk): `responseId` (the request id's digits) and `modelVersion`: the
  *   name the client's path gave, an alias as written. A stream's chunks are SSE frames or the elements of Google's
  *   streamed JSON array, as its form is (`array`).
- * - Images: `created` (now). Moderations: `id` (`modr-…`). Embeddings (Gemini's too), transcriptions and translations echo nothing of the request: their bytes stand.
+ * - Images: `created` (now). Moderations: `id` (`modr-…`). Embeddings (Gemini's too), transcriptions and translations
+ *   echo nothing of the request: their bytes stand.
  */
 
 /**
@@ -39,7 +40,9 @@ function answerId(requestId: string): string {
 
 /** What the api knows of the request a stored answer now serves, as its route hands it over. */
 export interface EchoSource {
-  /** Its job as built (never queued when it is served from the cache): its id, and its band (the tier it was granted). */
+  /**
+   * Its job as built (never queued when it is served from the cache): its id, and its band (the tier it was granted).
+   */
   job: { id: string; data: { serviceTier?: ServiceTier | undefined } };
   /** Its catalog model: the vendor of its first route says whether the tier is the vendor's word. */
   model: { routes: ReadonlyArray<{ vendor: string }> };
@@ -51,7 +54,10 @@ export interface EchoTarget {
   endpoint: Endpoint;
   /** Its validated payload (as its job would carry it). */
   payload: EndpointRequest['payload'];
-  /** The model the answer names, where a miss names one of the request's (Messages: the client's; Responses: the catalog id); undefined: the stored answer's. */
+  /**
+   * The model the answer names, where a miss names one of the request's (Messages: the client's; Responses: the catalog
+   * id); undefined: the stored answer's.
+   */
   model: string | undefined;
   /** `ctx.state.requestId`: the ids a miss's answer would have are made of it. */
   requestId: string;
@@ -64,18 +70,33 @@ export interface EchoTarget {
 }
 
 /**
- * The tier a request served a stored answer is served in: by the tier rule (shared/scheduling/served-tier.ts) for a job served
- * at once, uncontended, in the band it was granted (the api has already served a tier the account may not use as
+ * The tier a request served a stored answer is served in: by the tier rule (shared/scheduling/served-tier.ts) for a job
+ * served at once, uncontended, in the band it was granted (the api has already served a tier the account may not use as
  * `default`): a vendor that sells tiers serves the band; for any other an uncontended request that did not wait
  * earns neither `priority` nor (unless SERVICE_TIER_FLEX_MIN_WAIT_MS is 0) `flex`.
  */
-export function hitTier(endpoint: Endpoint, band: ServiceTier | undefined, facts: { native: boolean; flexMinWaitMs: number }): ServiceTier {
+export function hitTier(
+  endpoint: Endpoint,
+  band: ServiceTier | undefined,
+  facts: { native: boolean; flexMinWaitMs: number },
+): ServiceTier {
   if (!tieredEndpoints.has(endpoint)) return 'default';
-  return servedTier({ band: band ?? 'default', native: facts.native, contended: false, waitedMs: 0, flexMinWaitMs: facts.flexMinWaitMs });
+  return servedTier({
+    band: band ?? 'default',
+    native: facts.native,
+    contended: false,
+    waitedMs: 0,
+    flexMinWaitMs: facts.flexMinWaitMs,
+  });
 }
 
 /** The target of a request served a stored answer. */
-export function echoTarget(request: EndpointRequest, requestId: string, source: EchoSource, now = Date.now()): EchoTarget {
+export function echoTarget(
+  request: EndpointRequest,
+  requestId: string,
+  source: EchoSource,
+  now = Date.now(),
+): EchoTarget {
   const vendor = source.model.routes[0]?.vendor;
   const { nativeTierVendors, flexMinWaitMs } = source.config.scheduling;
   const native = sellsTiers(vendor, mockAnswers(source.config, vendor), nativeTierVendors);
@@ -85,7 +106,15 @@ export function echoTarget(request: EndpointRequest, requestId: string, source: 
       : request.endpoint === 'responses'
         ? request.payload.shell.model
         : undefined;
-  return { endpoint: request.endpoint, payload: request.payload, model, requestId, jobId: source.job.id, serviceTier: hitTier(request.endpoint, source.job.data.serviceTier, { native, flexMinWaitMs }), now };
+  return {
+    endpoint: request.endpoint,
+    payload: request.payload,
+    model,
+    requestId,
+    jobId: source.job.id,
+    serviceTier: hitTier(request.endpoint, source.job.data.serviceTier, { native, flexMinWaitMs }),
+    now,
+  };
 }
 
 /** A stored answer's forms, rewritten for one request. */
@@ -98,17 +127,27 @@ export interface CacheEcho {
   event(data: string, event?: string): string;
   /** OpenAI's usage chunk. */
   usage(data: string): string;
-  /** SSE text as a stream's log holds it (whole frames: `id:`, maybe `event:`, `data:` lines, a blank line after each). */
+  /**
+   * SSE text as a stream's log holds it (whole frames: `id:`, maybe `event:`, `data:` lines, a blank line after each).
+   */
   sse(text: string): string;
   /** Elements of Google's streamed JSON array as a stream's log holds them (`[` before the first, `,\r\n` between). */
   array(text: string): string;
 }
 
-const identity: CacheEcho = { tier: 'default', body: (text) => text, event: (data) => data, usage: (data) => data, sse: (text) => text, array: (text) => text };
+const identity: CacheEcho = {
+  tier: 'default',
+  body: (text) => text,
+  event: (data) => data,
+  usage: (data) => data,
+  sse: (text) => text,
+  array: (text) => text,
+};
 
 type Json = Record<string, unknown>;
 
-const isRecord = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Parses a JSON object, or undefined (never throws). */
 function parseObject(text: string): Json | undefined {
@@ -162,7 +201,14 @@ export function cacheEcho(target: EchoTarget): CacheEcho {
       return text;
     }
   };
-  return { tier: target.serviceTier, body, event, usage: (text) => event(text), sse: (text) => rewriteFrames(text, event), array: (text) => rewriteElements(text, event) };
+  return {
+    tier: target.serviceTier,
+    body,
+    event,
+    usage: (text) => event(text),
+    sse: (text) => rewriteFrames(text, event),
+    array: (text) => rewriteElements(text, event),
+  };
 }
 
 /** A chat chunk's choices: the fields before them are its envelope. */
@@ -178,13 +224,23 @@ function envelopes(keys: readonly string[]): Pick<ObjectEcho, 'quick' | 'learn'>
   let from: string | undefined;
   let to = '';
   return {
-    quick: (text) => (from !== undefined && text.startsWith(from) && text.startsWith(CHOICES, from.length) ? to + text.slice(from.length) : undefined),
+    quick: (text) =>
+      from !== undefined && text.startsWith(from) && text.startsWith(CHOICES, from.length)
+        ? to + text.slice(from.length)
+        : undefined,
     learn: (text, object, out) => {
       const at = text.indexOf(CHOICES);
       if (at <= 0) return;
       const fields = Object.keys(object);
       const choices = fields.indexOf('choices');
-      if (choices < 0 || !keys.every((key) => { const index = fields.indexOf(key); return index >= 0 && index < choices; })) return;
+      if (
+        choices < 0 ||
+        !keys.every((key) => {
+          const index = fields.indexOf(key);
+          return index >= 0 && index < choices;
+        })
+      )
+        return;
       const rest = text.slice(at);
       if (!out.endsWith(rest)) return;
       from = text.slice(0, at);
@@ -193,10 +249,16 @@ function envelopes(keys: readonly string[]): Pick<ObjectEcho, 'quick' | 'learn'>
   };
 }
 
-/** A Responses text or arguments delta as the encoder writes it (most of a stream): only its `item_id` echoes anything. */
-const deltaHead = /^\{"type":"response\.(?:output_text|function_call_arguments)\.delta","sequence_number":\d+,"item_id":"([^"\\]*)"/;
+/**
+ * A Responses text or arguments delta as the encoder writes it (most of a stream): only its `item_id` echoes anything.
+ */
+const deltaHead =
+  /^\{"type":"response\.(?:output_text|function_call_arguments)\.delta","sequence_number":\d+,"item_id":"([^"\\]*)"/;
 
-/** The rewriter of the endpoint's objects, or undefined when its answers echo nothing (embeddings, transcriptions, translations). */
+/**
+ * The rewriter of the endpoint's objects, or undefined when its answers echo nothing (embeddings, transcriptions,
+ * translations).
+ */
 function objectEcho(target: EchoTarget): ObjectEcho | undefined {
   const nowS = Math.floor(target.now / 1000);
   switch (target.endpoint) {
@@ -205,9 +267,17 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
       return {
         ...envelopes(['id', 'created', 'service_tier']),
         rewrite: (object) => {
-          if ((object.object !== 'chat.completion' && object.object !== 'chat.completion.chunk') || typeof object.id !== 'string') return false;
+          if (
+            (object.object !== 'chat.completion' && object.object !== 'chat.completion.chunk') ||
+            typeof object.id !== 'string'
+          )
+            return false;
           // Each assignment on its own: every field is checked, whatever the ones before did.
-          const changed = [set(object, 'id', id), set(object, 'created', nowS), set(object, 'service_tier', target.serviceTier)];
+          const changed = [
+            set(object, 'id', id),
+            set(object, 'created', nowS),
+            set(object, 'service_tier', target.serviceTier),
+          ];
           return changed.includes(true);
         },
       };
@@ -232,8 +302,16 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
       };
       return {
         // Only `message_start` carries the message: every other event passes unread.
-        quick: (text, event) => (event === undefined ? (text.includes('"message_start"') ? undefined : text) : event === 'message_start' ? undefined : text),
-        rewrite: (object) => (object.type === 'message_start' ? isRecord(object.message) && message(object.message) : message(object)),
+        quick: (text, event) =>
+          event === undefined
+            ? text.includes('"message_start"')
+              ? undefined
+              : text
+            : event === 'message_start'
+              ? undefined
+              : text,
+        rewrite: (object) =>
+          object.type === 'message_start' ? isRecord(object.message) && message(object.message) : message(object),
       };
     }
     case 'responses':
@@ -244,7 +322,10 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
         // A GenerateContentResponse (the body, or a chunk): an error element passes as it is.
         rewrite: (object) => {
           if (typeof object.responseId !== 'string' && typeof object.modelVersion !== 'string') return false;
-          const changed = [typeof object.responseId === 'string' && set(object, 'responseId', id), target.model !== undefined && set(object, 'modelVersion', target.model)];
+          const changed = [
+            typeof object.responseId === 'string' && set(object, 'responseId', id),
+            target.model !== undefined && set(object, 'modelVersion', target.model),
+          ];
           return changed.includes(true);
         },
       };
@@ -252,15 +333,26 @@ function objectEcho(target: EchoTarget): ObjectEcho | undefined {
     case 'images.generations':
     case 'images.edits':
     case 'images.variations':
-      return { rewrite: (object) => typeof object.created === 'number' && Array.isArray(object.data) && set(object, 'created', nowS) };
+      return {
+        rewrite: (object) =>
+          typeof object.created === 'number' && Array.isArray(object.data) && set(object, 'created', nowS),
+      };
     case 'moderations':
-      return { rewrite: (object) => typeof object.id === 'string' && Array.isArray(object.results) && set(object, 'id', `modr-${answerId(target.requestId)}`) };
+      return {
+        rewrite: (object) =>
+          typeof object.id === 'string' &&
+          Array.isArray(object.results) &&
+          set(object, 'id', `modr-${answerId(target.requestId)}`),
+      };
     default:
       return undefined;
   }
 }
 
-/** A response object's fields as a miss writes them, its items' ids fresh: the same old id gets the same new one everywhere. */
+/**
+ * A response object's fields as a miss writes them, its items' ids fresh: the same old id gets the same new one
+ * everywhere.
+ */
 function responsesEcho(target: EchoTarget, nowS: number): ObjectEcho {
   const shell = (target.payload as { shell: ResponseShell }).shell;
   const itemIds = new Map<string, string>();
@@ -269,12 +361,16 @@ function responsesEcho(target: EchoTarget, nowS: number): ObjectEcho {
     if (fresh === undefined) {
       const prefix = /^[A-Za-z]+_/.exec(old)?.[0];
       // The encoder's ids are a prefix and 24 hex digits; one of another form is not the gateway's to renew.
-      fresh = prefix === undefined ? old : `${prefix}${createHash('sha256').update(`${target.jobId}\u0000${old}`).digest('hex').slice(0, 24)}`;
+      fresh =
+        prefix === undefined
+          ? old
+          : `${prefix}${createHash('sha256').update(`${target.jobId}\u0000${old}`).digest('hex').slice(0, 24)}`;
       itemIds.set(old, fresh);
     }
     return fresh;
   };
-  const item = (value: unknown) => isRecord(value) && typeof value.id === 'string' && set(value, 'id', itemId(value.id));
+  const item = (value: unknown) =>
+    isRecord(value) && typeof value.id === 'string' && set(value, 'id', itemId(value.id));
   const metadata = JSON.stringify(shell.metadata ?? {});
   const response = (object: Json): boolean => {
     if (object.object !== 'response' || typeof object.id !== 'string' || !Array.isArray(object.output)) return false;
@@ -313,7 +409,9 @@ function responsesEcho(target: EchoTarget, nowS: number): ObjectEcho {
   };
 }
 
-/** `user` as the response object says it: the request's, or none (never null), before `metadata` as a miss writes it. */
+/**
+ * `user` as the response object says it: the request's, or none (never null), before `metadata` as a miss writes it.
+ */
 function userOf(object: Json, user: string | null): boolean {
   if (user == null) {
     if (!('user' in object)) return false;
@@ -370,6 +468,11 @@ function rewriteElements(text: string, event: (data: string) => string): string 
 }
 
 /** The echo of a request served a stored answer; with no source, the stored answer as it is. */
-export function echoFor(request: EndpointRequest, requestId: string, source: EchoSource | undefined, now = Date.now()): CacheEcho {
+export function echoFor(
+  request: EndpointRequest,
+  requestId: string,
+  source: EchoSource | undefined,
+  now = Date.now(),
+): CacheEcho {
   return source ? cacheEcho(echoTarget(request, requestId, source, now)) : identity;
 }

@@ -1,6 +1,22 @@
 import type { Redis } from 'ioredis';
 import { defaultAccountId, type KeyAccess } from '../../shared/accounts.js';
-import { announceOutcome, cachedEndpoints, claimLead, collapsedStatus, forwardedStatus, hashable, hitStatus, leadHolder, readCacheControl, readEntry, readLeadHolder, requestHash, type CacheEntry, type JobCachePlan, type LeadOutcome } from '../../shared/cache/index.js';
+import {
+  announceOutcome,
+  cachedEndpoints,
+  claimLead,
+  collapsedStatus,
+  forwardedStatus,
+  hashable,
+  hitStatus,
+  leadHolder,
+  readCacheControl,
+  readEntry,
+  readLeadHolder,
+  requestHash,
+  type CacheEntry,
+  type JobCachePlan,
+  type LeadOutcome,
+} from '../../shared/cache/index.js';
 import type { Config } from '../../shared/config.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
@@ -75,11 +91,16 @@ export class ResponseCache {
 
   constructor(
     private readonly redis: Redis,
-    private readonly config: Pick<Config, 'cache' | 'usageBufferRecords' | 'defaultKeyRpm' | 'defaultKeyTpm' | 'alerts'>,
+    private readonly config: Pick<
+      Config,
+      'cache' | 'usageBufferRecords' | 'defaultKeyRpm' | 'defaultKeyTpm' | 'alerts'
+    >,
     private readonly log: Logger,
   ) {}
 
-  /** Hears the workers announce how leading jobs ended (every api hears every outcome) and passes each to its followers. */
+  /**
+   * Hears the workers announce how leading jobs ended (every api hears every outcome) and passes each to its followers.
+   */
   listen(hub: ReplyHub): void {
     hub.on(cacheOutcomesChannel, (message) => {
       let outcome: LeadOutcome;
@@ -102,15 +123,23 @@ export class ResponseCache {
    * forbade it (`cache_max_ttl_s: 0`) or the cache turned off (CACHE_MAX_TTL_S=0). The account's cap bounds both
    * the age read and the time kept, as CACHE_MAX_TTL_S does.
    */
-  plan(headers: { get(name: string): string }, request: EndpointRequest, modelId: string, access: KeyAccess, options: { async: boolean; bodyBytes: number }): CachePlan | undefined {
+  plan(
+    headers: { get(name: string): string },
+    request: EndpointRequest,
+    modelId: string,
+    access: KeyAccess,
+    options: { async: boolean; bodyBytes: number },
+  ): CachePlan | undefined {
     if (options.async || !cachedEndpoints.has(request.endpoint)) return undefined;
-    if (request.endpoint === 'responses' && (request.payload.shell.store || request.payload.shell.background)) return undefined;
+    if (request.endpoint === 'responses' && (request.payload.shell.store || request.payload.shell.background))
+      return undefined;
     if (!hashable(request)) return undefined;
     const { maxTtlS, defaultTtlS, maxRequestBytes } = this.config.cache;
     const capS = Math.min(maxTtlS, access.cacheMaxTtlS ?? maxTtlS);
     if (capS <= 0 || !(options.bodyBytes <= maxRequestBytes)) return undefined;
     const header = headers.get('cache-control');
-    const directive = header === '' ? { maxAgeS: access.cacheTtlS, noCache: false, noStore: false } : readCacheControl(header);
+    const directive =
+      header === '' ? { maxAgeS: access.cacheTtlS, noCache: false, noStore: false } : readCacheControl(header);
     if (directive.noStore || (directive.maxAgeS === undefined && !directive.noCache)) return undefined;
     const askedS = directive.maxAgeS ?? access.cacheTtlS ?? defaultTtlS;
     return {
@@ -142,21 +171,36 @@ export class ResponseCache {
    * kept, or the cache could not be reached. `admit` runs before it follows (each round it contends again: it is the
    * caller's to admit once).
    */
-  async claimLeadOrFollow(plan: CachePlan, self: { jobId: string; form: string | undefined; keyId: string }, deadline: number, admit: () => Promise<void>, watch: LeadWatch): Promise<Following | undefined> {
+  async claimLeadOrFollow(
+    plan: CachePlan,
+    self: { jobId: string; form: string | undefined; keyId: string },
+    deadline: number,
+    admit: () => Promise<void>,
+    watch: LeadWatch,
+  ): Promise<Following | undefined> {
     if (!plan.mayFollow) return undefined;
     let late = false;
     let heardOne: (() => void) | undefined;
     const stopHearing = watch.on(() => heardOne?.());
-    const timer = setTimeout(() => {
-      late = true;
-      heardOne?.();
-    }, Math.max(0, deadline - Date.now()));
+    const timer = setTimeout(
+      () => {
+        late = true;
+        heardOne?.();
+      },
+      Math.max(0, deadline - Date.now()),
+    );
     timer.unref();
     try {
       // A leader that never ran (refused, or taken out of its queue) frees the mark: its followers contend for it
       // again, one claiming it and the others following it. A few rounds at most: then each runs its own.
       for (let round = 0; round < claimRounds; round++) {
-        const value = await claimLead(this.redis, plan.accountId, plan.hash, leadHolder(self.jobId, self.form, self.keyId), deadline - Date.now());
+        const value = await claimLead(
+          this.redis,
+          plan.accountId,
+          plan.hash,
+          leadHolder(self.jobId, self.form, self.keyId),
+          deadline - Date.now(),
+        );
         if (value === '') {
           plan.job.flight = true;
           return undefined;
@@ -165,7 +209,8 @@ export class ResponseCache {
         // Following a leader is a request like any other: admitted (its key's rate, its price held) before it waits.
         await admit();
         const endOf = () => watch.endOf(leader.jobId);
-        if (self.form !== undefined && leader.form === self.form && !endOf()) return { follow: { jobId: leader.jobId, owner: leader.keyId } };
+        if (self.form !== undefined && leader.form === self.form && !endOf())
+          return { follow: { jobId: leader.jobId, owner: leader.keyId } };
         while (!endOf() && !late) await new Promise<void>((resolve) => (heardOne = resolve));
         const end = endOf();
         if (!end || end.status === 'failed') return undefined;
@@ -214,7 +259,15 @@ export class ResponseCache {
    * not, its reservation is the caller's to give back), or `unstarted` when the call ended before its first frame
    * (never ran, or its deadline passed first): nothing was written, and the request is the caller's to run.
    */
-  async followLeaderStream(ctx: GatewayContext, logs: EventLogs, leader: { jobId: string; owner: string }, plan: CachePlan, request: EndpointRequest, options: FollowerOptions, watch: LeadWatch): Promise<FollowedCall> {
+  async followLeaderStream(
+    ctx: GatewayContext,
+    logs: EventLogs,
+    leader: { jobId: string; owner: string },
+    plan: CachePlan,
+    request: EndpointRequest,
+    options: FollowerOptions,
+    watch: LeadWatch,
+  ): Promise<FollowedCall> {
     ctx.set('cache-status', collapsedStatus);
     ctx.set('age', '0');
     let cost: number | undefined;
@@ -256,11 +309,22 @@ export class ResponseCache {
         rewrite,
         onEnd: (entry) => {
           last = entry;
-          if (entry.end !== 'error') return array ? arrayEnd(entry.payload ?? '', wrote) : echo.sse(entry.payload ?? '');
+          if (entry.end !== 'error')
+            return array ? arrayEnd(entry.payload ?? '', wrote) : echo.sse(entry.payload ?? '');
           const error = GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError);
           return errorFrame(error);
         },
-        stop: { signal: gone.signal, onStop: () => errorFrame(new GatewayError(502, 'The identical request whose call this one shared ended before its answer did; send it again.', { type: 'api_error', code: 'shared_call_failed' })) },
+        stop: {
+          signal: gone.signal,
+          onStop: () =>
+            errorFrame(
+              new GatewayError(
+                502,
+                'The identical request whose call this one shared ended before its answer did; send it again.',
+                { type: 'api_error', code: 'shared_call_failed' },
+              ),
+            ),
+        },
         // Its client hears nothing until the leader's first frame: a call that never starts leaves it free to run
         // its own.
         openOnFirst: true,
@@ -275,7 +339,8 @@ export class ResponseCache {
       return 'unstarted';
     }
     if (last?.end !== 'done') return 'unbilled';
-    // The outcome was announced before the stream's last entry; an answer too large to keep is billed from its entry if any.
+    // The outcome was announced before the stream's last entry; an answer too large to keep is billed from its entry if
+    // any.
     cost ??= (await readEntry(this.redis, plan.accountId, plan.hash).catch(() => undefined))?.costMicros ?? 0;
     const price = this.priced(cost);
     activeMetrics()?.cacheRequests.get(options.modelId, 'coalesced').inc();
@@ -284,10 +349,15 @@ export class ResponseCache {
     return 'billed';
   }
 
-  /** A job that claimed the lead never ran (refused, or taken out of its queue): its followers contend for the lead again. */
+  /**
+   * A job that claimed the lead never ran (refused, or taken out of its queue): its followers contend for the lead
+   * again.
+   */
   async releaseLead(plan: CachePlan, jobId: string): Promise<void> {
     if (!plan.job.flight) return;
-    await announceOutcome(this.redis, plan.accountId, plan.hash, jobId, 'gone').catch((error: unknown) => this.log.warn({ err: error }, 'could not release a refused request’s lead'));
+    await announceOutcome(this.redis, plan.accountId, plan.hash, jobId, 'gone').catch((error: unknown) =>
+      this.log.warn({ err: error }, 'could not release a refused request’s lead'),
+    );
   }
 
   /**
@@ -297,14 +367,37 @@ export class ResponseCache {
    * rate): a hit is admitted and billed in one step before it is answered (429 where its key's rate, its key's limit
    * or the balance refuse it); a follower settles the price it held.
    */
-  async answer(ctx: GatewayContext, entry: CacheEntry, request: EndpointRequest, options: { stream: boolean; result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string; contentType?: string; echo?: EchoSource; dialect?: StreamDialect }): Promise<void> {
+  async answer(
+    ctx: GatewayContext,
+    entry: CacheEntry,
+    request: EndpointRequest,
+    options: {
+      stream: boolean;
+      result: 'hit' | 'coalesced';
+      access: KeyAccess;
+      keyId: string;
+      modelId: string;
+      contentType?: string;
+      echo?: EchoSource;
+      dialect?: StreamDialect;
+    },
+  ): Promise<void> {
     const price = this.priced(entry.costMicros);
     // A hit is admitted and billed in one step before it is answered (its price is known): refused, the client gets
     // the 429 any request of its key would. A follower was admitted before it waited.
     const now = Date.now();
     // Answered as a miss would answer this request (its ids, its tier, its model name): answer-echo.ts.
     const echo = echoFor(request, ctx.state.requestId, options.echo, now);
-    if (options.result === 'hit') ctx.set(await chargeSpend(this.redis, this.config, options.access, this.usage(ctx, request, price, options, echo.tier), { bufferRecords: this.config.usageBufferRecords, alertThresholds: this.config.alerts.thresholds }));
+    if (options.result === 'hit')
+      ctx.set(
+        await chargeSpend(
+          this.redis,
+          this.config,
+          options.access,
+          this.usage(ctx, request, price, options, echo.tier),
+          { bufferRecords: this.config.usageBufferRecords, alertThresholds: this.config.alerts.thresholds },
+        ),
+      );
     const age = Math.max(0, Math.floor((now - entry.created) / 1000));
     const ttl = Math.max(0, Math.floor((entry.expires - now) / 1000));
     ctx.set('cache-status', options.result === 'hit' ? hitStatus(ttl) : collapsedStatus);
@@ -319,9 +412,15 @@ export class ResponseCache {
       const chunks = events.map((event) => echo.event(event.d));
       const stream = new EventStream(ctx, framingOf(options.dialect!));
       stream.open();
-      stream.end(options.dialect === 'google-array' ? `[${chunks.join(',\r\n')}]` : chunks.map((chunk) => sseFrame(chunk)).join(''));
+      stream.end(
+        options.dialect === 'google-array'
+          ? `[${chunks.join(',\r\n')}]`
+          : chunks.map((chunk) => sseFrame(chunk)).join(''),
+      );
     } else if (options.stream && entry.events) {
-      const includeUsage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
+      const includeUsage =
+        (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options
+          ?.include_usage === true;
       let frames = '';
       let id = 0;
       for (const event of entry.events) frames += sseFrame(echo.event(event.d, event.e), event.e, id++);
@@ -354,7 +453,13 @@ export class ResponseCache {
   }
 
   /** The usage entry of a request served another's answer: no tokens (no vendor, no token rate). */
-  private usage(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): UsageEntry {
+  private usage(
+    ctx: GatewayContext,
+    request: EndpointRequest,
+    price: { costMicros: number; saved: number },
+    options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string },
+    tier: ServiceTier,
+  ): UsageEntry {
     return {
       request_id: ctx.state.requestId,
       account_id: options.access.accountId ?? defaultAccountId,
@@ -375,8 +480,17 @@ export class ResponseCache {
   }
 
   /** Settles a follower: its reservation (made before it waited) becomes its price. */
-  private async settle(ctx: GatewayContext, request: EndpointRequest, price: { costMicros: number; saved: number }, options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string }, tier: ServiceTier): Promise<void> {
-    await settle(this.redis, this.usage(ctx, request, price, options, tier), { bufferRecords: this.config.usageBufferRecords, alertThresholds: this.config.alerts.thresholds }).catch((error: unknown) =>
+  private async settle(
+    ctx: GatewayContext,
+    request: EndpointRequest,
+    price: { costMicros: number; saved: number },
+    options: { result: 'hit' | 'coalesced'; access: KeyAccess; keyId: string; modelId: string },
+    tier: ServiceTier,
+  ): Promise<void> {
+    await settle(this.redis, this.usage(ctx, request, price, options, tier), {
+      bufferRecords: this.config.usageBufferRecords,
+      alertThresholds: this.config.alerts.thresholds,
+    }).catch((error: unknown) =>
       // Unsettled, its reservation is released at its deadline.
       this.log.warn({ err: error }, 'could not bill a request that followed another’s call'),
     );

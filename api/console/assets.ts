@@ -14,7 +14,11 @@ import { GatewayError } from '../../shared/errors.js';
  * and answers every page path so deep links and reloads work.
  */
 
-const notBuilt = () => new GatewayError(503, 'The console is not built: run `npm run build` (npm start does).', { type: 'server_error', code: 'console_not_built' });
+const notBuilt = () =>
+  new GatewayError(503, 'The console is not built: run `npm run build` (npm start does).', {
+    type: 'server_error',
+    code: 'console_not_built',
+  });
 
 interface Asset {
   body: Buffer;
@@ -111,7 +115,8 @@ export class ConsoleAssets {
   serve(ctx: Context, rest: string): void {
     if (!this.built) throw notBuilt();
     const asset = this.files.get(rest);
-    // A missing asset is a 404 (a stale tab asking for an old hash must not get HTML as script); any other path is a page.
+    // A missing asset is a 404 (a stale tab asking for an old hash must not get HTML as script); any other path is a
+    // page.
     if (!asset && (rest.startsWith('assets/') || /\.[a-z0-9]+$/i.test(rest))) {
       throw new GatewayError(404, `No console file '${rest.slice(0, 200)}'.`, { code: 'not_found' });
     }

@@ -31,9 +31,15 @@ const reader: TeamNeed = { allows: may.readUsage, roles: 'any role' };
 const manager: TeamNeed = { allows: may.manageTeam, roles: 'the owner role' };
 
 /** `{"budget_usd": 50, "budget_period": "month"}`; `{"budget_usd": null}` clears it. */
-export const teamBudgetSchema = z.strictObject({ budget_usd: limitUsd.nullable(), budget_period: budgetPeriodSchema.optional() });
+export const teamBudgetSchema = z.strictObject({
+  budget_usd: limitUsd.nullable(),
+  budget_period: budgetPeriodSchema.optional(),
+});
 /** `{"cap_usd": 10, "cap_period": "day"}`; `{"cap_usd": null}` clears it. */
-export const memberCapSchema = z.strictObject({ cap_usd: limitUsd.nullable(), cap_period: budgetPeriodSchema.optional() });
+export const memberCapSchema = z.strictObject({
+  cap_usd: limitUsd.nullable(),
+  cap_period: budgetPeriodSchema.optional(),
+});
 /** `?limit=&before=`: the alerts page's query. */
 const alertQuerySchema = z.strictObject({
   limit: z.coerce.number().int().min(1).max(200).optional(),
@@ -44,21 +50,42 @@ const alertQuerySchema = z.strictObject({
 const memberId = (value: unknown) => String(value).slice(0, 256);
 
 const ownAccountCap = () =>
-  new GatewayError(409, "A person's own account has no member caps: its budget is the account's budget.", { code: 'own_account', param: 'member' });
+  new GatewayError(409, "A person's own account has no member caps: its budget is the account's budget.", {
+    code: 'own_account',
+    param: 'member',
+  });
 
 /** The team's budget and every member's cap, with what each spent in its current period. */
-async function teamBudget(keyStore: KeyStore, teams: TeamStore, team: Account, role: TeamRole): Promise<TeamBudgetView> {
+async function teamBudget(
+  keyStore: KeyStore,
+  teams: TeamStore,
+  team: Account,
+  role: TeamRole,
+): Promise<TeamBudgetView> {
   const budget = parseBudgetText(await keyStore.redis.hget(accountKey(team.id), 'budget'));
   const spent = budget ? await keyStore.periodSpent(team.id, { scope: 'team', ...budget }) : undefined;
   const [members, caps] = await Promise.all([
     teams.members(team),
-    keyStore.record.selectFrom('team_members').select(['member_id', 'cap_micros', 'cap_period']).where('team_id', '=', team.id).execute(),
+    keyStore.record
+      .selectFrom('team_members')
+      .select(['member_id', 'cap_micros', 'cap_period'])
+      .where('team_id', '=', team.id)
+      .execute(),
   ]);
-  const capOf = new Map(caps.map((row) => [row.member_id, row.cap_micros === null || row.cap_period === null ? undefined : { micros: Number(row.cap_micros), period: row.cap_period }]));
+  const capOf = new Map(
+    caps.map((row) => [
+      row.member_id,
+      row.cap_micros === null || row.cap_period === null
+        ? undefined
+        : { micros: Number(row.cap_micros), period: row.cap_period },
+    ]),
+  );
   const rows = await Promise.all(
     members.map(async (member): Promise<MemberCapView> => {
       const cap = capOf.get(member.id);
-      const capSpent = cap ? await keyStore.periodSpent(team.id, { scope: 'member', ownerId: member.id, ...cap }) : undefined;
+      const capSpent = cap
+        ? await keyStore.periodSpent(team.id, { scope: 'member', ownerId: member.id, ...cap })
+        : undefined;
       const view = budgetView(cap, capSpent);
       return {
         id: member.id,
@@ -77,10 +104,19 @@ async function teamBudget(keyStore: KeyStore, teams: TeamStore, team: Account, r
 }
 
 /** The amount and period a body names: null clears; an amount needs its period beside it (a 400 naming the field). */
-function change(amount: number | null, period: BudgetPeriod | undefined, fields: { amount: string; period: string }): { micros: number; period: BudgetPeriod } | null {
+function change(
+  amount: number | null,
+  period: BudgetPeriod | undefined,
+  fields: { amount: string; period: string },
+): { micros: number; period: BudgetPeriod } | null {
   if (amount === null) return null;
   if (period === undefined) {
-    throw invalidRequest(`${fields.amount} needs ${fields.period} beside it: 'day', 'week' or 'month' (periods start at 00:00 UTC); null clears it.`, fields.period, 'missing_required_parameter');
+    throw invalidRequest(
+      `${fields.amount} needs ${fields.period} beside it: 'day', 'week' or 'month' (periods start at 00:00 UTC); ` +
+        `null clears it.`,
+      fields.period,
+      'missing_required_parameter',
+    );
   }
   return { micros: usdToMicros(amount), period };
 }
@@ -99,10 +135,17 @@ export function addBudgetConsoleRoutes(router: Router, deps: ConsoleDeps): void 
     const body = parseStrict(teamBudgetSchema, await readJsonObject(ctx.req, bodyLimit));
     const budget = change(body.budget_usd, body.budget_period, { amount: 'budget_usd', period: 'budget_period' });
     const was = await teamBudget(keyStore, teams, team, role);
-    if (!(await keyStore.setTeamBudget(team.id, budget))) throw new GatewayError(404, `No team with id '${team.id}'.`, { code: 'team_not_found' });
+    if (!(await keyStore.setTeamBudget(team.id, budget)))
+      throw new GatewayError(404, `No team with id '${team.id}'.`, { code: 'team_not_found' });
     const now = await teamBudget(keyStore, teams, team, role);
     const limit = (view: TeamBudgetView) => ({ budget_usd: view.budget_usd, budget_period: view.budget_period });
-    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'budget.updated', teamId: team.id, target: team.id, ...changedFields(limit(was), limit(now)) });
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, account),
+      action: 'budget.updated',
+      teamId: team.id,
+      target: team.id,
+      ...changedFields(limit(was), limit(now)),
+    });
     ctx.body = now;
   });
 
@@ -117,8 +160,17 @@ export function addBudgetConsoleRoutes(router: Router, deps: ConsoleDeps): void 
     if (!(await keyStore.setMemberCap(team.id, id, cap))) throw memberNotFound(id);
     const member = (await teamBudget(keyStore, teams, team, 'owner')).members.find((m) => m.id === id);
     if (!member) throw memberNotFound(id);
-    const limit = (view: MemberCapView | undefined) => ({ cap_usd: view?.cap_usd ?? null, cap_period: view?.cap_period ?? null });
-    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'budget.updated', teamId: team.id, target: id, ...changedFields(limit(was), limit(member)) });
+    const limit = (view: MemberCapView | undefined) => ({
+      cap_usd: view?.cap_usd ?? null,
+      cap_period: view?.cap_period ?? null,
+    });
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, account),
+      action: 'budget.updated',
+      teamId: team.id,
+      target: id,
+      ...changedFields(limit(was), limit(member)),
+    });
     ctx.body = member;
   });
 
@@ -126,7 +178,15 @@ export function addBudgetConsoleRoutes(router: Router, deps: ConsoleDeps): void 
     const { team } = await requireTeam(ctx, deps, reader, String(ctx.params.id));
     const query = parseStrict(alertQuerySchema, withoutTeam(ctx.query));
     const limit = query.limit ?? 50;
-    const alerts = await listAlerts(keyStore.record, { teamId: team.id, limit, ...(query.before ? { before: query.before } : {}) });
-    ctx.body = { object: 'list', data: alerts.map(alertView), next_before: alerts.length === limit ? alerts[alerts.length - 1]!.id : null } satisfies AlertList;
+    const alerts = await listAlerts(keyStore.record, {
+      teamId: team.id,
+      limit,
+      ...(query.before ? { before: query.before } : {}),
+    });
+    ctx.body = {
+      object: 'list',
+      data: alerts.map(alertView),
+      next_before: alerts.length === limit ? alerts[alerts.length - 1]!.id : null,
+    } satisfies AlertList;
   });
 }

@@ -13,7 +13,10 @@ import type { ConsoleAssets } from './assets.js';
 import { sameSecret, type Session, type SessionExtras, type SessionStore, type SigninThrottle } from './sessions.js';
 import { teamRole, type TeamRole } from '../accounts/team-roles.js';
 
-/** The console's session cookie and its CSRF tokens: who is signed in, and whether a state-changing call came from this console. */
+/**
+ * The console's session cookie and its CSRF tokens: who is signed in, and whether a state-changing call came from this
+ * console.
+ */
 
 export interface ConsoleState {
   session?: Session;
@@ -37,13 +40,16 @@ export const sessionCookie = 'sy_session';
 export const csrfCookie = 'sy_csrf';
 const csrfHeader = 'x-csrf-token';
 
-
-export const notSignedIn = () => new GatewayError(401, 'Sign in to use the console.', { type: 'invalid_request_error', code: 'not_signed_in' });
+export const notSignedIn = () =>
+  new GatewayError(401, 'Sign in to use the console.', { type: 'invalid_request_error', code: 'not_signed_in' });
 const csrfFailed = () =>
-  new GatewayError(403, `This request needs the console's CSRF token in the ${csrfHeader} header; reload the page and try again.`, {
-    code: 'csrf_failed',
-  });
-
+  new GatewayError(
+    403,
+    `This request needs the console's CSRF token in the ${csrfHeader} header; reload the page and try again.`,
+    {
+      code: 'csrf_failed',
+    },
+  );
 
 export function cookieOptions(ctx: ConsoleContext, maxAgeMs?: number) {
   return {
@@ -66,8 +72,13 @@ export function preSessionToken(ctx: ConsoleContext, fresh = false): string {
   return token;
 }
 
-/** The signed-in session and its account, loaded once per request; a session of a disabled or deleted account is ended. */
-export async function loadSession(ctx: ConsoleContext, deps: ConsoleDeps): Promise<{ session: Session; account: Account } | undefined> {
+/**
+ * The signed-in session and its account, loaded once per request; a session of a disabled or deleted account is ended.
+ */
+export async function loadSession(
+  ctx: ConsoleContext,
+  deps: ConsoleDeps,
+): Promise<{ session: Session; account: Account } | undefined> {
   const { state } = ctx;
   if (state.session && state.account) return { session: state.session, account: state.account };
   const session = await deps.sessions.get(ctx.cookies.get(sessionCookie));
@@ -82,7 +93,10 @@ export async function loadSession(ctx: ConsoleContext, deps: ConsoleDeps): Promi
   return { session, account };
 }
 
-export async function requireSession(ctx: ConsoleContext, deps: ConsoleDeps): Promise<{ session: Session; account: Account }> {
+export async function requireSession(
+  ctx: ConsoleContext,
+  deps: ConsoleDeps,
+): Promise<{ session: Session; account: Account }> {
   const found = await loadSession(ctx, deps);
   if (!found) throw notSignedIn();
   return found;
@@ -118,19 +132,29 @@ export async function checkCsrf(ctx: ConsoleContext, deps: ConsoleDeps): Promise
   throw csrfFailed();
 }
 
-/** Signs `account` in on this browser; `extras` (a sign-in through a provider) may end the session early and keep its ID token. */
-export async function startSession(ctx: ConsoleContext, deps: ConsoleDeps, account: Account, extras: SessionExtras = {}): Promise<SessionAnswer> {
+/**
+ * Signs `account` in on this browser; `extras` (a sign-in through a provider) may end the session early and keep its ID
+ * token.
+ */
+export async function startSession(
+  ctx: ConsoleContext,
+  deps: ConsoleDeps,
+  account: Account,
+  extras: SessionExtras = {},
+): Promise<SessionAnswer> {
   // A new token at every sign-in: a token planted before it (session fixation) is never the one that signs in.
   const previous = await deps.sessions.get(ctx.cookies.get(sessionCookie));
   if (previous) await deps.sessions.destroy(previous);
   const { token, session } = await deps.sessions.create(account.id, extras);
-  const maxAgeMs = Math.min(deps.config.console.sessionMaxSeconds * 1000, extras.ends === undefined ? Infinity : Math.max(0, extras.ends - Date.now()));
+  const maxAgeMs = Math.min(
+    deps.config.console.sessionMaxSeconds * 1000,
+    extras.ends === undefined ? Infinity : Math.max(0, extras.ends - Date.now()),
+  );
   ctx.cookies.set(sessionCookie, token, cookieOptions(ctx, maxAgeMs));
   // The pre-session CSRF token ends with the sign-in: from here on only the session's own token is accepted.
   ctx.cookies.set(csrfCookie, '', { ...cookieOptions(ctx), maxAge: 0 });
   return { account: accountView(account), csrf_token: session.csrf };
 }
-
 
 /** The header naming the team a console request works in (a GET download may name it as the `team` query parameter). */
 export const teamHeader = 'x-team';
@@ -151,23 +175,34 @@ export interface TeamNeed {
   roles: string;
 }
 
-const teamNotFound = (id: string) => new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
+const teamNotFound = (id: string) =>
+  new GatewayError(404, `No team with id '${id.slice(0, 100)}'.`, { code: 'team_not_found' });
 
 /**
  * The team a console request works in: the one its path names (`/teams/:id`), or its `x-team` header (or `team`
- * query parameter), else the person's own account; and their role there (`teamRole`, read afresh each request). A team they are not in is
- * a 404, as an unknown one (ids are not a way to probe); a role that may not do what the route does is a 403
- * `permission_denied` naming the roles that may.
+ * query parameter), else the person's own account; and their role there (`teamRole`, read afresh each request). A team
+ * they are not in is a 404, as an unknown one (ids are not a way to probe); a role that may not do what the route does
+ * is a 403 `permission_denied` naming the roles that may.
  */
-export async function requireTeam(ctx: ConsoleContext, deps: ConsoleDeps, need: TeamNeed, teamIdInPath?: string): Promise<TeamScope> {
+export async function requireTeam(
+  ctx: ConsoleContext,
+  deps: ConsoleDeps,
+  need: TeamNeed,
+  teamIdInPath?: string,
+): Promise<TeamScope> {
   const { session, account } = await requireSession(ctx, deps);
   const named = teamIdInPath ?? (ctx.get(teamHeader) || (typeof ctx.query.team === 'string' ? ctx.query.team : ''));
   const teamId = named === '' ? account.id : named;
   const role = teamId.length > 256 ? undefined : await teamRole(deps.keyStore.record, teamId, account);
-  const team = role === undefined ? undefined : teamId === account.id ? account : await deps.keyStore.accounts.get(teamId);
+  const team =
+    role === undefined ? undefined : teamId === account.id ? account : await deps.keyStore.accounts.get(teamId);
   if (!team || role === undefined) throw teamNotFound(teamId);
   if (!need.allows(role)) {
-    throw new GatewayError(403, `This needs ${need.roles} of the team '${team.name || team.email || team.id}'; you are ${role === 'owner' ? 'an' : 'a'} ${role} there.`, { code: 'permission_denied' });
+    throw new GatewayError(
+      403,
+      `This needs ${need.roles} of the team '${team.name || team.email || team.id}'; you are ${role === 'owner' ? 'an' : 'a'} ${role} there.`,
+      { code: 'permission_denied' },
+    );
   }
   return { session, account, team, role };
 }

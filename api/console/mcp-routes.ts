@@ -33,7 +33,11 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
     const team = { teamMcpTools: scope.team.mcpTools };
     const views: McpServerConsoleView[] = servers.map((server) => {
       const text = found[server.name];
-      const view = serverView(server, text === undefined ? undefined : (JSON.parse(text) as McpServerHealth), microsToUsdText);
+      const view = serverView(
+        server,
+        text === undefined ? undefined : (JSON.parse(text) as McpServerHealth),
+        microsToUsdText,
+      );
       return {
         name: view.name,
         status: view.status,
@@ -44,7 +48,11 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         timeout_ms: view.timeout_ms,
         tools: view.tools
           .filter((tool) => admin || toolRefusal(team, server.name, tool.name) === undefined)
-          .map((tool) => ({ name: tool.name, title: typeof tool.title === 'string' ? tool.title : null, description: typeof tool.description === 'string' ? tool.description : null })),
+          .map((tool) => ({
+            name: tool.name,
+            title: typeof tool.title === 'string' ? tool.title : null,
+            description: typeof tool.description === 'string' ? tool.description : null,
+          })),
         resources: view.resources,
         prompts: view.prompts,
         url: admin ? view.url : null,
@@ -68,13 +76,16 @@ export function addMcpConsoleRoutes(router: Router, deps: ConsoleDeps): void {
         hint: key.hint,
         mcp_tools: key.mcpTools ?? null,
         tools: views.flatMap((server) =>
-          server.tools.filter((tool) => toolRefusal({ ...team, mcpTools: key.mcpTools }, server.name, tool.name) === undefined).map((tool) => `${server.name}/${tool.name}`),
+          server.tools
+            .filter((tool) => toolRefusal({ ...team, mcpTools: key.mcpTools }, server.name, tool.name) === undefined)
+            .map((tool) => `${server.name}/${tool.name}`),
         ),
       })),
     } satisfies McpToolsPage;
   });
 
-  // An admin's servers: added, changed, removed (those of the file change by deploying), checked now (api/mcp/server-admin.ts).
+  // An admin's servers: added, changed, removed (those of the file change by deploying), checked now
+  // (api/mcp/server-admin.ts).
   const name = (ctx: { params: Record<string, string> }) => String(ctx.params.name).slice(0, 200);
   router.post('/api/admin/mcp/servers', async (ctx) => {
     const { account } = await requireAdmin(ctx, deps);

@@ -3,7 +3,14 @@ import * as client from 'openid-client';
 import type { Account } from '../../shared/accounts.js';
 import type { OidcConfig } from '../../shared/config.js';
 import { oidcAttemptKey } from '../../shared/redis-keys.js';
-import { ensureTeam, findOidcPerson, linkedSubject, linkOidcPerson, syncOidcMemberships, teamsForGroups } from '../accounts/oidc-people.js';
+import {
+  ensureTeam,
+  findOidcPerson,
+  linkedSubject,
+  linkOidcPerson,
+  syncOidcMemberships,
+  teamsForGroups,
+} from '../accounts/oidc-people.js';
 import { cookieOptions, startSession, type ConsoleContext, type ConsoleDeps } from './console-session.js';
 import { sameSecret } from './sessions.js';
 import { recordChange, type AuditBy } from '../accounts/audit-trail.js';
@@ -12,14 +19,14 @@ import { accountAuditFields } from '../accounts/views.js';
 import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
 
 /*
- * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET /console/api/oidc/login`
- * sends the browser to the provider's authorization endpoint (authorization code with PKCE S256, a fresh `state` and
- * `nonce` per attempt, kept in Redis for a few minutes and bound to this browser by an httpOnly cookie);
- * `GET /console/api/oidc/callback` takes that attempt once, exchanges the code and has openid-client verify the ID token
- * (its signature by the provider's keys, issuer, audience, expiry, nonce), then finds or makes the person, sets their
- * teams and role from their groups, and starts a console session that ends no later than the ID token. Every
- * refusal goes back to the sign-in page with `?sso_error=<code>` (`signInRefusals` says each in words on the page);
- * every sign-in, made or refused, passes through `concludeSignIn`.
+ * The console's sign-in through an OpenID Connect provider, any provider by its issuer URL. `GET
+ * /console/api/oidc/login` sends the browser to the provider's authorization endpoint (authorization code with PKCE
+ * S256, a fresh `state` and `nonce` per attempt, kept in Redis for a few minutes and bound to this browser by an
+ * httpOnly cookie); `GET /console/api/oidc/callback` takes that attempt once, exchanges the code and has openid-client
+ * verify the ID token (its signature by the provider's keys, issuer, audience, expiry, nonce), then finds or makes the
+ * person, sets their teams and role from their groups, and starts a console session that ends no later than the ID
+ * token. Every refusal goes back to the sign-in page with `?sso_error=<code>` (`signInRefusals` says each in words on
+ * the page); every sign-in, made or refused, passes through `concludeSignIn`.
  */
 
 /** Why a sign-in through the provider was refused: the `sso_error` the sign-in page reads. */
@@ -34,7 +41,10 @@ export type SignInRefusal =
   | 'token_invalid'
   /** The provider gave no email for the person. */
   | 'email_missing'
-  /** An account has the person's email and the provider does not vouch for it (`email_verified`), or it is another person's. */
+  /**
+   * An account has the person's email and the provider does not vouch for it (`email_verified`), or it is another
+   * person's.
+   */
   | 'email_taken'
   /** None of the person's groups is one OIDC_TEAM_MAP or OIDC_ADMIN_GROUPS names. */
   | 'not_in_mapped_group'
@@ -54,13 +64,22 @@ interface Attempt {
   redirect: string;
 }
 
-/** Deletes an attempt only if it still holds the value read (`lua/take-oidc-attempt.lua`): 1 when this caller took it. */
-const takeAttemptScript = redisScript({ name: 'oidc_take_attempt', files: luaFiles(import.meta.url, 'take-oidc-attempt'), keys: ['attempt'], args: ['value'], reply: as<number>() });
+/**
+ * Deletes an attempt only if it still holds the value read (`lua/take-oidc-attempt.lua`): 1 when this caller took it.
+ */
+const takeAttemptScript = redisScript({
+  name: 'oidc_take_attempt',
+  files: luaFiles(import.meta.url, 'take-oidc-attempt'),
+  keys: ['attempt'],
+  args: ['value'],
+  reply: as<number>(),
+});
 
 const hashOf = (value: string) => createHash('sha256').update(value).digest('hex');
 
 /** What a sign-in decided: the person signed in, or why not (with what the log needs). */
-export type SignInOutcome = { ok: true; account: Account; subject: string } | { ok: false; refusal: SignInRefusal; detail: string };
+export type SignInOutcome =
+  { ok: true; account: Account; subject: string } | { ok: false; refusal: SignInRefusal; detail: string };
 
 /** A refusal carried out of the flow to `concludeSignIn`. */
 class Refused extends Error {
@@ -72,7 +91,10 @@ class Refused extends Error {
   }
 }
 
-/** oauth4webapi's codes for an answer that is not the provider's protocol at all (a 5xx, an HTML error page): it is not reachable as a provider. */
+/**
+ * oauth4webapi's codes for an answer that is not the provider's protocol at all (a 5xx, an HTML error page): it is not
+ * reachable as a provider.
+ */
 const notAProviderAnswer = new Set(['OAUTH_RESPONSE_IS_NOT_CONFORM', 'OAUTH_RESPONSE_IS_NOT_JSON']);
 
 /**
@@ -82,17 +104,31 @@ const notAProviderAnswer = new Set(['OAUTH_RESPONSE_IS_NOT_CONFORM', 'OAUTH_RESP
  */
 function providerFailure(error: unknown, step: string): Refused {
   const causes: unknown[] = [];
-  for (let cause: unknown = error; cause instanceof Error && !causes.includes(cause); cause = cause.cause) causes.push(cause);
-  const detail = causes.map((cause) => `${(cause as Error).message}${(cause as { code?: unknown }).code ? ` [${String((cause as { code?: unknown }).code)}]` : ''}`).join(': ');
+  for (let cause: unknown = error; cause instanceof Error && !causes.includes(cause); cause = cause.cause)
+    causes.push(cause);
+  const detail = causes
+    .map(
+      (cause) =>
+        `${(cause as Error).message}${(cause as { code?: unknown }).code ? ` [${String((cause as { code?: unknown }).code)}]` : ''}`,
+    )
+    .join(': ');
   for (const cause of causes) {
     const { name, code } = cause as Error & { code?: unknown };
     // fetch's own failures: a TypeError ("fetch failed") over the socket's error, or the timeout's abort.
-    if (name === 'TimeoutError' || name === 'AbortError' || (cause instanceof TypeError && /fetch failed/.test(cause.message)) || notAProviderAnswer.has(String(code))) {
+    if (
+      name === 'TimeoutError' ||
+      name === 'AbortError' ||
+      (cause instanceof TypeError && /fetch failed/.test(cause.message)) ||
+      notAProviderAnswer.has(String(code))
+    ) {
       return new Refused('provider_unreachable', `${step}: ${detail}`);
     }
   }
   if (error instanceof client.ResponseBodyError || error instanceof client.AuthorizationResponseError) {
-    return new Refused('provider_denied', `${step}: ${error.error}${error.error_description ? ` (${error.error_description})` : ''}`);
+    return new Refused(
+      'provider_denied',
+      `${step}: ${error.error}${error.error_description ? ` (${error.error_description})` : ''}`,
+    );
   }
   return new Refused('token_invalid', `${step}: ${detail}`);
 }
@@ -123,7 +159,10 @@ export class OidcSignIn {
   }
 
   private redirectUrl(ctx: ConsoleContext): string {
-    return this.settings.redirectUrl ?? `${this.deps.config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`}${oidcCallbackPath}`;
+    return (
+      this.settings.redirectUrl ??
+      `${this.deps.config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`}${oidcCallbackPath}`
+    );
   }
 
   /** `GET /console/api/oidc/login`: off to the provider. */
@@ -139,7 +178,12 @@ export class OidcSignIn {
     if (!browser || !/^[A-Za-z0-9_-]{43}$/.test(browser)) browser = randomBytes(32).toString('base64url');
     ctx.cookies.set(oidcBrowserCookie, browser, cookieOptions(ctx, attemptSeconds * 1000));
     const state = client.randomState();
-    const attempt: Attempt = { browser: hashOf(browser), verifier: client.randomPKCECodeVerifier(), nonce: client.randomNonce(), redirect: this.redirectUrl(ctx) };
+    const attempt: Attempt = {
+      browser: hashOf(browser),
+      verifier: client.randomPKCECodeVerifier(),
+      nonce: client.randomNonce(),
+      redirect: this.redirectUrl(ctx),
+    };
     await this.deps.redis.set(oidcAttemptKey(state), JSON.stringify(attempt), 'EX', attemptSeconds);
     const url = client.buildAuthorizationUrl(configuration, {
       redirect_uri: attempt.redirect,
@@ -173,7 +217,10 @@ export class OidcSignIn {
     const { log } = ctx.state;
     const record = this.deps.keyStore.record;
     if (outcome.ok) {
-      log.info({ account: outcome.account.id, subject: outcome.subject }, 'console sign-in through the identity provider');
+      log.info(
+        { account: outcome.account.id, subject: outcome.subject },
+        'console sign-in through the identity provider',
+      );
       await recordChange(record, {
         ...auditSource(ctx, outcome.account),
         action: 'signin.succeeded',
@@ -184,16 +231,25 @@ export class OidcSignIn {
       ctx.redirect('/console/');
       return;
     }
-    log.warn({ refusal: outcome.refusal, detail: outcome.detail.slice(0, 500) }, 'console sign-in through the identity provider refused');
+    log.warn(
+      { refusal: outcome.refusal, detail: outcome.detail.slice(0, 500) },
+      'console sign-in through the identity provider refused',
+    );
     // A callback no sign-in of this browser started (no state, unknown or used) is no attempt: logged, not audited,
     // so anyone calling the URL cannot fill the audit log.
-    if (outcome.refusal !== 'state_invalid') await recordChange(record, {
-      ...auditSource(ctx, 'anonymous'),
-      action: 'signin.failed',
-      teamId: null,
-      target: null,
-      after: { method: 'oidc', issuer: this.settings.issuer, reason: outcome.refusal, detail: outcome.detail.slice(0, 300) },
-    });
+    if (outcome.refusal !== 'state_invalid')
+      await recordChange(record, {
+        ...auditSource(ctx, 'anonymous'),
+        action: 'signin.failed',
+        teamId: null,
+        target: null,
+        after: {
+          method: 'oidc',
+          issuer: this.settings.issuer,
+          reason: outcome.refusal,
+          detail: outcome.detail.slice(0, 300),
+        },
+      });
     ctx.redirect(`/console/?sso_error=${outcome.refusal}`);
   }
 
@@ -201,7 +257,8 @@ export class OidcSignIn {
   private async signIn(ctx: ConsoleContext): Promise<{ account: Account; subject: string }> {
     const attempt = await this.takeAttempt(ctx);
     const providerError = ctx.query.error;
-    if (typeof providerError === 'string') throw new Refused('provider_denied', `the provider answered ${providerError.slice(0, 100)}`);
+    if (typeof providerError === 'string')
+      throw new Refused('provider_denied', `the provider answered ${providerError.slice(0, 100)}`);
     let configuration: client.Configuration;
     try {
       configuration = await this.configuration();
@@ -245,16 +302,25 @@ export class OidcSignIn {
     if (!stored) throw new Refused('state_invalid', 'an unknown, expired or used state');
     const attempt = JSON.parse(stored) as Attempt;
     const browser = ctx.cookies.get(oidcBrowserCookie);
-    if (!browser || !sameSecret(hashOf(browser), attempt.browser)) throw new Refused('state_invalid', 'the state was started by another browser');
-    if ((await takeAttemptScript(this.deps.redis, { attempt: key, value: stored })) !== 1) throw new Refused('state_invalid', 'an unknown, expired or used state');
+    if (!browser || !sameSecret(hashOf(browser), attempt.browser))
+      throw new Refused('state_invalid', 'the state was started by another browser');
+    if ((await takeAttemptScript(this.deps.redis, { attempt: key, value: stored })) !== 1)
+      throw new Refused('state_invalid', 'an unknown, expired or used state');
     return { ...attempt, state };
   }
 
   /** Who the provider says signed in: from the ID token, with what it leaves out (groups, email) from userinfo. */
-  private async personClaims(configuration: client.Configuration, claims: client.IDToken, accessToken: string): Promise<PersonClaims> {
+  private async personClaims(
+    configuration: client.Configuration,
+    claims: client.IDToken,
+    accessToken: string,
+  ): Promise<PersonClaims> {
     const { groupsClaim } = this.settings;
     let source: Record<string, unknown> = claims;
-    if ((claims[groupsClaim] === undefined || claims.email === undefined) && configuration.serverMetadata().userinfo_endpoint) {
+    if (
+      (claims[groupsClaim] === undefined || claims.email === undefined) &&
+      configuration.serverMetadata().userinfo_endpoint
+    ) {
       try {
         source = { ...(await client.fetchUserInfo(configuration, accessToken, claims.sub)), ...claims };
         // The ID token's groups claim wins when both have one; userinfo's fills it in when the token had none.
@@ -268,7 +334,11 @@ export class OidcSignIn {
       email: typeof source.email === 'string' ? source.email.trim() : '',
       emailVerified: source.email_verified === true,
       name: typeof source.name === 'string' ? source.name.slice(0, 200) : '',
-      groups: Array.isArray(groups) ? groups.filter((group): group is string => typeof group === 'string') : typeof groups === 'string' ? [groups] : [],
+      groups: Array.isArray(groups)
+        ? groups.filter((group): group is string => typeof group === 'string')
+        : typeof groups === 'string'
+          ? [groups]
+          : [],
     };
   }
 
@@ -286,49 +356,85 @@ export class OidcSignIn {
       const same = await accounts.findByEmail(person.email);
       if (same) {
         // An account the gateway has already: linked only when the provider says the email is proven theirs.
-        if (!person.emailVerified) throw new Refused('email_taken', `${person.email} belongs to an account and the provider does not say it is verified`);
-        if ((await linkedSubject(accounts.record, same.id)) !== undefined || !(await linkOidcPerson(accounts.record, same.id, issuer, person.subject))) {
+        if (!person.emailVerified)
+          throw new Refused(
+            'email_taken',
+            `${person.email} belongs to an account and the provider does not say it is verified`,
+          );
+        if (
+          (await linkedSubject(accounts.record, same.id)) !== undefined ||
+          !(await linkOidcPerson(accounts.record, same.id, issuer, person.subject))
+        ) {
           throw new Refused('email_taken', `${person.email} belongs to an account linked to another subject`);
         }
         account = same;
       }
     }
     const teams = teamsForGroups(teamMap, person.groups);
-    const admin = adminGroups.length > 0 ? person.groups.some((group) => adminGroups.includes(group)) : account?.role === 'admin';
+    const admin =
+      adminGroups.length > 0 ? person.groups.some((group) => adminGroups.includes(group)) : account?.role === 'admin';
     // A break-glass admin stays one whatever the groups say: it is the way in when the provider is wrong.
-    const role = admin || (account?.role === 'admin' && breakGlass.includes(account.email.toLowerCase())) ? 'admin' : 'member';
-    if (teams.size === 0 && role !== 'admin') throw new Refused('not_in_mapped_group', `groups: ${person.groups.join(', ').slice(0, 300) || 'none'}`);
+    const role =
+      admin || (account?.role === 'admin' && breakGlass.includes(account.email.toLowerCase())) ? 'admin' : 'member';
+    if (teams.size === 0 && role !== 'admin')
+      throw new Refused('not_in_mapped_group', `groups: ${person.groups.join(', ').slice(0, 300) || 'none'}`);
     if (!account) {
       let made = true;
       try {
-        account = await accounts.create({ email: person.email, name: person.name, role, oidc: { issuer, subject: person.subject } });
+        account = await accounts.create({
+          email: person.email,
+          name: person.name,
+          role,
+          oidc: { issuer, subject: person.subject },
+        });
       } catch (error) {
         // Two first sign-ins at once: the other made it (and recorded it).
         made = false;
         account = await findOidcPerson(accounts, issuer, person.subject);
         if (!account) throw error;
       }
-      if (made) await recordChange(accounts.record, { ...by, action: 'account.created', teamId: account.id, target: account.id, after: { ...accountAuditFields(account), via: 'oidc' } });
+      if (made)
+        await recordChange(accounts.record, {
+          ...by,
+          action: 'account.created',
+          teamId: account.id,
+          target: account.id,
+          after: { ...accountAuditFields(account), via: 'oidc' },
+        });
     }
     if (account.disabled) throw new Refused('account_disabled', `account ${account.id} is disabled`);
     if (account.role !== role || (person.name !== '' && account.name !== person.name)) {
       const was = account;
-      account = (await accounts.update(account.id, { role, ...(person.name === '' ? {} : { name: person.name }) })) ?? account;
-      await recordChange(accounts.record, { ...by, action: 'account.updated', teamId: account.id, target: account.id, ...changedFields({ role: was.role, name: was.name }, { role: account.role, name: account.name }) });
+      account =
+        (await accounts.update(account.id, { role, ...(person.name === '' ? {} : { name: person.name }) })) ?? account;
+      await recordChange(accounts.record, {
+        ...by,
+        action: 'account.updated',
+        teamId: account.id,
+        target: account.id,
+        ...changedFields({ role: was.role, name: was.name }, { role: account.role, name: account.name }),
+      });
     }
     const memberships = new Map<string, 'owner' | 'member' | 'viewer'>();
-    for (const { team, role: teamRole } of teams.values()) memberships.set((await ensureTeam(accounts, team, by)).id, teamRole);
+    for (const { team, role: teamRole } of teams.values())
+      memberships.set((await ensureTeam(accounts, team, by)).id, teamRole);
     await syncOidcMemberships(accounts, account.id, memberships, by);
     return account;
   }
 
-  /** The provider's sign-out URL for a session signed in through it, or undefined (none, or the metadata is not at hand). */
+  /**
+   * The provider's sign-out URL for a session signed in through it, or undefined (none, or the metadata is not at
+   * hand).
+   */
   async endSessionUrl(ctx: ConsoleContext, idToken: string): Promise<string | undefined> {
     try {
       const configuration = await this.configuration();
       if (!configuration.serverMetadata().end_session_endpoint) return undefined;
       const base = this.deps.config.publicBaseUrl ?? `${ctx.protocol}://${ctx.host}`;
-      return client.buildEndSessionUrl(configuration, { id_token_hint: idToken, post_logout_redirect_uri: `${base}/console/` }).href;
+      return client.buildEndSessionUrl(configuration, {
+        id_token_hint: idToken,
+        post_logout_redirect_uri: `${base}/console/`,
+      }).href;
     } catch {
       return undefined;
     }

@@ -65,7 +65,17 @@ const isSecretField = (name: string) => secretFieldNames.has(name.toLowerCase().
  * Fields that hold base64 bytes in the OpenAI shapes (`b64_json` images, `input_audio.data` and chat audio,
  * Responses `file_data` and image results, base64 `embedding`s): their value is a reference even when short.
  */
-const binaryFieldNames = new Set(['b64json', 'b64', 'data', 'filedata', 'imagedata', 'audiodata', 'partialimageb64', 'result', 'embedding']);
+const binaryFieldNames = new Set([
+  'b64json',
+  'b64',
+  'data',
+  'filedata',
+  'imagedata',
+  'audiodata',
+  'partialimageb64',
+  'result',
+  'embedding',
+]);
 const isBinaryField = (name: string) => binaryFieldNames.has(name.toLowerCase().replace(/[-_]/g, ''));
 const binaryFieldMinLength = 24;
 
@@ -92,22 +102,32 @@ const secretPatterns: Array<[RegExp, Replacement, string?]> = [
   ],
   // Vendor and gateway key shapes: OpenAI and Anthropic `sk-…`, the gateway's own `sy-…`, xAI, Groq, Hugging Face,
   // NVIDIA, Perplexity, Replicate, GitHub, GitLab, Slack, Google `AIza…`, AWS access key ids, JWTs.
-  [/(?<![A-Za-z0-9])(?:sk|rk|sy|xai|gsk|hf|nvapi|pplx|r8|glpat|gh[pousr]|github_pat)[-_][A-Za-z0-9_*.-]{6,}/g, REDACTED],
+  [
+    /(?<![A-Za-z0-9])(?:sk|rk|sy|xai|gsk|hf|nvapi|pplx|r8|glpat|gh[pousr]|github_pat)[-_][A-Za-z0-9_*.-]{6,}/g,
+    REDACTED,
+  ],
   [/(?<![A-Za-z0-9])xox[abposr]-[A-Za-z0-9-]{10,}/g, REDACTED, 'xox'],
   [/(?<![A-Za-z0-9])AIza[0-9A-Za-z_-]{20,}/g, REDACTED, 'AIza'],
   [/(?<![A-Za-z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9])/g, REDACTED],
   [/(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}/g, REDACTED, 'eyJ'],
 ];
 
-/** The gateway's own ids (`req_` + 32 hex digits, `resp_`, `video_`, `acct_`, `chatcmpl-`…): long, opaque, and not secret. */
+/**
+ * The gateway's own ids (`req_` + 32 hex digits, `resp_`, `video_`, `acct_`, `chatcmpl-`…): long, opaque, and not
+ * secret.
+ */
 const gatewayId = /^(?:req|resp|video|acct|key|chatcmpl|cmpl)[_-][0-9a-f]{16,64}$/;
 
-/** A long opaque token (hex, base64url): 32+ characters holding both letters and digits (checked on the match: cheaper than lookaheads). */
+/**
+ * A long opaque token (hex, base64url): 32+ characters holding both letters and digits (checked on the match: cheaper
+ * than lookaheads).
+ */
 const opaqueToken = /(?<![A-Za-z0-9_-])[A-Za-z0-9_-]{32,}(?![A-Za-z0-9_-])(?:={1,2}(?![A-Za-z0-9_=-]))?/g;
 const isOpaqueToken = (match: string) => /\d/.test(match) && /[A-Za-z]/.test(match) && !gatewayId.test(match);
 /** A long base64 token with `+` or `/` in it (an AWS secret key): 40+ characters of mixed case and digits. */
 const opaqueBase64 = /(?<![A-Za-z0-9+/=_.-])[A-Za-z0-9+/]{40,}={0,2}(?![A-Za-z0-9+/=_.-])/g;
-const isOpaqueBase64 = (match: string) => /[+/]/.test(match) && /\d/.test(match) && /[a-z]/.test(match) && /[A-Z]/.test(match);
+const isOpaqueBase64 = (match: string) =>
+  /[+/]/.test(match) && /\d/.test(match) && /[a-z]/.test(match) && /[A-Z]/.test(match);
 
 /** `data:<type>[;params];base64,<data>` anywhere in a string. */
 const dataUrl = /data:([\w.+-]+\/[\w.+-]+)?((?:;[\w.+-]+=[^;,\s"']*)*);base64,([A-Za-z0-9+/_-]*={0,2})/gi;
@@ -150,7 +170,11 @@ export interface Redactor {
  * the patterns, or they would shred ordinary words.
  */
 export function createRedactor(knownSecrets: Iterable<string | undefined> = []): Redactor {
-  const secrets = [...new Set([...knownSecrets].filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8))]
+  const secrets = [
+    ...new Set(
+      [...knownSecrets].filter((secret): secret is string => typeof secret === 'string' && secret.length >= 8),
+    ),
+  ]
     // Longest first, so a secret that contains another is replaced whole.
     .sort((a, b) => b.length - a.length);
 
@@ -177,7 +201,11 @@ export function createRedactor(knownSecrets: Iterable<string | undefined> = []):
     if (compact.length >= bareBase64MinLength && bareBase64.test(compact)) {
       return `[base64: ${base64Bytes(input.replace(/[\r\n]+/g, ''))} bytes]`;
     }
-    out = out.replace(dataUrl, (_match, type: string | undefined, _params: string, data: string) => `[upload: ${type ?? 'unknown type'}, ${base64Bytes(data)} bytes]`);
+    out = out.replace(
+      dataUrl,
+      (_match, type: string | undefined, _params: string, data: string) =>
+        `[upload: ${type ?? 'unknown type'}, ${base64Bytes(data)} bytes]`,
+    );
     for (const secret of secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED);
     for (const [pattern, replacement, needle] of secretPatterns) {
       if (needle === undefined || out.includes(needle)) out = out.replace(pattern, replacement as string);
@@ -195,16 +223,23 @@ export function createRedactor(knownSecrets: Iterable<string | undefined> = []):
     if (!reshape && redacted.has(input)) return input;
     if (depth >= maxDepth) return '[nested too deep]';
     if (Array.isArray(input)) {
-      if (reshape && input.length > maxNumberArray && input.every((item) => typeof item === 'number')) return `[${input.length} numbers]`;
+      if (reshape && input.length > maxNumberArray && input.every((item) => typeof item === 'number'))
+        return `[${input.length} numbers]`;
       return input.map((item) => value(item, reshape, depth + 1));
     }
     const record = input as Record<string, unknown>;
     // A Buffer as JSON.stringify writes it.
-    if (reshape && record.type === 'Buffer' && Array.isArray(record.data) && Object.keys(record).length === 2) return `[binary: ${record.data.length} bytes]`;
+    if (reshape && record.type === 'Buffer' && Array.isArray(record.data) && Object.keys(record).length === 2)
+      return `[binary: ${record.data.length} bytes]`;
     const out: Record<string, unknown> = {};
     for (const [name, item] of Object.entries(record)) {
       if (isSecretField(name) && item !== null && item !== undefined && item !== '') out[name] = REDACTED;
-      else if (typeof item === 'string' && item.length >= binaryFieldMinLength && isBinaryField(name) && bareBase64.test(item.replace(/[\r\n]+/g, ''))) {
+      else if (
+        typeof item === 'string' &&
+        item.length >= binaryFieldMinLength &&
+        isBinaryField(name) &&
+        bareBase64.test(item.replace(/[\r\n]+/g, ''))
+      ) {
         out[name] = `[base64: ${base64Bytes(item.replace(/[\r\n]+/g, ''))} bytes]`;
       } else out[name] = value(item, reshape, depth + 1);
     }
@@ -217,7 +252,12 @@ export function createRedactor(knownSecrets: Iterable<string | undefined> = []):
   };
 
   const returnValue = (input: unknown): unknown => {
-    if (input && typeof input === 'object' && !Array.isArray(input) && typeof (input as { body?: unknown }).body === 'string') {
+    if (
+      input &&
+      typeof input === 'object' &&
+      !Array.isArray(input) &&
+      typeof (input as { body?: unknown }).body === 'string'
+    ) {
       const record = input as Record<string, unknown> & { body: string };
       let parsed: unknown;
       try {

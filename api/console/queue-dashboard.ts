@@ -84,7 +84,10 @@ const safeDecode = (segment: string) => {
 /** `{chat}` → `chat`, `{chat-1}` → `chat-1`: the hash tag is how a queue is named in Redis, not what it is. */
 const displayName = (queueName: string) => queueName.replace(/^\{(.*)\}$/, '$1');
 
-/** Secrets the gateway knows, replaced wherever they appear: vendor keys, the admin token and password, storage and link secrets. */
+/**
+ * Secrets the gateway knows, replaced wherever they appear: vendor keys, the admin token and password, storage and link
+ * secrets.
+ */
 function knownSecrets(config: Config): string[] {
   const secrets = [config.adminToken, config.console.adminPassword, config.blobUrlSecret, config.s3?.secretAccessKey];
   for (const channels of resolveChannels(config).values()) for (const channel of channels) secrets.push(channel.apiKey);
@@ -104,19 +107,24 @@ function knownSecrets(config: Config): string[] {
  */
 const pageStyle = [
   '*,*::before,*::after{box-sizing:border-box}',
-  'body{margin:0;min-height:100vh;display:grid;place-items:center;padding:40px 16px;color:#0f172a;font-size:14px;line-height:1.5;',
-  "font-family:ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,'Noto Sans',sans-serif;-webkit-font-smoothing:antialiased;",
+  'body{margin:0;min-height:100vh;display:grid;place-items:center;padding:40px ' +
+    '16px;color:#0f172a;font-size:14px;line-height:1.5;',
+  "font-family:ui-sans-serif,system-ui,-apple-system,'Segoe UI',Roboto,'Helvetica Neue',Arial,'Noto " +
+    "Sans',sans-serif;-webkit-font-smoothing:antialiased;",
   'background:radial-gradient(1200px 500px at 50% -10%,#eef2ff 0%,rgba(238,242,255,0) 60%),#f8f9fb}',
   'main{width:min(400px,100%);padding:32px;background:#fff;border:1px solid #e6e8ec;border-radius:16px;',
   'box-shadow:0 1px 3px rgba(16,24,40,.06),0 1px 2px rgba(16,24,40,.04),0 12px 32px -12px rgba(16,24,40,.12)}',
-  '.logo{display:flex;align-items:center;gap:10px;margin:0 0 28px;font-weight:650;font-size:16px}.logo svg{width:28px;height:28px;flex:none}',
+  '.logo{display:flex;align-items:center;gap:10px;margin:0 0 28px;font-weight:650;font-size:16px}.logo ' +
+    'svg{width:28px;height:28px;flex:none}',
   'h1{margin:0;font-size:22px;font-weight:650;line-height:1.25;letter-spacing:-.015em}',
   '.lead{margin:6px 0 24px;color:#64748b}',
-  '.button{display:flex;align-items:center;justify-content:center;height:40px;padding:0 14px;border-radius:7px;background:#111827;color:#fff;',
+  '.button{display:flex;align-items:center;justify-content:center;height:40px;padding:0 ' +
+    '14px;border-radius:7px;background:#111827;color:#fff;',
   'font-weight:550;text-decoration:none;text-align:center}',
   '.button:hover{background:#1f2937}.button:focus-visible{outline:none;box-shadow:0 0 0 3px rgba(79,70,229,.35)}',
   '.foot{margin:22px 0 0;padding-top:18px;border-top:1px solid #e6e8ec;color:#64748b;text-align:center}',
-  "code{font-family:ui-monospace,SFMono-Regular,'SF Mono',Menlo,Consolas,'Liberation Mono',monospace;font-size:12.5px;white-space:nowrap}",
+  "code{font-family:ui-monospace,SFMono-Regular,'SF Mono',Menlo,Consolas,'Liberation " +
+    "Mono',monospace;font-size:12.5px;white-space:nowrap}",
   '.foot a{color:#4338ca;text-decoration:none}.foot a:hover{text-decoration:underline}',
   '@media (max-width:560px){main{padding:24px 20px}}',
 ].join('');
@@ -124,12 +132,15 @@ const pageStyle = [
 /** The console's logo mark (console/src/components/shell.tsx). */
 const logo =
   '<svg viewBox="0 0 32 32" aria-hidden="true"><rect width="32" height="32" rx="8" fill="#111827"/>' +
-  '<path d="M8 22h6l4-12h6" fill="none" stroke="#fff" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round"/>' +
-  '<path d="M8 10h6l1.5 4.5" fill="none" stroke="#34d399" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round"/></svg>';
+  ('<path d="M8 22h6l4-12h6" fill="none" stroke="#fff" stroke-width="2.5" stroke-linecap="round" ' +
+    'stroke-linejoin="round"/>') +
+  ('<path d="M8 10h6l1.5 4.5" fill="none" stroke="#34d399" stroke-width="2.5" stroke-linecap="round" ' +
+    'stroke-linejoin="round"/></svg>');
 
 /** A refusal a person reads: the console's look, what to do, and the way there. */
 const page = (title: string, text: string, link: { href: string; label: string }, foot?: string) =>
-  `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">` +
+  `<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, ` +
+  `initial-scale=1">` +
   `<title>${title} · Switchyard</title><style>${pageStyle}</style></head><body><main>` +
   `<p class="logo">${logo}<span>Switchyard</span></p><h1>${title}</h1><p class="lead">${text}</p>` +
   `<a class="button" href="${link.href}">${link.label}</a>` +
@@ -188,7 +199,10 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
         ctx,
         path,
         new GatewayError(403, 'Only administrators may open the queue dashboard.', { code: 'admin_only' }),
-        page('Administrators only', 'The queue dashboard is for administrators of this gateway.', { href: '/console', label: 'Back to the console' }),
+        page('Administrators only', 'The queue dashboard is for administrators of this gateway.', {
+          href: '/console',
+          label: 'Back to the console',
+        }),
       );
       return undefined;
     }
@@ -198,7 +212,10 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
     refuse(
       ctx,
       path,
-      new GatewayError(401, message, { code: bearer ? 'invalid_admin_token' : 'not_signed_in', headers: { 'www-authenticate': 'Bearer realm="switchyard admin"' } }),
+      new GatewayError(401, message, {
+        code: bearer ? 'invalid_admin_token' : 'not_signed_in',
+        headers: { 'www-authenticate': 'Bearer realm="switchyard admin"' },
+      }),
       page(
         'Sign in to see the queues',
         'The queue dashboard is for administrators of this gateway: sign in to the console, and it opens from there.',
@@ -214,9 +231,13 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
   const guard = async (ctx: Koa.Context, path: string, entrant: Entrant): Promise<void> => {
     if (ctx.method === 'GET' || ctx.method === 'HEAD') return;
     if (!writable) {
-      throw new GatewayError(403, 'The queue dashboard is read-only: set QUEUE_DASHBOARD_WRITE=on to act on jobs and queues from it.', {
-        code: 'queue_dashboard_read_only',
-      });
+      throw new GatewayError(
+        403,
+        'The queue dashboard is read-only: set QUEUE_DASHBOARD_WRITE=on to act on jobs and queues from it.',
+        {
+          code: 'queue_dashboard_read_only',
+        },
+      );
     }
     if (entrant.by === 'session') {
       // The cookie is SameSite=Strict already; a change must also say it comes from this origin.
@@ -228,7 +249,10 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
         host = undefined;
       }
       const sameOrigin = origin ? host === ctx.host : ctx.get('sec-fetch-site') === 'same-origin';
-      if (!sameOrigin) throw new GatewayError(403, 'A change from the queue dashboard must come from its own page.', { code: 'csrf_failed' });
+      if (!sameOrigin)
+        throw new GatewayError(403, 'A change from the queue dashboard must come from its own page.', {
+          code: 'csrf_failed',
+        });
     }
     // The router matches case-insensitively on the decoded path: so does this.
     const segments = path.slice(queueDashboardPath.length).split('/').filter(Boolean).map(safeDecode);
@@ -237,13 +261,19 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
     const [, , queueName, second, third] = segments;
     const [, , , secondLower, thirdLower] = lower;
     if (secondLower === 'add' && third === undefined) {
-      throw new GatewayError(403, 'Jobs are made by the gateway’s own endpoints; the dashboard does not add them.', { code: 'queue_dashboard_forbidden' });
+      throw new GatewayError(403, 'Jobs are made by the gateway’s own endpoints; the dashboard does not add them.', {
+        code: 'queue_dashboard_forbidden',
+      });
     }
     if (thirdLower === 'update-data') {
-      throw new GatewayError(403, 'The dashboard shows job data redacted; it does not write job data back.', { code: 'queue_dashboard_forbidden' });
+      throw new GatewayError(403, 'The dashboard shows job data redacted; it does not write job data back.', {
+        code: 'queue_dashboard_forbidden',
+      });
     }
     const completedRetry = () =>
-      new GatewayError(403, 'A completed job is not retried: its request was answered and billed already.', { code: 'queue_dashboard_forbidden' });
+      new GatewayError(403, 'A completed job is not retried: its request was answered and billed already.', {
+        code: 'queue_dashboard_forbidden',
+      });
     if (secondLower === 'retry' && thirdLower === 'completed') throw completedRetry();
     if (thirdLower === 'retry' && queueName !== undefined && second !== undefined) {
       const queue = queueByName.get(queueName);
@@ -254,7 +284,9 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
   /** GET /console/queue-dashboard: an admin's console session, handed to a cookie the dashboard receives. */
   const enter = async (ctx: Koa.Context): Promise<void> => {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') {
-      throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, { code: 'method_not_allowed' });
+      throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, {
+        code: 'method_not_allowed',
+      });
     }
     ctx.set('cache-control', 'no-store');
     const found = await loadSession(ctx);
@@ -265,7 +297,10 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
     if (found.account.role !== 'admin') {
       ctx.status = 403;
       ctx.type = 'html';
-      ctx.body = page('Administrators only', 'The queue dashboard is for administrators of this gateway.', { href: '/console', label: 'Back to the console' });
+      ctx.body = page('Administrators only', 'The queue dashboard is for administrators of this gateway.', {
+        href: '/console',
+        label: 'Back to the console',
+      });
       return;
     }
     const leftMs = found.session.created + config.console.sessionMaxSeconds * 1000 - Date.now();
@@ -296,13 +331,15 @@ export function queueDashboard(deps: QueueDashboardDeps): Koa.Middleware {
     await guard(ctx, path, entrant);
     // Every job shown is redacted on the api's event loop: a page holds at most 50 (bull-board allows 300).
     const perPage = Number(ctx.query.jobsPerPage);
-    if (Number.isFinite(perPage) && perPage > maxJobsPerPage) ctx.query = { ...ctx.query, jobsPerPage: String(maxJobsPerPage) };
+    if (Number.isFinite(perPage) && perPage > maxJobsPerPage)
+      ctx.query = { ...ctx.query, jobsPerPage: String(maxJobsPerPage) };
     const dashboard = await loadBoard();
     // Nothing runs after the dashboard: a path it does not know is a 404 (the envelope answers it).
     await dashboard(ctx, async () => {});
     // Its page asks for Google's fonts, which the policy above refuses (a console error on every load): the link
     // is left out, and the system's fonts stand in as they did.
-    if (typeof ctx.body === 'string' && ctx.response.is('html')) ctx.body = ctx.body.replace(/<link\b[^>]*fonts\.googleapis\.com[^>]*>\s*/g, '');
+    if (typeof ctx.body === 'string' && ctx.response.is('html'))
+      ctx.body = ctx.body.replace(/<link\b[^>]*fonts\.googleapis\.com[^>]*>\s*/g, '');
   };
 }
 
@@ -323,7 +360,12 @@ async function buildBoard(queues: readonly Queue[], writable: boolean, redactor:
   serverAdapter.setBasePath(queueDashboardPath);
   const adapters = queues.map((queue) => {
     // bull-board hides the retry buttons of completed jobs with `allowCompletedRetries` (the guard refuses them too).
-    const options = { readOnlyMode: !writable, allowRetries: writable, allowCompletedRetries: false, displayName: displayName(queue.name) };
+    const options = {
+      readOnlyMode: !writable,
+      allowRetries: writable,
+      allowCompletedRetries: false,
+      displayName: displayName(queue.name),
+    };
     const adapter = new BullMQAdapter(queue, options);
     adapter.setFormatter('data', (data: unknown) => redactor.value(data));
     adapter.setFormatter('returnValue', (value: unknown) => redactor.returnValue(value));

@@ -10,7 +10,18 @@ import { microsToUsd } from '../accounts/account-store.js';
 import { parseStrict } from '../accounts/account-requests.js';
 import { playgroundKeyName, playgroundName, type KeyStore } from '../accounts/key-store.js';
 import type { ModelResolver } from '../requests/model-resolver.js';
-import type { ActivityPage, HistogramBar, KeyName, KeyUsageRow, ModelLatency, RequestCounts, RequestHistogram, SessionFacts, UsageReport, UsageRow } from '../../shared/console-api.js';
+import type {
+  ActivityPage,
+  HistogramBar,
+  KeyName,
+  KeyUsageRow,
+  ModelLatency,
+  RequestCounts,
+  RequestHistogram,
+  SessionFacts,
+  UsageReport,
+  UsageRow,
+} from '../../shared/console-api.js';
 import { groupUsage, loadUsageDays } from '../accounts/admin-usage.js';
 import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/admin-requests.js';
 
@@ -25,7 +36,9 @@ import { requestFilterQuerySchema, requestListQuerySchema } from '../accounts/ad
 
 const dayMs = 86_400_000;
 
-/** Every model `/v1/models` lists, with the prices a client pays for it (markup included), in the units it is billed in. */
+/**
+ * Every model `/v1/models` lists, with the prices a client pays for it (markup included), in the units it is billed in.
+ */
 export function pricingList(models: ModelResolver, prices: PriceList) {
   return models.list().map((model) => ({
     id: model.id,
@@ -70,7 +83,10 @@ function daysOf(request: UsageRequest): string[] {
   return Array.from({ length: count }, (_, i) => utcDay(today - (count - 1 - i) * dayMs));
 }
 
-/** Whose usage a session reads: a member its own account's, whatever it names; an admin the account it names, or every account's (undefined). */
+/**
+ * Whose usage a session reads: a member its own account's, whatever it names; an admin the account it names, or every
+ * account's (undefined).
+ */
 function usageAccount(account: Account, request: UsageRequest): string | undefined {
   return account.role === 'admin' ? request.account_id : account.id;
 }
@@ -193,17 +209,30 @@ function groupCells(cells: readonly UsageRow[], by: ReadonlyArray<'day' | 'model
     if (group) group.push(cell);
     else groups.set(id, [cell]);
   }
-  const rows = [...groups.values()].map((group) => sumCells(group, Object.fromEntries(by.map((dim) => [dim, group[0]![dim] ?? ''])) as Pick<UsageRow, 'day' | 'model' | 'key_id'>));
+  const rows = [...groups.values()].map((group) =>
+    sumCells(
+      group,
+      Object.fromEntries(by.map((dim) => [dim, group[0]![dim] ?? ''])) as Pick<UsageRow, 'day' | 'model' | 'key_id'>,
+    ),
+  );
   const order = (row: UsageRow) => [row.day ?? '', row.model ?? '', row.key_id ?? ''].join('\u0000');
   return rows.sort((a, b) => (order(a) < order(b) ? -1 : order(a) > order(b) ? 1 : 0));
 }
 
 /** The first second of a report's days and the first after them. */
 function rangeOf(days: readonly string[]) {
-  return { since: Date.parse(`${days[0]}T00:00:00Z`) / 1000, until: Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400 };
+  return {
+    since: Date.parse(`${days[0]}T00:00:00Z`) / 1000,
+    until: Date.parse(`${days.at(-1)}T00:00:00Z`) / 1000 + 86_400,
+  };
 }
 
-function logFilter(accountId: string | undefined, request: UsageRequest, days: readonly string[], keyIds?: readonly string[]): RequestFilter & { since: number; until: number } {
+function logFilter(
+  accountId: string | undefined,
+  request: UsageRequest,
+  days: readonly string[],
+  keyIds?: readonly string[],
+): RequestFilter & { since: number; until: number } {
   return {
     ...(accountId !== undefined ? { accountId } : {}),
     ...(keyIds !== undefined ? { keyIds } : {}),
@@ -218,12 +247,22 @@ function logFilter(accountId: string | undefined, request: UsageRequest, days: r
  * and key: the amounts from the record's day totals (summed by `groupUsage`), the request counts from the request
  * log (`requestTallies`); a cell only one of them has is zero in the other.
  */
-async function usageCells(keyStore: KeyStore, accountId: string | undefined, request: UsageRequest, keyIds?: readonly string[]) {
+async function usageCells(
+  keyStore: KeyStore,
+  accountId: string | undefined,
+  request: UsageRequest,
+  keyIds?: readonly string[],
+) {
   const days = daysOf(request);
   const loaded = await loadUsageDays(keyStore.record, days, accountId);
   // A team member's share: the day totals of the keys they made only.
   const mine = keyIds === undefined ? loaded : loaded.filter((row) => keyIds.includes(row.key_id));
-  const amounts = groupUsage(mine, { accountId, keyId: request.key_id, model: request.model, groupBy: ['day', 'model', 'key'] });
+  const amounts = groupUsage(mine, {
+    accountId,
+    keyId: request.key_id,
+    model: request.model,
+    groupBy: ['day', 'model', 'key'],
+  });
   const counted = await requestTallies(keyStore.record, logFilter(accountId, request, days, keyIds));
   const cells = new Map<string, UsageRow>();
   const cellOf = (day: string, model: string, keyId: string) => {
@@ -249,9 +288,14 @@ async function usageCells(keyStore: KeyStore, accountId: string | undefined, req
  * Latency, time to first token and error rate per model (as `reportedModel`), counting requests as `requestCount`
  * does (so each model's count is By model's); the percentiles are over completed requests only.
  */
-async function latencyByModel(record: RecordDb, filter: RequestFilter & { since: number; until: number }): Promise<ModelLatency[]> {
+async function latencyByModel(
+  record: RecordDb,
+  filter: RequestFilter & { since: number; until: number },
+): Promise<ModelLatency[]> {
   const answered = (column: 'latency_ms' | 'ttft_ms', fraction: number) =>
-    sql<number | null>`percentile_cont(${sql.lit(fraction)}) within group (order by ${sql.ref(column)}) filter (where status = 'completed')`;
+    sql<
+      number | null
+    >`percentile_cont(${sql.lit(fraction)}) within group (order by ${sql.ref(column)}) filter (where status = 'completed')`;
   const rows = await countedRows(record, filter)
     .select([
       reportedModel.as('model'),
@@ -285,7 +329,9 @@ async function accountCounts(keyStore: KeyStore, days: readonly string[]) {
   const { since, until } = rangeOf(days);
   const [all, active] = await Promise.all([
     keyStore.accounts.list(),
-    countedRows(keyStore.record, { since, until }).select(sql<number>`count(distinct account_id)`.as('n')).executeTakeFirst(),
+    countedRows(keyStore.record, { since, until })
+      .select(sql<number>`count(distinct account_id)`.as('n'))
+      .executeTakeFirst(),
   ]);
   return { total: all.length, active: Number(active?.n ?? 0) };
 }
@@ -297,22 +343,48 @@ async function accountCounts(keyStore: KeyStore, days: readonly string[]) {
  * team's Playground key made before each was named for its person ("Playground" alone, its maker another than the
  * team) is named as one made now is, "Playground (their email)", so a team's several are never rows of one name.
  */
-async function namedKeys(keyStore: KeyStore, which: { ids: readonly string[] } | { teamId: string; keyIds?: readonly string[] | undefined }): Promise<KeyName[]> {
+async function namedKeys(
+  keyStore: KeyStore,
+  which: { ids: readonly string[] } | { teamId: string; keyIds?: readonly string[] | undefined },
+): Promise<KeyName[]> {
   const only = 'ids' in which ? which.ids : which.keyIds;
   if (only?.length === 0) return [];
   let query = keyStore.record
     .selectFrom('api_keys')
     .leftJoin('accounts as maker', 'maker.id', 'api_keys.created_by')
-    .select(['api_keys.id', 'api_keys.name', 'api_keys.revoked', 'api_keys.account_id', 'api_keys.created_by', 'maker.email as maker_email', 'maker.name as maker_name']);
+    .select([
+      'api_keys.id',
+      'api_keys.name',
+      'api_keys.revoked',
+      'api_keys.account_id',
+      'api_keys.created_by',
+      'maker.email as maker_email',
+      'maker.name as maker_name',
+    ]);
   if ('teamId' in which) query = query.where('api_keys.account_id', '=', which.teamId);
   if (only) query = query.where('api_keys.id', 'in', only);
   const names = new Map<string, KeyName>();
   for (const row of await query.execute()) {
     const playground = row.name === playgroundName && row.created_by !== null && row.created_by !== row.account_id;
-    const name = playground ? playgroundKeyName({ id: row.created_by!, email: row.maker_email ?? undefined, name: row.maker_name ?? undefined }) : row.name;
-    names.set(row.id, { id: row.id, object: 'key_name', name, account_id: row.account_id, revoked: row.revoked !== null });
+    const name = playground
+      ? playgroundKeyName({
+          id: row.created_by!,
+          email: row.maker_email ?? undefined,
+          name: row.maker_name ?? undefined,
+        })
+      : row.name;
+    names.set(row.id, {
+      id: row.id,
+      object: 'key_name',
+      name,
+      account_id: row.account_id,
+      revoked: row.revoked !== null,
+    });
   }
-  const live = 'teamId' in which ? await keyStore.list({ accountId: which.teamId }) : await Promise.all(which.ids.filter((id) => !names.has(id)).map((id) => keyStore.get(id)));
+  const live =
+    'teamId' in which
+      ? await keyStore.list({ accountId: which.teamId })
+      : await Promise.all(which.ids.filter((id) => !names.has(id)).map((id) => keyStore.get(id)));
   for (const key of live) {
     if (!key || names.has(key.id) || (only && !only.includes(key.id))) continue;
     names.set(key.id, { id: key.id, object: 'key_name', name: key.name, account_id: key.accountId, revoked: false });
@@ -326,7 +398,9 @@ async function namedKeys(keyStore: KeyStore, which: { ids: readonly string[] } |
  * reads them (a viewer lists no keys, but sees their names in the usage report already).
  */
 export async function teamKeyNames(keyStore: KeyStore, teamId: string, keyIds?: readonly string[]): Promise<KeyName[]> {
-  return (await namedKeys(keyStore, { teamId, keyIds })).sort((a, b) => Number(a.revoked) - Number(b.revoked) || a.name.localeCompare(b.name));
+  return (await namedKeys(keyStore, { teamId, keyIds })).sort(
+    (a, b) => Number(a.revoked) - Number(b.revoked) || a.name.localeCompare(b.name),
+  );
 }
 
 /**
@@ -336,17 +410,38 @@ export async function teamKeyNames(keyStore: KeyStore, teamId: string, keyIds?: 
  * over the same days. A member's account's; an admin's every account's
  * (`account_id: null`, no balance), or the one `account_id` names.
  */
-export async function usageReport(keyStore: KeyStore, account: Account, request: UsageRequest, keyIds?: readonly string[]): Promise<UsageReport> {
+export async function usageReport(
+  keyStore: KeyStore,
+  account: Account,
+  request: UsageRequest,
+  keyIds?: readonly string[],
+): Promise<UsageReport> {
   const accountId = usageAccount(account, request);
   const { days, group, daily } = await usageCells(keyStore, accountId, request, keyIds);
   const latency = await latencyByModel(keyStore.record, logFilter(accountId, request, days, keyIds));
   const byKey = group(['key_id']);
-  const names = new Map((await namedKeys(keyStore, { ids: [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))] })).map((key) => [key.id, key]));
+  const names = new Map(
+    (
+      await namedKeys(keyStore, {
+        ids: [...new Set(byKey.map((row) => row.key_id).filter((id): id is string => Boolean(id)))],
+      })
+    ).map((key) => [key.id, key]),
+  );
   // Re-read: the balance shown is as of this report, not of the sign-in.
-  const current = accountId === undefined ? undefined : accountId === account.id ? ((await keyStore.accounts.get(account.id)) ?? account) : await keyStore.accounts.get(accountId);
+  const current =
+    accountId === undefined
+      ? undefined
+      : accountId === account.id
+        ? ((await keyStore.accounts.get(account.id)) ?? account)
+        : await keyStore.accounts.get(accountId);
   const withName = (row: UsageRow): KeyUsageRow => {
     const named = names.get(row.key_id ?? '');
-    return { ...row, key_name: named?.name ?? null, key_revoked: named?.revoked ?? false, key_account_id: named?.account_id ?? null };
+    return {
+      ...row,
+      key_name: named?.name ?? null,
+      key_revoked: named?.revoked ?? false,
+      key_account_id: named?.account_id ?? null,
+    };
   };
   const { day: _day, model: _model, key_id: _key, ...totals } = sumCells(group([]), {});
   return {
@@ -380,18 +475,47 @@ function scoped(account: Account, filter: RequestFilter, keyIds?: readonly strin
 /** The requests a filter of the log holds (as `countedRequest` counts them), by how each ended. */
 export async function requestCounts(record: RecordDb, filter: RequestFilter): Promise<RequestCounts> {
   const row = await countedRows(record, filter)
-    .select([requestCount.as('requests'), tallies.completed.as('completed'), tallies.failed.as('failed'), tallies.cancelled.as('cancelled'), tallies.refused.as('refused')])
+    .select([
+      requestCount.as('requests'),
+      tallies.completed.as('completed'),
+      tallies.failed.as('failed'),
+      tallies.cancelled.as('cancelled'),
+      tallies.refused.as('refused'),
+    ])
     .executeTakeFirstOrThrow();
-  return { requests: Number(row.requests), completed: Number(row.completed), failed: Number(row.failed), cancelled: Number(row.cancelled), refused: Number(row.refused) };
+  return {
+    requests: Number(row.requests),
+    completed: Number(row.completed),
+    failed: Number(row.failed),
+    cancelled: Number(row.cancelled),
+    refused: Number(row.refused),
+  };
 }
 
-/** A page of requests, newest first, as `GET /admin/requests` answers it; the first page with the counts of the whole filter. */
-export async function requestList(record: RecordDb, account: Account, query: unknown, keyIds?: readonly string[]): Promise<ActivityPage> {
+/**
+ * A page of requests, newest first, as `GET /admin/requests` answers it; the first page with the counts of the whole
+ * filter.
+ */
+export async function requestList(
+  record: RecordDb,
+  account: Account,
+  query: unknown,
+  keyIds?: readonly string[],
+): Promise<ActivityPage> {
   const { filter, limit, cursor } = parseStrict(requestListQuerySchema, query);
   const whose = scoped(account, filter, keyIds);
-  const [page, counts] = await Promise.all([listRequests(record, whose, limit, cursor), cursor ? undefined : requestCounts(record, whose)]);
-  const sessions = await sessionFacts(record, page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id));
-  const data = sessions.size === 0 ? page.data : page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row));
+  const [page, counts] = await Promise.all([
+    listRequests(record, whose, limit, cursor),
+    cursor ? undefined : requestCounts(record, whose),
+  ]);
+  const sessions = await sessionFacts(
+    record,
+    page.data.filter((row) => row.endpoint === 'realtime').map((row) => row.id),
+  );
+  const data =
+    sessions.size === 0
+      ? page.data
+      : page.data.map((row) => (sessions.has(row.id) ? { ...row, session: sessions.get(row.id)! } : row));
   return { ...page, data, ...(counts ? { counts } : {}) };
 }
 
@@ -418,7 +542,8 @@ async function sessionFacts(record: RecordDb, ids: string[]): Promise<Map<string
     ])
     .where('s.request_id', 'in', ids)
     .execute();
-  for (const row of rows) facts.set(row.request_id, { duration_ms: Number(row.duration_ms), responses: Number(row.responses ?? 0) });
+  for (const row of rows)
+    facts.set(row.request_id, { duration_ms: Number(row.duration_ms), responses: Number(row.responses ?? 0) });
   return facts;
 }
 
@@ -435,7 +560,9 @@ const defaultHistogramSeconds = 86_400;
  * bars start at multiples of their size, so the ragged ends may add one more.
  */
 export function bucketSecondsFor(rangeSeconds: number): number {
-  return histogramBuckets.find((size) => Math.floor(rangeSeconds / size) <= maxHistogramBars) ?? histogramBuckets.at(-1)!;
+  return (
+    histogramBuckets.find((size) => Math.floor(rangeSeconds / size) <= maxHistogramBars) ?? histogramBuckets.at(-1)!
+  );
 }
 
 /**
@@ -444,22 +571,39 @@ export function bucketSecondsFor(rangeSeconds: number): number {
  * Bars start at multiples of their size (UTC); bars without a request are
  * left out, for the page to draw as zero.
  */
-export async function requestHistogramReport(record: RecordDb, account: Account, query: Record<string, unknown>, keyIds?: readonly string[]): Promise<RequestHistogram> {
+export async function requestHistogramReport(
+  record: RecordDb,
+  account: Account,
+  query: Record<string, unknown>,
+  keyIds?: readonly string[],
+): Promise<RequestHistogram> {
   const { filter } = parseStrict(requestFilterQuerySchema, query);
   // Exclusive: a request of this very second is in.
   const until = filter.until ?? Math.floor(Date.now() / 1000) + 1;
   const since = filter.since ?? until - defaultHistogramSeconds;
   if (since >= until) throw invalidRequest('`since` must be before `until`.', 'since', 'invalid_value');
-  if (until - since > maxHistogramSeconds) throw invalidRequest('The range may span at most 31 days: narrow `since` and `until`.', 'since', 'invalid_value');
+  if (until - since > maxHistogramSeconds)
+    throw invalidRequest('The range may span at most 31 days: narrow `since` and `until`.', 'since', 'invalid_value');
   const bucketSeconds = bucketSecondsFor(until - since);
   const data = await histogramBars(record, { ...scoped(account, filter, keyIds), since, until }, bucketSeconds);
   return { object: 'histogram', bucket_seconds: bucketSeconds, since, until, data };
 }
 
-/** The requests of a range (as `requestCount` counts them) per bar of `bucketSeconds`, and how many did not complete; bars without a request left out. */
-async function histogramBars(record: RecordDb, filter: RequestFilter & { since: number; until: number }, bucketSeconds: number): Promise<HistogramBar[]> {
+/**
+ * The requests of a range (as `requestCount` counts them) per bar of `bucketSeconds`, and how many did not complete;
+ * bars without a request left out.
+ */
+async function histogramBars(
+  record: RecordDb,
+  filter: RequestFilter & { since: number; until: number },
+  bucketSeconds: number,
+): Promise<HistogramBar[]> {
   const rows = await countedRows(record, filter)
-    .select([sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'), requestCount.as('requests'), notCompletedCount.as('errors')])
+    .select([
+      sql<number>`(created / ${bucketSeconds}) * ${bucketSeconds}`.as('start'),
+      requestCount.as('requests'),
+      notCompletedCount.as('errors'),
+    ])
     .groupBy(sql`1`)
     .orderBy(sql`1`)
     .execute();
@@ -491,7 +635,9 @@ function csvValue(row: UsageRow, column: CsvColumn): string | number | undefined
   return column === 'prompt_cache_saved_usd' ? row.prompt_cache_saved_micros / 1e6 : row[column];
 }
 
-/** A field as CSV writes it; a leading =, +, - or @ is quoted with a ' so a spreadsheet does not run it as a formula. */
+/**
+ * A field as CSV writes it; a leading =, +, - or @ is quoted with a ' so a spreadsheet does not run it as a formula.
+ */
 function csvField(value: string | number | undefined): string {
   let text = value === undefined ? '' : String(value);
   if (/^[=+\-@\t\r]/.test(text) && typeof value === 'string') text = `'${text}`;
@@ -499,7 +645,12 @@ function csvField(value: string | number | undefined): string {
 }
 
 /** The daily rows of the usage page as CSV. */
-export async function usageCsv(keyStore: KeyStore, account: Account, request: UsageRequest, keyIds?: readonly string[]) {
+export async function usageCsv(
+  keyStore: KeyStore,
+  account: Account,
+  request: UsageRequest,
+  keyIds?: readonly string[],
+) {
   // The day totals alone: none of the report's latency, key names or balance.
   const { days, daily } = await usageCells(keyStore, usageAccount(account, request), request, keyIds);
   const lines = [csvColumns.join(',')];

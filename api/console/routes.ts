@@ -7,20 +7,62 @@ import { GatewayError } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { readJsonObject } from '../http/request-body.js';
 import { usdToMicros } from '../accounts/account-store.js';
-import { accountName, email, keyChanges, keyName, keySettings, newKeyLimits, parseStrict, patchKeySchema, password } from '../accounts/account-requests.js';
+import {
+  accountName,
+  email,
+  keyChanges,
+  keyName,
+  keySettings,
+  newKeyLimits,
+  parseStrict,
+  patchKeySchema,
+  password,
+} from '../accounts/account-requests.js';
 import { accountAuditFields, accountView, keyAuditFields, keyView } from '../accounts/views.js';
 import { recordChange } from '../accounts/audit-trail.js';
 import { auditSource, changedFields } from '../../storage/record/audit-log.js';
-import type { ConsoleBoot, ConsoleConfig, CreatedKeyView, KeyName, KeyView, List, SessionAnswer, SignOutAnswer } from '../../shared/console-api.js';
+import type {
+  ConsoleBoot,
+  ConsoleConfig,
+  CreatedKeyView,
+  KeyName,
+  KeyView,
+  List,
+  SessionAnswer,
+  SignOutAnswer,
+} from '../../shared/console-api.js';
 import { bodyLimit } from '../accounts/admin-api.js';
 import type { AuthState } from '../accounts/auth.js';
 import { serve } from '../requests/endpoint-route.js';
-import { checkCsrf, cookieOptions, loadSession, preSessionToken, requireSession, requireTeam, sessionCookie, startSession, withoutTeam, type ConsoleContext, type ConsoleDeps, type ConsoleState, type TeamNeed, type TeamScope } from './console-session.js';
+import {
+  checkCsrf,
+  cookieOptions,
+  loadSession,
+  preSessionToken,
+  requireSession,
+  requireTeam,
+  sessionCookie,
+  startSession,
+  withoutTeam,
+  type ConsoleContext,
+  type ConsoleDeps,
+  type ConsoleState,
+  type TeamNeed,
+  type TeamScope,
+} from './console-session.js';
 import { may } from '../accounts/team-roles.js';
 import type { Account } from '../../shared/accounts.js';
 import type { ApiKeyRecord } from '../accounts/key-store.js';
 import type { RequestState } from '../requests/request-context.js';
-import { pricingList, requestHistogramReport, requestList, teamKeyNames, usageReport, usageCsv, usageRequestSchema } from './reports.js';
+import {
+  pricingList,
+  requestHistogramReport,
+  requestList,
+  teamKeyNames,
+  usageReport,
+  usageCsv,
+  usageRequestSchema,
+} from './reports.js';
 import { addAdminConsoleRoutes } from './admin-routes.js';
 import { addBatchConsoleRoutes } from './batch-routes.js';
 import { addAuditConsoleRoutes } from './audit-routes.js';
@@ -93,9 +135,13 @@ function authenticatePlayground(deps: ConsoleDeps): RouterMiddleware<State & Aut
     const { account, team } = await requireTeam(ctx, deps, keyUser);
     const access = await deps.keyStore.playgroundAccess(team.id, account.id);
     if (access.expiresAt !== undefined && access.expiresAt * 1000 <= Date.now()) {
-      throw new GatewayError(401, 'The Playground key has expired: extend or revoke it on the keys page (a new one is made on the next use).', {
-        code: 'invalid_api_key',
-      });
+      throw new GatewayError(
+        401,
+        'The Playground key has expired: extend or revoke it on the keys page (a new one is made on the next use).',
+        {
+          code: 'invalid_api_key',
+        },
+      );
     }
     ctx.state.keyId = access.keyId;
     ctx.state.access = access;
@@ -112,7 +158,11 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   const oidc = oidcSettings ? new OidcSignIn(oidcSettings, deps) : undefined;
   const passwordsOnlyForBreakGlass = oidcSettings?.only === true;
   const passwordSigninDisabled = () =>
-    new GatewayError(403, `Password sign-in is turned off on this gateway: use "${oidcSettings?.name ?? 'Sign in with SSO'}".`, { code: 'password_signin_disabled' });
+    new GatewayError(
+      403,
+      `Password sign-in is turned off on this gateway: use "${oidcSettings?.name ?? 'Sign in with SSO'}".`,
+      { code: 'password_signin_disabled' },
+    );
 
   router.use(async (ctx: ConsoleContext, next: Next) => {
     ctx.set('content-security-policy', contentSecurityPolicy);
@@ -128,8 +178,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   // ---- public ----
 
-  // Whether anyone can sign in as an admin yet (an admin with an email and a password: the built-in default account is an
-  // admin with neither): the sign-in page says how the first one is made while nobody can.
+  // Whether anyone can sign in as an admin yet (an admin with an email and a password: the built-in default account is
+  // an admin with neither): the sign-in page says how the first one is made while nobody can.
   // Only that yes or no, never who; read from the record at most every few seconds, and once yes, kept.
   let adminSeen = false;
   let adminChecked = 0;
@@ -137,7 +187,16 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     if (adminSeen || Date.now() - adminChecked < 5000) return adminSeen;
     adminChecked = Date.now();
     try {
-      const found = await keyStore.record.selectFrom('accounts').select('id').where('role', '=', 'admin').where('disabled', '=', false).where('deleted', '=', false).where('email', '<>', '').where('password', '<>', '').limit(1).executeTakeFirst();
+      const found = await keyStore.record
+        .selectFrom('accounts')
+        .select('id')
+        .where('role', '=', 'admin')
+        .where('disabled', '=', false)
+        .where('deleted', '=', false)
+        .where('email', '<>', '')
+        .where('password', '<>', '')
+        .limit(1)
+        .executeTakeFirst();
       adminSeen = found !== undefined;
     } catch {
       // The record unreachable: no hint rather than no console.
@@ -159,7 +218,11 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     mock: {
       on: isMockEnabled(config),
       billed: config.mock.billed,
-      models: isMockStandingIn(config) ? 'all' : isMockEnabled(config) ? deps.models.list().filter((model) => model.owned_by === 'mock').length : 0,
+      models: isMockStandingIn(config)
+        ? 'all'
+        : isMockEnabled(config)
+          ? deps.models.list().filter((model) => model.owned_by === 'mock').length
+          : 0,
     },
     sso: { on: oidc !== undefined, label: oidcSettings?.name ?? '' },
     password_signin: !passwordsOnlyForBreakGlass,
@@ -172,7 +235,9 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   /** Who is signed in on this browser, with the CSRF token its changes carry (the pre-session one when nobody is). */
   const sessionAnswer = async (ctx: ConsoleContext): Promise<SessionAnswer> => {
     const found = await loadSession(ctx, deps);
-    return found ? { account: accountView(found.account), csrf_token: found.session.csrf } : { account: null, csrf_token: preSessionToken(ctx) };
+    return found
+      ? { account: accountView(found.account), csrf_token: found.session.csrf }
+      : { account: null, csrf_token: preSessionToken(ctx) };
   };
 
   router.get('/api/session', async (ctx) => {
@@ -181,10 +246,18 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.post('/api/session', async (ctx) => {
     const body = parseStrict(signInSchema, await readJsonObject(ctx.req, bodyLimit));
-    // Under OIDC_ONLY a password signs in only the break-glass admins: anyone else is told so before any password is checked.
+    // Under OIDC_ONLY a password signs in only the break-glass admins: anyone else is told so before any password is
+    // checked.
     const breakGlass = passwordsOnlyForBreakGlass && oidcSettings.breakGlass.includes(body.email.trim().toLowerCase());
     const refusedPassword = async () => {
-      await recordChange(keyStore.record, { ...auditSource(ctx, 'anonymous'), actorEmail: body.email, action: 'signin.failed', teamId: null, target: null, after: { method: 'password', reason: 'password_signin_disabled' } });
+      await recordChange(keyStore.record, {
+        ...auditSource(ctx, 'anonymous'),
+        actorEmail: body.email,
+        action: 'signin.failed',
+        teamId: null,
+        target: null,
+        after: { method: 'password', reason: 'password_signin_disabled' },
+      });
       return passwordSigninDisabled();
     };
     if (passwordsOnlyForBreakGlass && !breakGlass) throw await refusedPassword();
@@ -192,7 +265,8 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     await throttle.attempt(body.email, ctx.ip);
     const account = await accounts.signIn(body.email, body.password);
     if (!account || account.disabled) {
-      // Who tried: the account the email names, when one does (the address tried is kept either way, never the password).
+      // Who tried: the account the email names, when one does (the address tried is kept either way, never the
+      // password).
       const named = account ?? (await accounts.findByEmail(body.email));
       await recordChange(keyStore.record, {
         ...auditSource(ctx, named ? { id: named.id, email: named.email } : 'anonymous'),
@@ -208,9 +282,18 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     }
     // A break-glass email that is no admin's account is no way in.
     if (breakGlass && account.role !== 'admin') throw await refusedPassword();
-    if (account.disabled) throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', { code: 'account_disabled' });
+    if (account.disabled)
+      throw new GatewayError(403, 'This account is disabled. Ask an administrator to enable it.', {
+        code: 'account_disabled',
+      });
     await throttle.succeeded(body.email, ctx.ip);
-    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'signin.succeeded', teamId: account.id, target: account.id, after: { method: 'password' } });
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, account),
+      action: 'signin.succeeded',
+      teamId: account.id,
+      target: account.id,
+      after: { method: 'password' },
+    });
     ctx.body = await startSession(ctx, deps, account);
   });
 
@@ -222,7 +305,11 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const idToken = found?.session.idToken;
     const endSessionUrl = oidc && idToken ? await oidc.endSessionUrl(ctx, idToken) : undefined;
     // A new pre-session token: the one used before this session is never good again.
-    ctx.body = { signed_out: true, csrf_token: preSessionToken(ctx, true), end_session_url: endSessionUrl ?? null } satisfies SignOutAnswer;
+    ctx.body = {
+      signed_out: true,
+      csrf_token: preSessionToken(ctx, true),
+      end_session_url: endSessionUrl ?? null,
+    } satisfies SignOutAnswer;
   });
 
   if (oidc) {
@@ -232,19 +319,40 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
 
   router.post('/api/signup', async (ctx) => {
     if (config.console.signup !== 'open' || passwordsOnlyForBreakGlass) {
-      throw new GatewayError(403, 'Sign-up is closed on this gateway: ask an administrator for an account.', { code: 'signup_disabled' });
+      throw new GatewayError(403, 'Sign-up is closed on this gateway: ask an administrator for an account.', {
+        code: 'signup_disabled',
+      });
     }
     const body = parseStrict(signUpSchema, await readJsonObject(ctx.req, bodyLimit));
     // Sign-ups count against the address like failed sign-ins: one client cannot mint accounts without end.
     await throttle.attempt(undefined, ctx.ip);
-    const account = await accounts.create({ email: body.email, password: body.password, name: body.name ?? '', role: 'member' });
+    const account = await accounts.create({
+      email: body.email,
+      password: body.password,
+      name: body.name ?? '',
+      role: 'member',
+    });
     const source = auditSource(ctx, account);
-    await recordChange(keyStore.record, { ...source, action: 'account.created', teamId: account.id, target: account.id, after: { ...accountAuditFields(account), signup: true } });
+    await recordChange(keyStore.record, {
+      ...source,
+      action: 'account.created',
+      teamId: account.id,
+      target: account.id,
+      after: { ...accountAuditFields(account), signup: true },
+    });
     const credit = usdToMicros(config.console.signupCreditUsd);
     if (credit > 0) {
       const balance = await accounts.credit(account.id, credit, 'sign-up credit');
       // The gateway's grant (SIGNUP_CREDIT_USD), not the person's.
-      await recordChange(keyStore.record, { ...source, actor: 'system', actorEmail: null, action: 'credit.granted', teamId: account.id, target: account.id, after: { amount_micros: credit, note: 'sign-up credit', balance_micros: balance } });
+      await recordChange(keyStore.record, {
+        ...source,
+        actor: 'system',
+        actorEmail: null,
+        action: 'credit.granted',
+        teamId: account.id,
+        target: account.id,
+        after: { amount_micros: credit, note: 'sign-up credit', balance_micros: balance },
+      });
     }
     ctx.status = 201;
     ctx.body = await startSession(ctx, deps, (await accounts.get(account.id)) ?? account);
@@ -253,7 +361,11 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   router.get('/api/pricing', async (ctx) => {
     if (!config.console.publicPricing) await requireSession(ctx, deps);
     // Token prices of a request served as priority or flex are these multiples of the listed ones (default: 1).
-    ctx.body = { object: 'list', data: pricingList(deps.models, deps.prices), service_tiers: deps.prices.tierMultiples() };
+    ctx.body = {
+      object: 'list',
+      data: pricingList(deps.models, deps.prices),
+      service_tiers: deps.prices.tierMultiples(),
+    };
   });
 
   // ---- the team's keys (a member's own, an owner's every one) and usage ----
@@ -264,20 +376,31 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     return limited.map((key) => ({ ...keyView(key), created_by: creators.get(key.id) ?? null }));
   };
 
-  /** The key `:id` names, if the person may change it: any of the team's for an owner, their own for a member; 404 otherwise. */
+  /**
+   * The key `:id` names, if the person may change it: any of the team's for an owner, their own for a member; 404
+   * otherwise.
+   */
   const teamKey = async (ctx: ConsoleContext, scope: TeamScope) => {
     const id = String(ctx.params.id);
     const key = await keyStore.get(id);
-    // Another account's key, or another member's, is reported missing exactly as an unknown one: ids are not a way to probe.
-    const mine = key && key.accountId === scope.team.id && (may.manageAllKeys(scope.role) || (await keyStore.creators([key])).get(key.id)?.id === scope.account.id);
-    if (!key || !mine) throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
+    // Another account's key, or another member's, is reported missing exactly as an unknown one: ids are not a way to
+    // probe.
+    const mine =
+      key &&
+      key.accountId === scope.team.id &&
+      (may.manageAllKeys(scope.role) || (await keyStore.creators([key])).get(key.id)?.id === scope.account.id);
+    if (!key || !mine)
+      throw new GatewayError(404, `No API key with id '${id.slice(0, 100)}'.`, { code: 'key_not_found' });
     return key;
   };
 
   router.get('/api/keys', async (ctx) => {
     const scope = await requireTeam(ctx, deps, keyUser);
     const keys = await keyViews(await keyStore.list({ accountId: scope.team.id }));
-    ctx.body = { object: 'list', data: may.manageAllKeys(scope.role) ? keys : keys.filter((key) => key.created_by?.id === scope.account.id) } satisfies List<KeyView>;
+    ctx.body = {
+      object: 'list',
+      data: may.manageAllKeys(scope.role) ? keys : keys.filter((key) => key.created_by?.id === scope.account.id),
+    } satisfies List<KeyView>;
   });
 
   router.post('/api/keys', async (ctx) => {
@@ -285,8 +408,18 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const body = parseStrict(createOwnKeySchema, await readJsonObject(ctx.req, bodyLimit));
     // A member's own key: its rates at most the operator's defaults. An admin's is an admin's. It spends the team's
     // money, and the signed-in person made it: their cap in the team holds what it spends.
-    const created = await keyStore.create(body.name, { accountId: team.id, createdBy: account.id, ...newKeyLimits(body) }, account.role);
-    await recordChange(keyStore.record, { ...auditSource(ctx, account), action: 'key.created', teamId: team.id, target: created.id, after: keyAuditFields(created) });
+    const created = await keyStore.create(
+      body.name,
+      { accountId: team.id, createdBy: account.id, ...newKeyLimits(body) },
+      account.role,
+    );
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, account),
+      action: 'key.created',
+      teamId: team.id,
+      target: created.id,
+      after: keyAuditFields(created),
+    });
     ctx.status = 201;
     ctx.body = { ...(await keyViews([created]))[0]!, key: created.key } satisfies CreatedKeyView;
   });
@@ -299,7 +432,13 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const [was] = await keyStore.withAdminLimits([key]);
     const updated = await keyStore.update(key.id, keyChanges(body), scope.account.role);
     if (!updated) throw new GatewayError(404, `No API key with id '${key.id}'.`, { code: 'key_not_found' });
-    await recordChange(keyStore.record, { ...auditSource(ctx, scope.account), action: 'key.updated', teamId: updated.accountId, target: key.id, ...changedFields(keyAuditFields(was!), keyAuditFields(updated)) });
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, scope.account),
+      action: 'key.updated',
+      teamId: updated.accountId,
+      target: key.id,
+      ...changedFields(keyAuditFields(was!), keyAuditFields(updated)),
+    });
     ctx.body = (await keyViews([updated]))[0]!;
   });
 
@@ -307,7 +446,14 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
     const scope = await requireTeam(ctx, deps, keyUser);
     const key = await teamKey(ctx, scope);
     await keyStore.revoke(key.id);
-    await recordChange(keyStore.record, { ...auditSource(ctx, scope.account), action: 'key.revoked', teamId: key.accountId, target: key.id, before: { revoked: false }, after: { revoked: true } });
+    await recordChange(keyStore.record, {
+      ...auditSource(ctx, scope.account),
+      action: 'key.revoked',
+      teamId: key.accountId,
+      target: key.id,
+      before: { revoked: false },
+      after: { revoked: true },
+    });
     ctx.body = { id: key.id, object: 'api_key', deleted: true };
   });
 
@@ -332,7 +478,10 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   router.get('/api/key-names', async (ctx) => {
     const scope = await requireTeam(ctx, deps, usageReader);
     const reader = await readerOf(deps, scope);
-    ctx.body = { object: 'list', data: await teamKeyNames(keyStore, scope.team.id, reader.keyIds) } satisfies List<KeyName>;
+    ctx.body = {
+      object: 'list',
+      data: await teamKeyNames(keyStore, scope.team.id, reader.keyIds),
+    } satisfies List<KeyName>;
   });
 
   router.get('/api/requests', async (ctx) => {
@@ -352,8 +501,12 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   // ---- playground: the same endpoint route as /v1, billed to the account's own playground key ----
 
   const playgroundKey = authenticatePlayground(deps);
-  router.post<AuthState>('/api/playground/chat/completions', playgroundKey, (ctx) => serve('chat.completions', ctx, deps));
-  router.post<AuthState>('/api/playground/images/generations', playgroundKey, (ctx) => serve('images.generations', ctx, deps));
+  router.post<AuthState>('/api/playground/chat/completions', playgroundKey, (ctx) =>
+    serve('chat.completions', ctx, deps),
+  );
+  router.post<AuthState>('/api/playground/images/generations', playgroundKey, (ctx) =>
+    serve('images.generations', ctx, deps),
+  );
   router.post<AuthState>('/api/playground/audio/speech', playgroundKey, (ctx) => serve('audio.speech', ctx, deps));
 
   // ---- admin ----
@@ -374,7 +527,9 @@ export function consoleRoutes(deps: ConsoleDeps): Router {
   addMcpConsoleRoutes(router, deps);
 
   router.all('/api/{*rest}', (ctx) => {
-    throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, { code: 'unknown_url' });
+    throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path.slice(0, 300)}.`, {
+      code: 'unknown_url',
+    });
   });
 
   // ---- pages ----

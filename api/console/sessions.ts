@@ -20,7 +20,9 @@ export interface Session {
   csrf: string;
   /** Epoch ms of the sign-in. */
   created: number;
-  /** Epoch ms it ends at the latest, before `created` + the maximum (a provider's ID token's expiry); undefined: none. */
+  /**
+   * Epoch ms it ends at the latest, before `created` + the maximum (a provider's ID token's expiry); undefined: none.
+   */
   ends?: number;
   /** The provider's ID token it was signed in with: the hint of the provider's sign-out. */
   idToken?: string;
@@ -34,7 +36,10 @@ export interface SessionExtras {
 
 const hashToken = (token: string) => createHash('sha256').update(token).digest('hex');
 const newToken = () => randomBytes(32).toString('base64url');
-/** A session's idle TTL is renewed at most this often: a console page polling every few seconds costs one write a minute, not one each. */
+/**
+ * A session's idle TTL is renewed at most this often: a console page polling every few seconds costs one write a
+ * minute, not one each.
+ */
 const renewEveryMs = 60_000;
 
 /** Constant-time string comparison (false for different lengths). */
@@ -54,11 +59,26 @@ export class SessionStore {
     private readonly maxSeconds: number,
   ) {}
 
-  /** A new session; with `extras.ends`, it is gone from then on even if the maximum is later (undefined: already past). */
+  /**
+   * A new session; with `extras.ends`, it is gone from then on even if the maximum is later (undefined: already past).
+   */
   async create(accountId: string, extras: SessionExtras = {}): Promise<{ token: string; session: Session }> {
     const token = newToken();
-    const session: Session = { tokenHash: hashToken(token), accountId, csrf: newToken(), created: Date.now(), ...extras };
-    const ttl = Math.max(1, Math.min(this.idleSeconds, this.maxSeconds, extras.ends === undefined ? Infinity : Math.floor((extras.ends - session.created) / 1000)));
+    const session: Session = {
+      tokenHash: hashToken(token),
+      accountId,
+      csrf: newToken(),
+      created: Date.now(),
+      ...extras,
+    };
+    const ttl = Math.max(
+      1,
+      Math.min(
+        this.idleSeconds,
+        this.maxSeconds,
+        extras.ends === undefined ? Infinity : Math.floor((extras.ends - session.created) / 1000),
+      ),
+    );
     const fields = ['account', accountId, 'csrf', session.csrf, 'created', String(session.created)];
     if (extras.ends !== undefined) fields.push('ends', String(extras.ends));
     if (extras.idToken !== undefined) fields.push('id_token', extras.idToken);
@@ -73,7 +93,10 @@ export class SessionStore {
     return { token, session };
   }
 
-  /** The live session of a cookie's token, its idle expiry pushed back; undefined when there is none or it is past its absolute expiry. */
+  /**
+   * The live session of a cookie's token, its idle expiry pushed back; undefined when there is none or it is past its
+   * absolute expiry.
+   */
   async get(token: string | undefined): Promise<Session | undefined> {
     if (!token || token.length > 256) return undefined;
     const tokenHash = hashToken(token);
@@ -99,7 +122,11 @@ export class SessionStore {
 
   async destroy(session: Pick<Session, 'tokenHash' | 'accountId'>): Promise<void> {
     this.renewed.delete(session.tokenHash);
-    await this.redis.multi().del(sessionKey(session.tokenHash)).srem(accountSessionsKey(session.accountId), session.tokenHash).exec();
+    await this.redis
+      .multi()
+      .del(sessionKey(session.tokenHash))
+      .srem(accountSessionsKey(session.accountId), session.tokenHash)
+      .exec();
   }
 
   /** Ends every session of an account (it was disabled or deleted); returns how many there were. */
@@ -126,10 +153,22 @@ export const defaultThrottle: ThrottleLimits = { perEmail: 5, perIp: 20, windowS
  * Takes one sign-in attempt for every counter, or none (`lua/take-attempt.lua`): 0 when it may run, else the seconds
  * until the first full counter's window ends. Each counter's limit goes in the order of the counters.
  */
-const takeAttemptScript = redisScript({ name: 'signin_take_attempt', files: luaFiles(import.meta.url, 'take-attempt'), keys: ['counters'], args: ['windowSeconds', 'limits'], reply: as<number>() });
+const takeAttemptScript = redisScript({
+  name: 'signin_take_attempt',
+  files: luaFiles(import.meta.url, 'take-attempt'),
+  keys: ['counters'],
+  args: ['windowSeconds', 'limits'],
+  reply: as<number>(),
+});
 
 /** Gives an attempt back (it succeeded): every counter down by one, never below zero. */
-const giveBackScript = redisScript({ name: 'signin_give_back', files: luaFiles(import.meta.url, 'give-back'), keys: ['counters'], args: [], reply: as<number>() });
+const giveBackScript = redisScript({
+  name: 'signin_give_back',
+  files: luaFiles(import.meta.url, 'give-back'),
+  keys: ['counters'],
+  args: [],
+  reply: as<number>(),
+});
 
 /**
  * Sign-in attempts counted per email (whether or not an account has it, so
@@ -156,15 +195,23 @@ export class SigninThrottle {
   async attempt(email: string | undefined, ip: string): Promise<void> {
     const keys = this.keys(email, ip);
     const wait = Number(
-      await takeAttemptScript(this.redis, { counters: keys.map(({ key }) => key), windowSeconds: this.limits.windowSeconds, limits: keys.map(({ limit }) => limit) }),
+      await takeAttemptScript(this.redis, {
+        counters: keys.map(({ key }) => key),
+        windowSeconds: this.limits.windowSeconds,
+        limits: keys.map(({ limit }) => limit),
+      }),
     );
     if (wait === 0) return;
     const seconds = Math.max(1, wait);
-    throw new GatewayError(429, `Too many sign-in attempts. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? 's' : ''}.`, {
-      type: 'requests',
-      code: 'rate_limit_exceeded',
-      headers: { 'retry-after': String(seconds) },
-    });
+    throw new GatewayError(
+      429,
+      `Too many sign-in attempts. Try again in ${Math.ceil(seconds / 60)} minute${seconds > 60 ? 's' : ''}.`,
+      {
+        type: 'requests',
+        code: 'rate_limit_exceeded',
+        headers: { 'retry-after': String(seconds) },
+      },
+    );
   }
 
   /**
@@ -178,7 +225,8 @@ export class SigninThrottle {
 
   private keys(email: string | undefined, ip: string): Array<{ key: string; limit: number }> {
     const keys = [{ key: signinFailuresKey('ip', ip), limit: this.limits.perIp }];
-    if (email !== undefined) keys.push({ key: signinFailuresKey('email', email.trim().toLowerCase()), limit: this.limits.perEmail });
+    if (email !== undefined)
+      keys.push({ key: signinFailuresKey('email', email.trim().toLowerCase()), limit: this.limits.perEmail });
     return keys;
   }
 }

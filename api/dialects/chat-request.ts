@@ -56,7 +56,13 @@ export function effortForBudget(budget: number): Effort {
 /** Structured output as a dialect asks for it: any JSON object, or JSON that follows a schema. */
 export type DeclaredOutput =
   | { type: 'json' }
-  | { type: 'schema'; name: string; schema: Record<string, unknown> | undefined; strict?: boolean | null | undefined; description?: string | null | undefined };
+  | {
+      type: 'schema';
+      name: string;
+      schema: Record<string, unknown> | undefined;
+      strict?: boolean | null | undefined;
+      description?: string | null | undefined;
+    };
 
 /** What a request says of how to answer, in no dialect's words (absent or null: the vendor's default). */
 export interface DeclaredSettings {
@@ -81,14 +87,21 @@ const maxStops = 4;
 export function chatResponseFormat(output: DeclaredOutput): NonNullable<ChatCompletionRequest['response_format']> {
   if (output.type === 'json') return { type: 'json_object' };
   const { name, schema, strict, description } = output;
-  return { type: 'json_schema', json_schema: { name, schema, ...(strict != null && { strict }), ...(description != null && { description }) } };
+  return {
+    type: 'json_schema',
+    json_schema: { name, schema, ...(strict != null && { strict }), ...(description != null && { description }) },
+  };
 }
 
 /**
  * Sets on `chat` the fields the settings have a chat form for. What chat cannot carry (stop sequences past its
  * fourth) is named in `dropped`, for the worker to log.
  */
-export function applyChatSettings(chat: ChatCompletionRequest, settings: DeclaredSettings, dropped?: Set<string>): void {
+export function applyChatSettings(
+  chat: ChatCompletionRequest,
+  settings: DeclaredSettings,
+  dropped?: Set<string>,
+): void {
   const { stop, maxTokens, modelMaxTokens } = settings;
   if (stop !== undefined && stop.sequences.length > 0) {
     chat.stop = stop.sequences.slice(0, maxStops);
@@ -97,7 +110,9 @@ export function applyChatSettings(chat: ChatCompletionRequest, settings: Declare
   if (settings.temperature != null) chat.temperature = settings.temperature;
   if (settings.topP != null) chat.top_p = settings.topP;
   if (settings.user != null) chat.user = settings.user;
-  if (maxTokens != null) chat.max_completion_tokens = modelMaxTokens !== undefined && modelMaxTokens > 0 ? Math.min(maxTokens, modelMaxTokens) : maxTokens;
+  if (maxTokens != null)
+    chat.max_completion_tokens =
+      modelMaxTokens !== undefined && modelMaxTokens > 0 ? Math.min(maxTokens, modelMaxTokens) : maxTokens;
   if (settings.effort != null) chat.reasoning_effort = settings.effort;
   if (settings.output !== undefined) chat.response_format = chatResponseFormat(settings.output);
 }

@@ -25,7 +25,9 @@ import { paramOf, type FieldPath } from './field-path.js';
 
 /** A function as a dialect declared it. */
 export interface DeclaredFunction {
-  /** The name the vendor knows it by: chat's function names, the dialect's renaming done (`chatToolName`, flat names). */
+  /**
+   * The name the vendor knows it by: chat's function names, the dialect's renaming done (`chatToolName`, flat names).
+   */
   name: string;
   description?: string | null | undefined;
   /** The JSON schema of its arguments; none: it takes an empty object. */
@@ -50,7 +52,9 @@ export interface DeclaredTools {
   search?: { name: string; settings: DeclaredSearch } | undefined;
 }
 
-/** A tool a choice names: by the name the client gave it (for errors, the declined and the search tools), and by chat's. */
+/**
+ * A tool a choice names: by the name the client gave it (for errors, the declined and the search tools), and by chat's.
+ */
 export interface NamedTool {
   tool: string;
   function: string;
@@ -60,13 +64,17 @@ export interface NamedTool {
  * Which tool the model must, may or must not call: any (`auto`), none, at least one (`required`), the one named, or
  * (`among`: Gemini's `allowedFunctionNames`) any or at least one of those named, the others not sent to the vendor.
  */
-export type DeclaredChoice = 'auto' | 'none' | 'required' | NamedTool | { mode: 'auto' | 'none' | 'required'; among: readonly NamedTool[] };
+export type DeclaredChoice =
+  'auto' | 'none' | 'required' | NamedTool | { mode: 'auto' | 'none' | 'required'; among: readonly NamedTool[] };
 
 /** How the dialect says its choice, for a refusal in its own terms. */
 export interface ChoiceWording {
   /** Where the choice stands in the request: `tool_choice`, `toolConfig.functionCallingConfig`. */
   path: FieldPath;
-  /** Where a named choice's name stands (`tool_choice.name`); for a choice `among` names, where their list stands (`…allowedFunctionNames`). */
+  /**
+   * Where a named choice's name stands (`tool_choice.name`); for a choice `among` names, where their list stands
+   * (`…allowedFunctionNames`).
+   */
   namePath: FieldPath;
   /** A required call as the request says it: `tool_choice 'any'`, `tool_choice 'required'`. */
   required: string;
@@ -75,7 +83,10 @@ export interface ChoiceWording {
 }
 
 /** Chat's fields for a request's tools. */
-export type ChatToolFields = Pick<ChatCompletionRequest, 'tools' | 'tool_choice' | 'parallel_tool_calls' | 'web_search_options'>;
+export type ChatToolFields = Pick<
+  ChatCompletionRequest,
+  'tools' | 'tool_choice' | 'parallel_tool_calls' | 'web_search_options'
+>;
 
 type WebSearchOptions = NonNullable<ChatCompletionRequest['web_search_options']>;
 
@@ -112,25 +123,44 @@ interface Decided {
   functions: readonly DeclaredFunction[];
 }
 
-/** Refuses a named tool the model cannot call; false for the vendor's own search (left to the model), true for a function. */
+/**
+ * Refuses a named tool the model cannot call; false for the vendor's own search (left to the model), true for a
+ * function.
+ */
 function callable(named: NamedTool, tools: DeclaredTools, wording: ChoiceWording, namePath: FieldPath): boolean {
   if (tools.search !== undefined && named.tool === tools.search.name) return false;
   if (tools.functions.some((fn) => fn.name === named.function)) return true;
   if (tools.declined.includes(named.tool)) {
-    throw invalidRequest(`The tool '${named.tool}' ${wording.declined} and is not available for this model.`, paramOf(wording.path), 'unsupported_tool');
+    throw invalidRequest(
+      `The tool '${named.tool}' ${wording.declined} and is not available for this model.`,
+      paramOf(wording.path),
+      'unsupported_tool',
+    );
   }
   const param = paramOf(namePath);
-  throw invalidRequest(`Invalid '${param}': the tool '${named.tool}' is not among the request's tools.`, param, 'invalid_value');
+  throw invalidRequest(
+    `Invalid '${param}': the tool '${named.tool}' is not among the request's tools.`,
+    param,
+    'invalid_value',
+  );
 }
 
-/** `auto`, `none` or `required` over `functions`: a required call with nothing to call is left to the search or refused. */
-function decideMode(mode: 'auto' | 'none' | 'required', functions: readonly DeclaredFunction[], tools: DeclaredTools, wording: ChoiceWording): Decided {
+/**
+ * `auto`, `none` or `required` over `functions`: a required call with nothing to call is left to the search or refused.
+ */
+function decideMode(
+  mode: 'auto' | 'none' | 'required',
+  functions: readonly DeclaredFunction[],
+  tools: DeclaredTools,
+  wording: ChoiceWording,
+): Decided {
   if (mode === 'required' && functions.length === 0) {
     // The vendor's own search is a tool the model may use; chat cannot require it.
     if (tools.search) return { choice: undefined, functions };
     if (tools.declined.length > 0) {
       throw invalidRequest(
-        `The tool '${tools.declined[0]}' ${wording.declined}, and ${wording.required} needs a tool this model can call: send function tools, or leave the choice to the model.`,
+        `The tool '${tools.declined[0]}' ${wording.declined}, and ${wording.required} needs a tool this model ` +
+          `can call: send function tools, or leave the choice to the model.`,
         paramOf(wording.path),
         'unsupported_tool',
       );
@@ -144,14 +174,21 @@ function decide(choice: DeclaredChoice | undefined, tools: DeclaredTools, wordin
   if (choice === undefined) return { choice: undefined, functions };
   if (typeof choice === 'string') return decideMode(choice, functions, tools, wording);
   if ('function' in choice) {
-    return callable(choice, tools, wording, wording.namePath) ? { choice: { type: 'function', function: { name: choice.function } }, functions } : { choice: undefined, functions };
+    return callable(choice, tools, wording, wording.namePath)
+      ? { choice: { type: 'function', function: { name: choice.function } }, functions }
+      : { choice: undefined, functions };
   }
   // Every name must be one the model can call, whatever the mode (the vendor's search among them is its own to start).
-  const allowed = new Set(choice.among.filter((named, k) => callable(named, tools, wording, [...wording.namePath, k])).map((named) => named.function));
+  const allowed = new Set(
+    choice.among
+      .filter((named, k) => callable(named, tools, wording, [...wording.namePath, k]))
+      .map((named) => named.function),
+  );
   if (choice.mode === 'none' || choice.among.length === 0) return decideMode(choice.mode, functions, tools, wording);
   const narrowed = functions.filter((fn) => allowed.has(fn.name));
   // One function allowed and a call required: that function, named.
-  if (choice.mode === 'required' && narrowed.length === 1) return { choice: { type: 'function', function: { name: narrowed[0]!.name } }, functions: narrowed };
+  if (choice.mode === 'required' && narrowed.length === 1)
+    return { choice: { type: 'function', function: { name: narrowed[0]!.name } }, functions: narrowed };
   return decideMode(choice.mode, narrowed, tools, wording);
 }
 
@@ -159,7 +196,11 @@ function decide(choice: DeclaredChoice | undefined, tools: DeclaredTools, wordin
  * Chat's `tool_choice` for a declared choice, or undefined where chat gets none (no choice, a choice left to the
  * model). Refuses what cannot be honoured, in the dialect's wording.
  */
-export function chatToolChoice(choice: DeclaredChoice | undefined, tools: DeclaredTools, wording: ChoiceWording): ChatCompletionRequest['tool_choice'] {
+export function chatToolChoice(
+  choice: DeclaredChoice | undefined,
+  tools: DeclaredTools,
+  wording: ChoiceWording,
+): ChatCompletionRequest['tool_choice'] {
   return decide(choice, tools, wording).choice;
 }
 
@@ -168,7 +209,12 @@ export function chatToolChoice(choice: DeclaredChoice | undefined, tools: Declar
  * and whether calls may run in parallel (only with functions to call), and the vendor's own web search. The choice
  * is checked even when no function is left, so a choice the request cannot have is refused either way.
  */
-export function chatToolFields(tools: DeclaredTools, choice: DeclaredChoice | undefined, parallel: boolean | null | undefined, wording: ChoiceWording): ChatToolFields {
+export function chatToolFields(
+  tools: DeclaredTools,
+  choice: DeclaredChoice | undefined,
+  parallel: boolean | null | undefined,
+  wording: ChoiceWording,
+): ChatToolFields {
   const decided = decide(choice, tools, wording);
   const fields: ChatToolFields = {};
   if (decided.functions.length > 0) {

@@ -30,24 +30,42 @@ export interface KeyScope {
 }
 
 /** The key's scope, from the record as it is now (one or two small reads). */
-export async function keyScope(record: RecordDb, access: Pick<KeyAccess, 'keyId' | 'accountId' | 'models'>): Promise<KeyScope> {
-  const base: KeyScope = { accountId: access.accountId, keyId: access.keyId, ...(access.models ? { models: access.models } : {}) };
+export async function keyScope(
+  record: RecordDb,
+  access: Pick<KeyAccess, 'keyId' | 'accountId' | 'models'>,
+): Promise<KeyScope> {
+  const base: KeyScope = {
+    accountId: access.accountId,
+    keyId: access.keyId,
+    ...(access.models ? { models: access.models } : {}),
+  };
   const row = await record
     .selectFrom('api_keys as k')
     .leftJoin('accounts as maker', 'maker.id', 'k.created_by')
-    .leftJoin('team_members as tm', (join) => join.onRef('tm.team_id', '=', 'k.account_id').onRef('tm.member_id', '=', 'k.created_by'))
+    .leftJoin('team_members as tm', (join) =>
+      join.onRef('tm.team_id', '=', 'k.account_id').onRef('tm.member_id', '=', 'k.created_by'),
+    )
     .select(['k.created_by', 'k.account_id', 'maker.role as maker_role', 'tm.role as team_role'])
     .where('k.id', '=', access.keyId)
     .executeTakeFirst();
   const maker = row?.created_by;
-  if (!row || !maker || maker === row.account_id || row.maker_role === 'admin' || row.team_role === 'owner') return base;
+  if (!row || !maker || maker === row.account_id || row.maker_role === 'admin' || row.team_role === 'owner')
+    return base;
   // A member (or one no longer an owner, or no longer in the team): their own keys' things alone.
-  const made = await record.selectFrom('api_keys').select('id').where('account_id', '=', access.accountId).where('created_by', '=', maker).execute();
+  const made = await record
+    .selectFrom('api_keys')
+    .select('id')
+    .where('account_id', '=', access.accountId)
+    .where('created_by', '=', maker)
+    .execute();
   return { ...base, keys: new Set([access.keyId, ...made.map((key) => key.id)]) };
 }
 
-/** Whether the key made it, or its maker did through another key (every key's, for a key that sees the whole account). */
-const madeByScope = (scope: KeyScope, keyId: string | null) => keyId === scope.keyId || !scope.keys || (keyId !== null && scope.keys.has(keyId));
+/**
+ * Whether the key made it, or its maker did through another key (every key's, for a key that sees the whole account).
+ */
+const madeByScope = (scope: KeyScope, keyId: string | null) =>
+  keyId === scope.keyId || !scope.keys || (keyId !== null && scope.keys.has(keyId));
 
 /** Whether a key limited to `models` may use every model of these (unknown models: no). */
 const usesOnly = (models: readonly string[] | undefined, used: readonly string[] | null | undefined) =>
@@ -61,7 +79,8 @@ export function seesBatchAs(scope: KeyScope, batch: BatchRecord): boolean {
 }
 
 /** Whether a batch tied to a file (it was made from it, or wrote it) keeps a model-limited key from the file. */
-const hidesFile = (scope: KeyScope, batch: Pick<BatchRecord, 'keyId' | 'models'>) => batch.keyId !== scope.keyId && !usesOnly(scope.models, batch.models);
+const hidesFile = (scope: KeyScope, batch: Pick<BatchRecord, 'keyId' | 'models'>) =>
+  batch.keyId !== scope.keyId && !usesOnly(scope.models, batch.models);
 
 /** The files the key sees, of a page read (`AccountFiles.list`'s filter). */
 export function fileFilter(scope: KeyScope, redis: Redis): FileFilter {
@@ -70,7 +89,11 @@ export function fileFilter(scope: KeyScope, redis: Redis): FileFilter {
     if (scope.models === undefined) return made;
     // The batches made from these files, read once each: one gone since is no longer there to hide anything.
     const ids = [...new Set(entries.flatMap((entry, i) => (made[i] ? entry.owner.inputOf : [])))];
-    const batches = new Map((await Promise.all(ids.map((id) => readBatch(redis, id)))).flatMap((batch) => (batch ? [[batch.id, batch] as const] : [])));
+    const batches = new Map(
+      (await Promise.all(ids.map((id) => readBatch(redis, id)))).flatMap((batch) =>
+        batch ? [[batch.id, batch] as const] : [],
+      ),
+    );
     return entries.map((entry, i) => {
       if (!made[i]) return false;
       const { batch, inputOf, keyId } = entry.owner;
@@ -85,7 +108,11 @@ export function fileFilter(scope: KeyScope, redis: Redis): FileFilter {
 }
 
 /** The file if the key sees it. */
-export async function seenFile(scope: KeyScope, redis: Redis, entry: FileEntry | undefined): Promise<FileEntry | undefined> {
+export async function seenFile(
+  scope: KeyScope,
+  redis: Redis,
+  entry: FileEntry | undefined,
+): Promise<FileEntry | undefined> {
   if (!entry) return undefined;
   return (await fileFilter(scope, redis)([entry]))[0] ? entry : undefined;
 }

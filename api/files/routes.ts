@@ -38,15 +38,23 @@ const noSuchFile = (id: string) => new GatewayError(404, `No such File object: $
  * and the name itself as RFC 5987's `filename*=UTF-8''…` (RFC 6266), which every current client prefers.
  */
 export function attachmentDisposition(filename: string): string {
-  const ascii = Array.from(filename, (char) => (/^[\x20-\x7e]$/.test(char) && char !== '"' && char !== '\\' ? char : '_')).join('');
+  const ascii = Array.from(filename, (char) =>
+    /^[\x20-\x7e]$/.test(char) && char !== '"' && char !== '\\' ? char : '_',
+  ).join('');
   // A lone surrogate (no name stored here has one) would make encodeURIComponent throw.
   const whole = filename.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
   // encodeURIComponent leaves `'()*` as they are; RFC 5987's attr-char does not allow them.
-  const extended = encodeURIComponent(whole).replace(/['()*]/g, (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`);
+  const extended = encodeURIComponent(whole).replace(
+    /['()*]/g,
+    (char) => `%${char.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
   return `attachment; filename="${ascii}"; filename*=UTF-8''${extended}`;
 }
 
-/** The list's query as OpenAI takes it: `purpose`, `after`, `limit` (1–10,000, default 10,000), `order` (default `desc`). */
+/**
+ * The list's query as OpenAI takes it: `purpose`, `after`, `limit` (1–10,000, default 10,000), `order` (default
+ * `desc`).
+ */
 function listQuery(query: Record<string, string | string[] | undefined>): FileListQuery | 'none' {
   const one = (name: string) => {
     const value = query[name];
@@ -59,12 +67,18 @@ function listQuery(query: Record<string, string | string[] | undefined>): FileLi
     throw invalidRequest(`Invalid 'limit': a whole number from 1 to ${maxListLimit}.`, 'limit', 'invalid_value');
   }
   const order = one('order') ?? 'desc';
-  if (order !== 'asc' && order !== 'desc') throw invalidRequest(`Invalid 'order': 'asc' or 'desc'.`, 'order', 'invalid_value');
+  if (order !== 'asc' && order !== 'desc')
+    throw invalidRequest(`Invalid 'order': 'asc' or 'desc'.`, 'order', 'invalid_value');
   const purpose = one('purpose');
   const after = one('after');
   // A purpose no file here has (OpenAI's others: `assistants`, `fine-tune`…) lists nothing.
   if (purpose !== undefined && !listPurposes.includes(purpose as FilePurpose)) return 'none';
-  return { limit, order, ...(purpose !== undefined ? { purpose: purpose as FilePurpose } : {}), ...(after !== undefined ? { after } : {}) };
+  return {
+    limit,
+    order,
+    ...(purpose !== undefined ? { purpose: purpose as FilePurpose } : {}),
+    ...(after !== undefined ? { after } : {}),
+  };
 }
 
 export function fileRoutes(deps: FileRoutesDeps): Router<KeyedState> {
@@ -87,7 +101,8 @@ export function fileRoutes(deps: FileRoutesDeps): Router<KeyedState> {
   router.get('/', async (ctx) => {
     const query = listQuery(ctx.query);
     const sees = query === 'none' ? undefined : fileFilter(await keyScope(deps.record, ctx.state.access), deps.redis);
-    const { data, has_more } = query === 'none' ? { data: [], has_more: false } : await files.list(account(ctx), query, sees);
+    const { data, has_more } =
+      query === 'none' ? { data: [], has_more: false } : await files.list(account(ctx), query, sees);
     ctx.body = { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more };
   });
 

@@ -29,8 +29,10 @@ export const batchFileLifetimeSeconds = 30 * 86_400;
 const expiresAfterRange = { min: 3600, max: 2_592_000 } as const;
 const fieldNames = new Set(['purpose', 'expires_after[anchor]', 'expires_after[seconds]']);
 
-const isUploadPurpose = (value: string): value is UploadPurpose => (uploadPurposes as readonly string[]).includes(value);
-const capOf = (purpose: UploadPurpose, limits: UploadLimits) => (purpose === 'batch' ? limits.batchMaxBytes : limits.maxBytes);
+const isUploadPurpose = (value: string): value is UploadPurpose =>
+  (uploadPurposes as readonly string[]).includes(value);
+const capOf = (purpose: UploadPurpose, limits: UploadLimits) =>
+  purpose === 'batch' ? limits.batchMaxBytes : limits.maxBytes;
 
 function refusePurpose(value: string): GatewayError {
   return invalidRequest(
@@ -44,12 +46,24 @@ function refusePurpose(value: string): GatewayError {
 function expiryOf(fields: Map<string, string>, created: number, purpose: UploadPurpose): number | undefined {
   const anchor = fields.get('expires_after[anchor]');
   const seconds = fields.get('expires_after[seconds]');
-  if (anchor === undefined && seconds === undefined) return purpose === 'batch' ? created + batchFileLifetimeSeconds : undefined;
-  if (anchor !== 'created_at') throw invalidRequest(`Invalid value for 'expires_after.anchor': the one anchor is 'created_at'.`, 'expires_after.anchor', 'invalid_value');
-  const value = Number(seconds);
-  if (seconds === undefined || !/^\d+$/.test(seconds) || value < expiresAfterRange.min || value > expiresAfterRange.max) {
+  if (anchor === undefined && seconds === undefined)
+    return purpose === 'batch' ? created + batchFileLifetimeSeconds : undefined;
+  if (anchor !== 'created_at')
     throw invalidRequest(
-      `Invalid value for 'expires_after.seconds': a whole number of seconds from ${expiresAfterRange.min} (1 hour) to ${expiresAfterRange.max} (30 days).`,
+      `Invalid value for 'expires_after.anchor': the one anchor is 'created_at'.`,
+      'expires_after.anchor',
+      'invalid_value',
+    );
+  const value = Number(seconds);
+  if (
+    seconds === undefined ||
+    !/^\d+$/.test(seconds) ||
+    value < expiresAfterRange.min ||
+    value > expiresAfterRange.max
+  ) {
+    throw invalidRequest(
+      `Invalid value for 'expires_after.seconds': a whole number of seconds from ${expiresAfterRange.min} (1 ` +
+        `hour) to ${expiresAfterRange.max} (30 days).`,
       'expires_after.seconds',
       'invalid_value',
     );
@@ -57,8 +71,12 @@ function expiryOf(fields: Map<string, string>, created: number, purpose: UploadP
   return created + value;
 }
 
-/** A Batch API input is JSON Lines, named so: OpenAI refuses any other name at upload, before the batch would fail on it. */
-const batchFormatRefused = () => invalidRequest('Invalid file format for Batch API. Must be .jsonl', 'file', 'invalid_file_format');
+/**
+ * A Batch API input is JSON Lines, named so: OpenAI refuses any other name at upload, before the batch would fail on
+ * it.
+ */
+const batchFormatRefused = () =>
+  invalidRequest('Invalid file format for Batch API. Must be .jsonl', 'file', 'invalid_file_format');
 const isJsonlName = (filename: string) => filename.toLowerCase().endsWith('.jsonl');
 
 /** A part's filename as the file object shows it: no control characters, at most 255 characters (never half of one). */
@@ -67,8 +85,17 @@ const cleanFilename = (name: string | undefined) =>
     .slice(0, 255)
     .join('') || 'upload';
 
-/** Reads an upload into the account's files (as `keyId`'s); resolves with the file object, or rejects with an OpenAI-shaped 4xx. */
-export function receiveUpload(req: IncomingMessage, files: AccountFileStore, accountId: string, limits: UploadLimits, keyId?: string): Promise<FileObject> {
+/**
+ * Reads an upload into the account's files (as `keyId`'s); resolves with the file object, or rejects with an
+ * OpenAI-shaped 4xx.
+ */
+export function receiveUpload(
+  req: IncomingMessage,
+  files: AccountFileStore,
+  accountId: string,
+  limits: UploadLimits,
+  keyId?: string,
+): Promise<FileObject> {
   return readMultipartBody(req, { files: 1, fields: 10, fieldSize: 1024 }, (fail) => {
     const fields = new Map<string, string>();
     let part: Readable | undefined;
@@ -90,12 +117,19 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
     /** The body has ended: the file is recorded if its fields allow, else deleted. */
     async function finish(): Promise<FileObject> {
       if (!staging) {
-        throw invalidRequest(fields.has('purpose') ? "Missing required parameter: 'file'." : "Missing required parameters: 'file' and 'purpose'.", 'file', 'missing_required_parameter');
+        throw invalidRequest(
+          fields.has('purpose')
+            ? "Missing required parameter: 'file'."
+            : "Missing required parameters: 'file' and 'purpose'.",
+          'file',
+          'missing_required_parameter',
+        );
       }
       const staged = await staging;
       try {
         const purpose = fields.get('purpose');
-        if (purpose === undefined) throw invalidRequest("Missing required parameter: 'purpose'.", 'purpose', 'missing_required_parameter');
+        if (purpose === undefined)
+          throw invalidRequest("Missing required parameter: 'purpose'.", 'purpose', 'missing_required_parameter');
         if (!isUploadPurpose(purpose)) throw refusePurpose(purpose);
         if (purpose === 'batch' && !isJsonlName(staged.filename)) throw batchFormatRefused();
         if (staged.bytes > capOf(purpose, limits)) throw fileTooLarge(capOf(purpose, limits));
@@ -111,9 +145,20 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
 
     return {
       field(name, value, info) {
-        if (info.valueTruncated) return fail(invalidRequest(`The field '${name.slice(0, 40)}' is too long.`, name.slice(0, 40), 'field_too_long'));
-        if (!fieldNames.has(name)) return fail(invalidRequest(`Unrecognized request argument supplied: ${name.slice(0, 40)}`, name.slice(0, 40), 'unknown_parameter'));
-        if (fields.has(name)) return fail(invalidRequest(`The field '${name}' is sent twice.`, name, 'duplicate_parameter'));
+        if (info.valueTruncated)
+          return fail(
+            invalidRequest(`The field '${name.slice(0, 40)}' is too long.`, name.slice(0, 40), 'field_too_long'),
+          );
+        if (!fieldNames.has(name))
+          return fail(
+            invalidRequest(
+              `Unrecognized request argument supplied: ${name.slice(0, 40)}`,
+              name.slice(0, 40),
+              'unknown_parameter',
+            ),
+          );
+        if (fields.has(name))
+          return fail(invalidRequest(`The field '${name}' is sent twice.`, name, 'duplicate_parameter'));
         // A purpose refused before the file arrives: none of its bytes are stored.
         if (name === 'purpose' && !isUploadPurpose(value)) return fail(refusePurpose(value));
         fields.set(name, value);
@@ -121,7 +166,13 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
       file(name, stream, info) {
         if (name !== 'file') {
           stream.resume();
-          return fail(invalidRequest(`Unrecognized file field '${String(name).slice(0, 40)}': the file goes in the part named 'file'.`, 'file', 'unknown_parameter'));
+          return fail(
+            invalidRequest(
+              `Unrecognized file field '${String(name).slice(0, 40)}': the file goes in the part named 'file'.`,
+              'file',
+              'unknown_parameter',
+            ),
+          );
         }
         part = stream;
         const purpose = fields.get('purpose') as UploadPurpose | undefined;
@@ -132,10 +183,16 @@ export function receiveUpload(req: IncomingMessage, files: AccountFileStore, acc
         }
         const maxBytes = purpose ? capOf(purpose, limits) : Math.max(limits.maxBytes, limits.batchMaxBytes);
         // The uploading key is kept with the file: who else sees it follows from it (api/files/key-scope.ts).
-        staging = files.stage(accountId, { filename: cleanFilename(info.filename), body: limited(stream, maxBytes), maxBytes, ...(keyId ? { keyId } : {}) });
+        staging = files.stage(accountId, {
+          filename: cleanFilename(info.filename),
+          body: limited(stream, maxBytes),
+          maxBytes,
+          ...(keyId ? { keyId } : {}),
+        });
         staging.catch(fail);
       },
-      tooManyFiles: () => invalidRequest('One file per upload: send the others in requests of their own.', 'file', 'too_many_files'),
+      tooManyFiles: () =>
+        invalidRequest('One file per upload: send the others in requests of their own.', 'file', 'too_many_files'),
       tooManyFields: () => invalidRequest('Too many fields in this upload.', null, 'too_many_fields'),
       discard() {
         part?.destroy();

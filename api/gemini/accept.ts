@@ -23,7 +23,10 @@ export interface GeminiPathFields {
 /** Each vendor's protocol is looked up once: the channels file is read for vendors not built in. */
 const protocols = new Map<string, string | undefined>();
 
-/** The wire protocol of the vendor that answers the model first (its first route's), `mock` when the mock answers for it. */
+/**
+ * The wire protocol of the vendor that answers the model first (its first route's), `mock` when the mock answers for
+ * it.
+ */
 function protocolOf(model: CatalogModel, config: Config): string | undefined {
   const vendor = model.routes[0]?.vendor;
   if (vendor === undefined) return undefined;
@@ -53,19 +56,47 @@ function takesEffort(model: CatalogModel, config: Config): boolean {
 
 /** The path's fields, which every Gemini endpoint needs: a request that reached one without them names no model. */
 export function requirePath(path: GeminiPathFields | undefined): GeminiPathFields {
-  if (!path) throw new GatewayError(404, 'A Gemini method is called as models/{model}:{method}.', { code: 'unknown_url' });
+  if (!path)
+    throw new GatewayError(404, 'A Gemini method is called as models/{model}:{method}.', { code: 'unknown_url' });
   return path;
 }
 
 /** The job of a `generateContent` or `streamGenerateContent` request. */
-export function toGeminiJob(request: GeminiGenerateRequest, model: CatalogModel, path: GeminiPathFields, config: Config): GeminiJob {
-  const { chat } = toChatRequest(request as GenerateFields, model, { stream: path.stream, native: servedByGemini(model, config), reasons: takesEffort(model, config) });
-  return { gemini: request as GeminiRequest, chat, model: path.model, ...(path.stream ? { form: path.form ?? 'array' } : {}), inputTokens: 0 };
+export function toGeminiJob(
+  request: GeminiGenerateRequest,
+  model: CatalogModel,
+  path: GeminiPathFields,
+  config: Config,
+): GeminiJob {
+  const { chat } = toChatRequest(request as GenerateFields, model, {
+    stream: path.stream,
+    native: servedByGemini(model, config),
+    reasons: takesEffort(model, config),
+  });
+  return {
+    gemini: request as GeminiRequest,
+    chat,
+    model: path.model,
+    ...(path.stream ? { form: path.form ?? 'array' } : {}),
+    inputTokens: 0,
+  };
 }
 
-/** The job of a `countTokens` request: its contents, or its whole `generateContentRequest`, in chat form for the tokenizer. */
-export function toCountTokensJob(request: GeminiCountTokensRequest, model: CatalogModel, path: GeminiPathFields, config: Config): GeminiJob {
+/**
+ * The job of a `countTokens` request: its contents, or its whole `generateContentRequest`, in chat form for the
+ * tokenizer.
+ */
+export function toCountTokensJob(
+  request: GeminiCountTokensRequest,
+  model: CatalogModel,
+  path: GeminiPathFields,
+  config: Config,
+): GeminiJob {
   const fields = (request.generateContentRequest ?? { contents: request.contents! }) as GenerateFields;
-  const { chat } = toChatRequest(fields, model, { stream: false, native: servedByGemini(model, config), reasons: takesEffort(model, config) });
+  const { chat } = toChatRequest(fields, model, {
+    stream: false,
+    native: servedByGemini(model, config),
+    reasons: takesEffort(model, config),
+  });
   return { gemini: request as unknown as GeminiRequest, chat, model: path.model, inputTokens: 0 };
 }

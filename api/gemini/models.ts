@@ -55,8 +55,15 @@ const pageToken = (lastId: string) => Buffer.from(`after:${lastId}`).toString('b
 
 function readPageToken(token: string, models: readonly CatalogModel[]): number {
   const decoded = Buffer.from(token, 'base64url').toString('utf8');
-  const at = decoded.startsWith('after:') ? models.findIndex((model) => model.id === decoded.slice('after:'.length)) : -1;
-  if (at < 0) throw invalidRequest("Invalid value at 'pageToken': the page token is not one this list gave (or its model is gone).", 'pageToken', 'invalid_value');
+  const at = decoded.startsWith('after:')
+    ? models.findIndex((model) => model.id === decoded.slice('after:'.length))
+    : -1;
+  if (at < 0)
+    throw invalidRequest(
+      "Invalid value at 'pageToken': the page token is not one this list gave (or its model is gone).",
+      'pageToken',
+      'invalid_value',
+    );
   return at + 1;
 }
 
@@ -69,7 +76,8 @@ export function googleModelPage(catalog: readonly CatalogModel[], query: Record<
   const sizeText = single(query.pageSize);
   let size = firstPageSize;
   if (sizeText !== undefined && sizeText !== '') {
-    if (!/^\d+$/.test(sizeText)) throw invalidRequest("Invalid value at 'pageSize': expected a whole number.", 'pageSize', 'invalid_value');
+    if (!/^\d+$/.test(sizeText))
+      throw invalidRequest("Invalid value at 'pageSize': expected a whole number.", 'pageSize', 'invalid_value');
     // Google takes 0 as "the default" and clamps what is past its most.
     size = Number(sizeText) === 0 ? firstPageSize : Math.min(Number(sizeText), maxPageSize);
   }
@@ -77,5 +85,8 @@ export function googleModelPage(catalog: readonly CatalogModel[], query: Record<
   const start = token === undefined || token === '' ? 0 : readPageToken(token, models);
   const page = models.slice(start, start + size);
   const more = start + size < models.length;
-  return { models: page.map((model) => toGoogleModel(model)), ...(more && page.length > 0 ? { nextPageToken: pageToken(page.at(-1)!.id) } : {}) };
+  return {
+    models: page.map((model) => toGoogleModel(model)),
+    ...(more && page.length > 0 ? { nextPageToken: pageToken(page.at(-1)!.id) } : {}),
+  };
 }

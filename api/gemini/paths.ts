@@ -47,11 +47,16 @@ export function readGeminiPath(path: string): GeminiCall | undefined {
   // path: OpenAI's fine-tuned model ids hold colons (`ft:gpt-4o-mini:org::id`), and /v1 is OpenAI's namespace too.
   if (version === 'v1' && (encoded.includes('/') || !/^[A-Za-z]*$/.test(method))) return undefined;
   const model = modelNameOf(encoded);
-  const endpoint = (geminiMethods as readonly string[]).includes(method) ? methodEndpoints[method as GeminiMethod] : undefined;
+  const endpoint = (geminiMethods as readonly string[]).includes(method)
+    ? methodEndpoints[method as GeminiMethod]
+    : undefined;
   return { version, model, method, ...(endpoint ? { endpoint } : {}) };
 }
 
-/** A model as a path names it: percent-decoded (as written when it does not decode), without Google's `models/`, however often written. */
+/**
+ * A model as a path names it: percent-decoded (as written when it does not decode), without Google's `models/`, however
+ * often written.
+ */
 export function modelNameOf(encoded: string): string {
   let model: string;
   try {

@@ -23,7 +23,8 @@ const served = geminiMethods.join(', ');
 function modelNotFound(call: GeminiCall, cause: GatewayError): GatewayError {
   return new GatewayError(
     404,
-    `models/${call.model} is not found for API version ${call.version}, or is not supported for ${call.method}. Call ListModels to see the list of available models and their supported methods.`,
+    `models/${call.model} is not found for API version ${call.version}, or is not supported for ${call.method}. ` +
+      `Call ListModels to see the list of available models and their supported methods.`,
     { code: 'model_not_found', param: 'model', cause },
   );
 }
@@ -36,12 +37,25 @@ function googleWording(error: GatewayError): GatewayError {
   if (error.status !== 400 || error.message.startsWith('Invalid value at ')) return error;
   const described = /^(?:Invalid type for|Invalid value for|Invalid) '([^']*)':\s*([\s\S]*)$/.exec(error.message);
   const missing = /^Missing required parameter: '([^']*)'\.$/.exec(error.message);
-  const message = described ? `Invalid value at '${described[1]}': ${described[2]}` : missing ? `Invalid value at '${missing[1]}': a required field is missing.` : undefined;
+  const message = described
+    ? `Invalid value at '${described[1]}': ${described[2]}`
+    : missing
+      ? `Invalid value at '${missing[1]}': a required field is missing.`
+      : undefined;
   if (message === undefined) return error;
-  return new GatewayError(400, message, { type: error.type, code: error.code, param: error.param, headers: error.headers, cause: error });
+  return new GatewayError(400, message, {
+    type: error.type,
+    code: error.code,
+    param: error.param,
+    headers: error.headers,
+    cause: error,
+  });
 }
 
-/** The methods of Google's models: `POST {version}/models/{model}:{method}` to `serve`, any other method of such a path refused. */
+/**
+ * The methods of Google's models: `POST {version}/models/{model}:{method}` to `serve`, any other method of such a path
+ * refused.
+ */
 export function geminiMethodRoutes(deps: EndpointRouteDeps): Middleware<KeyedState> {
   return async (ctx, next) => {
     const call = readGeminiPath(ctx.path);
@@ -50,22 +64,41 @@ export function geminiMethodRoutes(deps: EndpointRouteDeps): Middleware<KeyedSta
       // Under /v1 a GET of `models/{id}` with a colon and no method of Google's is OpenAI's model retrieval
       // (fine-tuned ids hold colons: `ft:gpt-4o-mini:org::id`).
       if (call.version === 'v1' && !call.endpoint) return next();
-      throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}: a model's methods are called with POST.`, { code: 'method_not_allowed', headers: { allow: 'POST' } });
+      throw new GatewayError(
+        405,
+        `Method ${ctx.method} is not allowed on ${ctx.path}: a model's methods are called with POST.`,
+        { code: 'method_not_allowed', headers: { allow: 'POST' } },
+      );
     }
     if (call.model === '') {
-      throw new GatewayError(404, `The path names no model: a model's methods are called as models/{model}:{method} (API version ${call.version}).`, { code: 'model_not_found', param: 'model' });
+      throw new GatewayError(
+        404,
+        `The path names no model: a model's methods are called as models/{model}:{method} (API version ` +
+          `${call.version}).`,
+        { code: 'model_not_found', param: 'model' },
+      );
     }
     if (!call.endpoint) {
-      throw new GatewayError(404, `Method '${call.method.slice(0, 80)}' is not found for models/${call.model.slice(0, 200)} in API version ${call.version}: the methods served are ${served}.`, {
-        code: 'unknown_url',
-      });
+      throw new GatewayError(
+        404,
+        `Method '${call.method.slice(0, 80)}' is not found for models/${call.model.slice(0, 200)} in API version ` +
+          `${call.version}: the methods served are ${served}.`,
+        {
+          code: 'unknown_url',
+        },
+      );
     }
     // The row's template, never the raw path: what names a metric's label or a span stays bounded.
     ctx.state.route = endpoints[call.endpoint].path;
     const stream = call.method === 'streamGenerateContent';
     const form = stream ? streamFormOf(ctx.query.alt) : undefined;
     try {
-      await serve(call.endpoint, ctx, deps, { model: call.model, stream, ...(form ? { form } : {}), dialect: form === 'array' ? 'google-array' : 'google-sse' });
+      await serve(call.endpoint, ctx, deps, {
+        model: call.model,
+        stream,
+        ...(form ? { form } : {}),
+        dialect: form === 'array' ? 'google-array' : 'google-sse',
+      });
     } catch (error) {
       if (!(error instanceof GatewayError) || ctx.headerSent) throw error;
       if (error.code === 'model_not_found' || error.code === 'model_not_supported') throw modelNotFound(call, error);
@@ -81,7 +114,10 @@ export function googleModelRoutes(deps: { models: ModelResolver }): Middleware<K
     const listing = path === '/v1beta/models';
     const one = !listing && path.startsWith('/v1beta/models/') ? path.slice('/v1beta/models/'.length) : undefined;
     if ((listing || one !== undefined) && ctx.method !== 'GET' && ctx.method !== 'HEAD') {
-      throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, { code: 'method_not_allowed', headers: { allow: 'GET, HEAD' } });
+      throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, {
+        code: 'method_not_allowed',
+        headers: { allow: 'GET, HEAD' },
+      });
     }
     if (listing) {
       ctx.state.route = '/v1beta/models';
@@ -93,7 +129,12 @@ export function googleModelRoutes(deps: { models: ModelResolver }): Middleware<K
       ctx.body = googleModel(deps.models, one, 'v1beta');
       return;
     }
-    throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}. Google's paths served here are models/{model}:{method} and the models list.`, { code: 'unknown_url' });
+    throw new GatewayError(
+      404,
+      `Unknown request URL: ${ctx.method} ${ctx.path}. Google's paths served here are models/{model}:{method} ` +
+        `and the models list.`,
+      { code: 'unknown_url' },
+    );
   };
 }
 
@@ -102,7 +143,12 @@ export function googleModel(models: ModelResolver, raw: string, version: string)
   const name = modelNameOf(raw);
   const model = models.get(name);
   if (!model || !listedForGoogle(model)) {
-    throw new GatewayError(404, `models/${name.slice(0, 200)} is not found for API version ${version}. Call ListModels to see the list of available models.`, { code: 'model_not_found', param: 'model' });
+    throw new GatewayError(
+      404,
+      `models/${name.slice(0, 200)} is not found for API version ${version}. Call ListModels to see the list of ` +
+        `available models.`,
+      { code: 'model_not_found', param: 'model' },
+    );
   }
   return toGoogleModel(model, name);
 }

@@ -2,7 +2,12 @@ import { invalidRequest } from '../../shared/errors.js';
 import { chatToolName } from '../../shared/messages-tools.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
-import type { GeminiContent, GeminiGenerateRequest, GeminiGenerationConfig, GeminiPart } from '../../shared/schemas/gemini.js';
+import type {
+  GeminiContent,
+  GeminiGenerateRequest,
+  GeminiGenerationConfig,
+  GeminiPart,
+} from '../../shared/schemas/gemini.js';
 import type { ReasoningEffort } from '../../shared/thinking-budgets.js';
 import { applyChatSettings, effortForBudget, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
 import { declareOutput, geminiToolFields } from './translate-tools.js';
@@ -14,9 +19,10 @@ import { declareOutput, geminiToolFields } from './translate-tools.js';
  * first, as chat wants them right after the calls), `model` turns assistant messages (their function calls tool
  * calls). Its tools, tool choice and `generationConfig`'s sampling, output limit, stop sequences, thinking and
  * structured output are said in the dialect layer's terms (`translate-tools.ts`, `api/dialects/`), whose policy
- * says what chat gets of them, as it does for the other dialects. What chat has no form for (thoughts and their signatures, Gemini's code execution,
- * `topK`, safety settings…) is left out and named in `dropped`; what the client clearly needs and chat cannot
- * carry (a video, a file in Google's Files API, a cached content) is a 400 for a model Gemini does not serve.
+ * says what chat gets of them, as it does for the other dialects. What chat has no form for (thoughts and their
+ * signatures, Gemini's code execution, `topK`, safety settings…) is left out and named in `dropped`; what the client
+ * clearly needs and chat cannot carry (a video, a file in Google's Files API, a cached content) is a 400 for a model
+ * Gemini does not serve.
  *
  * Function calls are paired with their responses by id; a call without one (Gemini 2.5 gives none) gets an id
  * made from its place in the request, and the response is matched to the oldest call of its name not yet
@@ -34,7 +40,9 @@ export interface GeminiTranslation {
 }
 
 /** What the translation needs of the model. */
-export type TranslatedModel = Pick<CatalogModel, 'id' | 'capability' | 'max_output_tokens' | 'input_modalities'> & { web_search?: boolean | undefined };
+export type TranslatedModel = Pick<CatalogModel, 'id' | 'capability' | 'max_output_tokens' | 'input_modalities'> & {
+  web_search?: boolean | undefined;
+};
 
 export interface TranslateOptions {
   /** The request streams: chat is asked to stream, with its usage. */
@@ -44,14 +52,31 @@ export interface TranslateOptions {
    * (used only if the call falls back to another vendor), not refused.
    */
   native: boolean;
-  /** The model is given a reasoning effort (it reasons, or its vendor turns an effort into thinking): else `thinkingConfig` is left out. */
+  /**
+   * The model is given a reasoning effort (it reasons, or its vendor turns an effort into thinking): else
+   * `thinkingConfig` is left out.
+   */
   reasons: boolean;
 }
 
 /** Inline images chat vendors take. */
-const imageTypes = new Set(['image/png', 'image/jpeg', 'image/jpg', 'image/webp', 'image/gif', 'image/heic', 'image/heif']);
+const imageTypes = new Set([
+  'image/png',
+  'image/jpeg',
+  'image/jpg',
+  'image/webp',
+  'image/gif',
+  'image/heic',
+  'image/heif',
+]);
 /** Inline audio in chat's two formats. */
-const audioFormats: Readonly<Record<string, 'wav' | 'mp3'>> = { 'audio/wav': 'wav', 'audio/x-wav': 'wav', 'audio/wave': 'wav', 'audio/mp3': 'mp3', 'audio/mpeg': 'mp3' };
+const audioFormats: Readonly<Record<string, 'wav' | 'mp3'>> = {
+  'audio/wav': 'wav',
+  'audio/x-wav': 'wav',
+  'audio/wave': 'wav',
+  'audio/mp3': 'mp3',
+  'audio/mpeg': 'mp3',
+};
 const servedInline = 'an image (PNG, JPEG, WebP, GIF, HEIC), application/pdf, audio/wav, audio/mp3, or text';
 
 /** Google takes URL-safe and unpadded base64 too; a data URL and chat's audio are read standard and padded. */
@@ -86,7 +111,11 @@ class Translator {
 
   private needs(modality: 'image' | 'audio', param: string): void {
     if (!this.model.input_modalities.includes(modality)) {
-      throw invalidRequest(`Invalid value at '${param}': the model \`${this.model.id}\` does not accept ${modality} input.`, param, 'unsupported_content_type');
+      throw invalidRequest(
+        `Invalid value at '${param}': the model \`${this.model.id}\` does not accept ${modality} input.`,
+        param,
+        'unsupported_content_type',
+      );
     }
   }
 
@@ -106,14 +135,18 @@ class Translator {
     } else if (isText(type)) {
       target.push({ type: 'text', text: Buffer.from(data, 'base64').toString('utf8') });
     } else {
-      this.unserved(`${path}.inlineData.mimeType`, `inline ${type === '' ? 'data without a media type' : type} is served for Gemini models only; this model takes ${servedInline}.`);
+      this.unserved(
+        `${path}.inlineData.mimeType`,
+        `inline ${type === '' ? 'data without a media type' : type} is served for Gemini models only; this model takes ${servedInline}.`,
+      );
     }
   }
 
   /** A file by URI: an image on the web is chat's image URL; anything else only Gemini reads. */
   private file(part: NonNullable<GeminiPart['fileData']>, path: string, target: ChatUserPart[]): void {
     const type = part.mimeType === undefined ? undefined : mediaType(part.mimeType);
-    const web = /^https?:\/\//i.test(part.fileUri) && !/^https?:\/\/generativelanguage\.googleapis\.com\//i.test(part.fileUri);
+    const web =
+      /^https?:\/\//i.test(part.fileUri) && !/^https?:\/\/generativelanguage\.googleapis\.com\//i.test(part.fileUri);
     if (web && (type === undefined || type.startsWith('image/'))) {
       this.needs('image', `${path}.fileData`);
       target.push({ type: 'image_url', image_url: { url: part.fileUri } });
@@ -123,12 +156,19 @@ class Translator {
       `${path}.fileData`,
       web
         ? `a ${type} file by URL is served for Gemini models only; send it inline (inlineData), or send images by URL.`
-        : "files in Google's Files API, Cloud Storage or YouTube are served for Gemini models only; send the content inline (inlineData).",
+        : "files in Google's Files API, Cloud Storage or YouTube are served for Gemini models only; send the " +
+            'content inline (inlineData).',
     );
   }
 
   /** A function response: the tool message answering its call, or text when no call of the request asked for it. */
-  private functionResponse(response: NonNullable<GeminiPart['functionResponse']>, path: string, tools: ChatMessage[], attachments: ChatUserPart[], orphans: ChatUserPart[]): void {
+  private functionResponse(
+    response: NonNullable<GeminiPart['functionResponse']>,
+    path: string,
+    tools: ChatMessage[],
+    attachments: ChatUserPart[],
+    orphans: ChatUserPart[],
+  ): void {
     const output = resultText(response.response);
     const at = response.id !== undefined ? this.unanswered.findIndex((call) => call.id === response.id) : -1;
     const index = at >= 0 ? at : this.unanswered.findIndex((call) => call.name === response.name);
@@ -144,13 +184,29 @@ class Translator {
     }
     const [call] = this.unanswered.splice(index, 1);
     tools.push({ role: 'tool', tool_call_id: call!.id, content: output });
-    if (attached.length > 0) attachments.push({ type: 'text', text: `Attached to the result of function call ${call!.id} (${response.name}):` }, ...attached);
+    if (attached.length > 0)
+      attachments.push(
+        { type: 'text', text: `Attached to the result of function call ${call!.id} (${response.name}):` },
+        ...attached,
+      );
   }
 
   /** One part of a user turn, into the turn's tool messages, attachments, orphan results or content. */
-  private userPart(part: GeminiPart, path: string, content: ChatUserPart[], tools: ChatMessage[], attachments: ChatUserPart[], orphans: ChatUserPart[]): void {
+  private userPart(
+    part: GeminiPart,
+    path: string,
+    content: ChatUserPart[],
+    tools: ChatMessage[],
+    attachments: ChatUserPart[],
+    orphans: ChatUserPart[],
+  ): void {
     if (part.functionResponse) return this.functionResponse(part.functionResponse, path, tools, attachments, orphans);
-    if (part.functionCall) throw invalidRequest(`Invalid value at '${path}.functionCall': function calls belong in model turns (role 'model').`, `${path}.functionCall`, 'invalid_value');
+    if (part.functionCall)
+      throw invalidRequest(
+        `Invalid value at '${path}.functionCall': function calls belong in model turns (role 'model').`,
+        `${path}.functionCall`,
+        'invalid_value',
+      );
     if (typeof part.text === 'string') {
       if (part.thought === true) this.drop('thought parts');
       else content.push({ type: 'text', text: part.text });
@@ -165,7 +221,11 @@ class Translator {
    */
   closeCalls(target: ChatMessage[] = this.messages): void {
     for (const call of this.unanswered) {
-      target.push({ role: 'tool', tool_call_id: call.id, content: `No result was sent for this call of the function ${call.name}.` });
+      target.push({
+        role: 'tool',
+        tool_call_id: call.id,
+        content: `No result was sent for this call of the function ${call.name}.`,
+      });
     }
     this.unanswered.length = 0;
   }
@@ -195,13 +255,21 @@ class Translator {
       const call = part.functionCall;
       if (call) {
         const id = call.id !== undefined && call.id !== '' ? call.id : `call_${turn}_${j}`;
-        calls.push({ id, type: 'function', function: { name: chatToolName(call.name), arguments: JSON.stringify(call.args ?? {}) } });
+        calls.push({
+          id,
+          type: 'function',
+          function: { name: chatToolName(call.name), arguments: JSON.stringify(call.args ?? {}) },
+        });
         this.unanswered.push({ id, name: call.name });
         return;
       }
       if (part.functionResponse) {
         const param = `${path}.parts[${j}].functionResponse`;
-        throw invalidRequest(`Invalid value at '${param}': function responses belong in user turns (role 'user').`, param, 'invalid_value');
+        throw invalidRequest(
+          `Invalid value at '${param}': function responses belong in user turns (role 'user').`,
+          param,
+          'invalid_value',
+        );
       }
       if (typeof part.text === 'string') {
         if (part.thought === true) this.drop('thought parts');
@@ -209,26 +277,35 @@ class Translator {
       } else if (part.inlineData || part.fileData) this.drop('contents[].parts[] with data in model turns');
       else this.dropOther(part);
     });
-    if (calls.length > 0) this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
+    if (calls.length > 0)
+      this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
     // A turn left with nothing to say (only thoughts) is left out: an empty assistant message tells the model nothing.
     else if (content !== '') this.messages.push({ role: 'assistant', content });
   }
 
   private dropOther(part: GeminiPart): void {
-    for (const key of ['executableCode', 'codeExecutionResult', 'videoMetadata']) if (part[key] != null) this.drop(`contents[].parts[].${key}`);
+    for (const key of ['executableCode', 'codeExecutionResult', 'videoMetadata'])
+      if (part[key] != null) this.drop(`contents[].parts[].${key}`);
   }
 }
 
-/** A function's result as a tool message's text: its `output` (or `content`) when that is all it is and is text, else its JSON. */
+/**
+ * A function's result as a tool message's text: its `output` (or `content`) when that is all it is and is text, else
+ * its JSON.
+ */
 function resultText(response: Record<string, unknown> | null | undefined): string {
   if (response == null) return '';
   const keys = Object.keys(response);
-  if (keys.length === 1 && (keys[0] === 'output' || keys[0] === 'content') && typeof response[keys[0]] === 'string') return response[keys[0]] as string;
+  if (keys.length === 1 && (keys[0] === 'output' || keys[0] === 'content') && typeof response[keys[0]] === 'string')
+    return response[keys[0]] as string;
   return JSON.stringify(response);
 }
 
 /** The system instruction's text parts as a system message. */
-function systemMessage(instruction: GeminiGenerateRequest['systemInstruction'], dropped: Set<string>): ChatMessage | undefined {
+function systemMessage(
+  instruction: GeminiGenerateRequest['systemInstruction'],
+  dropped: Set<string>,
+): ChatMessage | undefined {
   if (instruction == null) return undefined;
   if (typeof instruction === 'string') return instruction === '' ? undefined : { role: 'system', content: instruction };
   const texts: string[] = [];
@@ -238,7 +315,10 @@ function systemMessage(instruction: GeminiGenerateRequest['systemInstruction'], 
   }
   if (texts.length === 0) return undefined;
   // The parts stay separate: joining them would guess at a separator the client did not write.
-  return { role: 'system', content: texts.length === 1 ? texts[0]! : texts.map((text) => ({ type: 'text' as const, text })) };
+  return {
+    role: 'system',
+    content: texts.length === 1 ? texts[0]! : texts.map((text) => ({ type: 'text' as const, text })),
+  };
 }
 
 /**
@@ -246,11 +326,16 @@ function systemMessage(instruction: GeminiGenerateRequest['systemInstruction'], 
  * that name, a budget as the largest effort preset within it (`effortForBudget`), 0 as `none` (no thinking), -1
  * (the model decides) as no effort at all, so the vendor's default. Any other model gets none.
  */
-function reasoningEffort(config: GeminiGenerationConfig['thinkingConfig'], reasons: boolean, dropped: Set<string>): ReasoningEffort | undefined {
+function reasoningEffort(
+  config: GeminiGenerationConfig['thinkingConfig'],
+  reasons: boolean,
+  dropped: Set<string>,
+): ReasoningEffort | undefined {
   if (config == null) return undefined;
   const level = typeof config.thinkingLevel === 'string' ? config.thinkingLevel.toLowerCase() : undefined;
   const budget = config.thinkingBudget ?? undefined;
-  const asked = (level !== undefined && level !== 'thinking_level_unspecified') || (budget !== undefined && budget !== -1);
+  const asked =
+    (level !== undefined && level !== 'thinking_level_unspecified') || (budget !== undefined && budget !== -1);
   if (!asked) return undefined;
   if (!reasons) {
     dropped.add('generationConfig.thinkingConfig (this model takes no reasoning effort)');
@@ -286,7 +371,13 @@ const readConfig = new Set([
  * clamped to what the model writes: a client may ask any model for Gemini's 65,536), and Gemini's others chat
  * takes as they are (candidates, penalties, seed, log probabilities).
  */
-function applyGenerationConfig(chat: ChatCompletionRequest, config: GeminiGenerationConfig, model: TranslatedModel, reasons: boolean, dropped: Set<string>): void {
+function applyGenerationConfig(
+  chat: ChatCompletionRequest,
+  config: GeminiGenerationConfig,
+  model: TranslatedModel,
+  reasons: boolean,
+  dropped: Set<string>,
+): void {
   const stops = config.stopSequences;
   applyChatSettings(
     chat,
@@ -311,24 +402,43 @@ function applyGenerationConfig(chat: ChatCompletionRequest, config: GeminiGenera
     if (config.logprobs != null) chat.top_logprobs = config.logprobs;
   }
   const modalities = config.responseModalities;
-  if (Array.isArray(modalities) && modalities.some((modality) => String(modality).toUpperCase() !== 'TEXT')) dropped.add('generationConfig.responseModalities other than TEXT');
-  for (const [key, value] of Object.entries(config)) if (!readConfig.has(key) && value != null) dropped.add(`generationConfig.${key}`);
+  if (Array.isArray(modalities) && modalities.some((modality) => String(modality).toUpperCase() !== 'TEXT'))
+    dropped.add('generationConfig.responseModalities other than TEXT');
+  for (const [key, value] of Object.entries(config))
+    if (!readConfig.has(key) && value != null) dropped.add(`generationConfig.${key}`);
 }
 
 /** The top-level fields read here; any other is dropped (`model`: a countTokens request's own copy of the path's). */
-const readFields = new Set(['contents', 'systemInstruction', 'tools', 'toolConfig', 'generationConfig', 'cachedContent', 'model']);
+const readFields = new Set([
+  'contents',
+  'systemInstruction',
+  'tools',
+  'toolConfig',
+  'generationConfig',
+  'cachedContent',
+  'model',
+]);
 
 /** The request's contents as the generate and count requests carry them (the schema checked them). */
-export type GenerateFields = Pick<GeminiGenerateRequest, 'contents' | 'systemInstruction' | 'tools' | 'toolConfig' | 'generationConfig' | 'cachedContent'> & Record<string, unknown>;
+export type GenerateFields = Pick<
+  GeminiGenerateRequest,
+  'contents' | 'systemInstruction' | 'tools' | 'toolConfig' | 'generationConfig' | 'cachedContent'
+> &
+  Record<string, unknown>;
 
 /** The chat request for a (validated) Gemini request to `model`, with the list of what it leaves out. */
-export function toChatRequest(request: GenerateFields, model: TranslatedModel, options: TranslateOptions): GeminiTranslation {
+export function toChatRequest(
+  request: GenerateFields,
+  model: TranslatedModel,
+  options: TranslateOptions,
+): GeminiTranslation {
   const translator = new Translator(model, options.native);
   const { dropped } = translator;
   if (request.cachedContent != null) {
     if (!options.native) {
       throw invalidRequest(
-        `Invalid value at 'cachedContent': a cached content lives in Google's API and is served for Gemini models only; send its contents in the request.`,
+        `Invalid value at 'cachedContent': a cached content lives in Google's API and is served for Gemini ` +
+          `models only; send its contents in the request.`,
         'cachedContent',
         'unsupported_parameter',
       );
@@ -348,7 +458,8 @@ export function toChatRequest(request: GenerateFields, model: TranslatedModel, o
   translator.closeCalls();
   if (translator.messages.length === 0) {
     throw invalidRequest(
-      "Invalid value at 'contents': nothing is left to send to this model once the parts only Gemini reads (thoughts, code execution) are left out.",
+      "Invalid value at 'contents': nothing is left to send to this model once the parts only Gemini reads " +
+        '(thoughts, code execution) are left out.',
       'contents',
       'invalid_value',
     );
@@ -358,9 +469,11 @@ export function toChatRequest(request: GenerateFields, model: TranslatedModel, o
 
   const chat: ChatCompletionRequest = { model: model.id, messages };
   Object.assign(chat, geminiToolFields(request, model.web_search === true, options.native, dropped));
-  if (request.generationConfig != null) applyGenerationConfig(chat, request.generationConfig, model, options.reasons, dropped);
+  if (request.generationConfig != null)
+    applyGenerationConfig(chat, request.generationConfig, model, options.reasons, dropped);
   if (request.safetySettings != null) dropped.add('safetySettings');
-  for (const [key, value] of Object.entries(request)) if (!readFields.has(key) && key !== 'safetySettings' && value != null) dropped.add(key);
+  for (const [key, value] of Object.entries(request))
+    if (!readFields.has(key) && key !== 'safetySettings' && value != null) dropped.add(key);
   if (options.stream) {
     chat.stream = true;
     chat.stream_options = { include_usage: true };

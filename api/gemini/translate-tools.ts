@@ -1,9 +1,21 @@
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { chatToolName } from '../../shared/messages-tools.js';
 import { isRecord } from '../../shared/response-object.js';
-import type { GeminiFunctionDeclaration, GeminiGenerateRequest, GeminiGenerationConfig, GeminiTool, GeminiToolConfig } from '../../shared/schemas/gemini.js';
+import type {
+  GeminiFunctionDeclaration,
+  GeminiGenerateRequest,
+  GeminiGenerationConfig,
+  GeminiTool,
+  GeminiToolConfig,
+} from '../../shared/schemas/gemini.js';
 import type { DeclaredOutput } from '../dialects/chat-request.js';
-import { chatToolFields, type ChatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredTools } from '../dialects/chat-tools.js';
+import {
+  chatToolFields,
+  type ChatToolFields,
+  type ChoiceWording,
+  type DeclaredChoice,
+  type DeclaredTools,
+} from '../dialects/chat-tools.js';
 
 /*
  * A Gemini request's tools, tool choice and structured output in the dialect layer's terms (api/dialects/): what
@@ -27,7 +39,17 @@ const countFields = new Set(['minItems', 'maxItems', 'minLength', 'maxLength', '
 /** Fields JSON Schema has under the same name, copied as they are. */
 const sameFields = new Set(['title', 'description', 'pattern', 'minimum', 'maximum', 'default', 'required']);
 /** Gemini's own fields with no JSON Schema counterpart. */
-const leftOutFields = new Set(['propertyOrdering', 'nullable', 'type', 'format', 'enum', 'items', 'properties', 'anyOf', 'example']);
+const leftOutFields = new Set([
+  'propertyOrdering',
+  'nullable',
+  'type',
+  'format',
+  'enum',
+  'items',
+  'properties',
+  'anyOf',
+  'example',
+]);
 
 /** A Gemini type name (`OBJECT`, or `object` as some clients write it) as JSON Schema's; undefined for none. */
 function jsonType(type: unknown): string | undefined {
@@ -50,7 +72,10 @@ export function toJsonSchema(schema: unknown): Json {
   if (typeof schema.format === 'string' && schema.format !== 'enum' && schema.format !== '') out.format = schema.format;
   if (Array.isArray(schema.enum)) out.enum = nullable ? [...schema.enum, null] : schema.enum;
   if (schema.items !== undefined) out.items = toJsonSchema(schema.items);
-  if (isRecord(schema.properties)) out.properties = Object.fromEntries(Object.entries(schema.properties).map(([name, property]) => [name, toJsonSchema(property)]));
+  if (isRecord(schema.properties))
+    out.properties = Object.fromEntries(
+      Object.entries(schema.properties).map(([name, property]) => [name, toJsonSchema(property)]),
+    );
   if (Array.isArray(schema.anyOf)) {
     out.anyOf = schema.anyOf.map(toJsonSchema);
     if (nullable && type === undefined) out.anyOf = [...(out.anyOf as Json[]), { type: 'null' }];
@@ -88,7 +113,8 @@ export function lowerCaseTypes(schema: unknown): unknown {
     const lower = (type: unknown) => (typeof type === 'string' && geminiTypes.has(type) ? type.toLowerCase() : type);
     // `type` names a type (a string, or a list of them); anywhere else (a property called `type`) it is a schema.
     if (key === 'type' && typeof value === 'string') next = lower(value);
-    else if (key === 'type' && Array.isArray(value) && value.every((type) => typeof type === 'string')) next = value.some((type) => lower(type) !== type) ? value.map(lower) : value;
+    else if (key === 'type' && Array.isArray(value) && value.every((type) => typeof type === 'string'))
+      next = value.some((type) => lower(type) !== type) ? value.map(lower) : value;
     else if (!schemaData.has(key)) next = lowerCaseTypes(value);
     if (next !== value) (out ??= { ...schema })[key] = next;
   }
@@ -97,8 +123,18 @@ export function lowerCaseTypes(schema: unknown): unknown {
 
 // ---- function declarations, Gemini's own tools and the tool choice, in the dialect layer's terms ----
 
-/** The tools Gemini runs itself that a chat vendor has none of; any other tool key is Google's too, and declined alike. */
-const geminiRunTools = new Set(['codeExecution', 'urlContext', 'googleMaps', 'fileSearch', 'computerUse', 'enterpriseWebSearch', 'retrieval']);
+/**
+ * The tools Gemini runs itself that a chat vendor has none of; any other tool key is Google's too, and declined alike.
+ */
+const geminiRunTools = new Set([
+  'codeExecution',
+  'urlContext',
+  'googleMaps',
+  'fileSearch',
+  'computerUse',
+  'enterpriseWebSearch',
+  'retrieval',
+]);
 
 /** How Gemini says a tool choice (`toolConfig.functionCallingConfig`), for a refusal at its place in the request. */
 const choiceWording: ChoiceWording = {
@@ -109,9 +145,17 @@ const choiceWording: ChoiceWording = {
   declined: 'is run by Google',
 };
 
-/** A declaration's arguments as JSON Schema: `parametersJsonSchema` as written (its type names lowered), or `parameters` converted. */
+/**
+ * A declaration's arguments as JSON Schema: `parametersJsonSchema` as written (its type names lowered), or `parameters`
+ * converted.
+ */
 function parametersOf(declaration: GeminiFunctionDeclaration): Json | undefined {
-  const schema = declaration.parametersJsonSchema !== undefined ? lowerCaseTypes(declaration.parametersJsonSchema) : declaration.parameters != null ? toJsonSchema(declaration.parameters) : undefined;
+  const schema =
+    declaration.parametersJsonSchema !== undefined
+      ? lowerCaseTypes(declaration.parametersJsonSchema)
+      : declaration.parameters != null
+        ? toJsonSchema(declaration.parameters)
+        : undefined;
   // An empty schema (or none) is a function that takes no arguments: the layer sends it an empty object's schema,
   // which chat vendors want where a bare `{}` lacks the type they require.
   return isRecord(schema) && Object.keys(schema).length > 0 ? schema : undefined;
@@ -124,7 +168,11 @@ function parametersOf(declaration: GeminiFunctionDeclaration): Json | undefined 
  * runs them itself) declined, by its key. `dropped` names what was left out. A function declared twice is refused,
  * as Gemini refuses it.
  */
-function declareTools(tools: readonly GeminiTool[] | null | undefined, searches: boolean, dropped: Set<string>): DeclaredTools {
+function declareTools(
+  tools: readonly GeminiTool[] | null | undefined,
+  searches: boolean,
+  dropped: Set<string>,
+): DeclaredTools {
   const declared: DeclaredTools = { functions: [], declined: [] };
   const names = new Set<string>();
   (tools ?? []).forEach((tool, i) => {
@@ -136,16 +184,25 @@ function declareTools(tools: readonly GeminiTool[] | null | undefined, searches:
         continue;
       }
       if (!declared.declined.includes(key)) declared.declined.push(key);
-      if (key === 'googleSearch' || key === 'googleSearchRetrieval') dropped.add(`tools[].${key} (this model's vendor does not search the web)`);
+      if (key === 'googleSearch' || key === 'googleSearchRetrieval')
+        dropped.add(`tools[].${key} (this model's vendor does not search the web)`);
       else dropped.add(geminiRunTools.has(key) ? `tools[].${key} (run by Gemini only)` : `tools[].${key}`);
     }
     (tool.functionDeclarations ?? []).forEach((declaration, j) => {
       if (names.has(declaration.name)) {
         const param = `tools[${i}].functionDeclarations[${j}].name`;
-        throw invalidRequest(`Invalid value at '${param}': the function '${declaration.name}' is declared twice.`, param, 'invalid_value');
+        throw invalidRequest(
+          `Invalid value at '${param}': the function '${declaration.name}' is declared twice.`,
+          param,
+          'invalid_value',
+        );
       }
       names.add(declaration.name);
-      declared.functions.push({ name: chatToolName(declaration.name), description: declaration.description, parameters: parametersOf(declaration) });
+      declared.functions.push({
+        name: chatToolName(declaration.name),
+        description: declaration.description,
+        parameters: parametersOf(declaration),
+      });
     });
   });
   return declared;
@@ -170,10 +227,16 @@ function declareChoice(config: GeminiToolConfig | null | undefined): DeclaredCho
  * the chat form is only a fallback's: a choice chat cannot honour because it needs a tool only Google runs is left
  * out of it (Gemini gets the request as written), where any other model's request is refused.
  */
-export function geminiToolFields(request: Pick<GeminiGenerateRequest, 'tools' | 'toolConfig'>, searches: boolean, native: boolean, dropped: Set<string>): ChatToolFields {
+export function geminiToolFields(
+  request: Pick<GeminiGenerateRequest, 'tools' | 'toolConfig'>,
+  searches: boolean,
+  native: boolean,
+  dropped: Set<string>,
+): ChatToolFields {
   const declared = declareTools(request.tools, searches, dropped);
   const choice = declareChoice(request.toolConfig);
-  for (const [key, value] of Object.entries(request.toolConfig ?? {})) if (key !== 'functionCallingConfig' && value != null) dropped.add(`toolConfig.${key}`);
+  for (const [key, value] of Object.entries(request.toolConfig ?? {}))
+    if (key !== 'functionCallingConfig' && value != null) dropped.add(`toolConfig.${key}`);
   try {
     return chatToolFields(declared, choice, undefined, choiceWording);
   } catch (error) {
@@ -193,11 +256,17 @@ export function geminiToolFields(request: Pick<GeminiGenerateRequest, 'tools' | 
  */
 export function declareOutput(config: GeminiGenerationConfig, dropped: Set<string>): DeclaredOutput | undefined {
   const mime = config.responseMimeType?.toLowerCase();
-  const schema = config.responseJsonSchema !== undefined && config.responseJsonSchema !== null ? lowerCaseTypes(config.responseJsonSchema) : config.responseSchema != null ? toJsonSchema(config.responseSchema) : undefined;
+  const schema =
+    config.responseJsonSchema !== undefined && config.responseJsonSchema !== null
+      ? lowerCaseTypes(config.responseJsonSchema)
+      : config.responseSchema != null
+        ? toJsonSchema(config.responseSchema)
+        : undefined;
   if (mime === undefined || mime === 'text/plain') {
     if (schema !== undefined) {
       throw invalidRequest(
-        "Invalid value at 'generationConfig.responseMimeType': a response schema requires responseMimeType 'application/json'.",
+        "Invalid value at 'generationConfig.responseMimeType': a response schema requires responseMimeType " +
+          "'application/json'.",
         'generationConfig.responseMimeType',
         'invalid_value',
       );
@@ -210,7 +279,10 @@ export function declareOutput(config: GeminiGenerationConfig, dropped: Set<strin
   }
   if (schema === undefined) return { type: 'json' };
   if (!isRecord(schema)) {
-    const param = config.responseJsonSchema !== undefined ? 'generationConfig.responseJsonSchema' : 'generationConfig.responseSchema';
+    const param =
+      config.responseJsonSchema !== undefined
+        ? 'generationConfig.responseJsonSchema'
+        : 'generationConfig.responseSchema';
     throw invalidRequest(`Invalid value at '${param}': expected a JSON schema object.`, param, 'invalid_value');
   }
   return { type: 'schema', name: 'response', schema };

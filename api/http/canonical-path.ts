@@ -43,7 +43,8 @@ export function canonicalPath(raw: string): string | undefined {
     if (segment === '..') out.pop();
     else out.push(segment);
   }
-  // A trailing slash (or a last `.` / `..` segment) keeps the path a directory, as the routers' non-strict matching expects.
+  // A trailing slash (or a last `.` / `..` segment) keeps the path a directory, as the routers' non-strict matching
+  // expects.
   const trailing = decoded.length > 1 && /(?:\/|\/\.|\/\.\.)$/.test(decoded) && out.length > 0;
   return `/${out.join('/')}${trailing ? '/' : ''}`;
 }
@@ -54,7 +55,9 @@ export function canonicalizePath(): Middleware {
     const raw = ctx.path;
     const canonical = canonicalPath(raw);
     if (canonical === undefined) {
-      throw new GatewayError(400, 'The request path is not a valid URL path (a malformed or NUL percent-escape).', { code: 'invalid_path' });
+      throw new GatewayError(400, 'The request path is not a valid URL path (a malformed or NUL percent-escape).', {
+        code: 'invalid_path',
+      });
     }
     if (canonical !== raw) ctx.path = canonical;
     await next();

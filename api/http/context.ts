@@ -13,4 +13,3 @@ export type GatewayState = RequestIdState & TraceState & MetricsState;
 
 /** Any request's context, as the plumbing sees it. */
 export type GatewayContext = ParameterizedContext<GatewayState>;
-

@@ -11,7 +11,10 @@ export interface RequestIdState {
   log: Logger;
 }
 
-/** What the envelope tells the rest of the api of a request (the request log): that it arrived, and the error it was answered with. */
+/**
+ * What the envelope tells the rest of the api of a request (the request log): that it arrived, and the error it was
+ * answered with.
+ */
 export interface EnvelopeNotes<S> {
   arrived(ctx: { state: S }): void;
   failed(ctx: { state: S }, code: string, message: string): void;
@@ -34,13 +37,25 @@ export function answersGoogle(ctx: { path: string; method: string; get(name: str
  */
 export function googleErrorBody(error: GatewayError): { error: Record<string, unknown> } {
   const retryAfter = Number(error.headers['retry-after']);
-  const body = geminiErrorBody(error.status, error.message, Number.isFinite(retryAfter) && error.headers['retry-after'] !== undefined ? retryAfter : undefined);
+  const body = geminiErrorBody(
+    error.status,
+    error.message,
+    Number.isFinite(retryAfter) && error.headers['retry-after'] !== undefined ? retryAfter : undefined,
+  );
   const details = (body.error.details as unknown[] | undefined) ?? [];
   if (error.code === 'invalid_api_key' && error.status === 403) {
-    details.push({ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'API_KEY_INVALID', domain: 'googleapis.com', metadata: { service: 'generativelanguage.googleapis.com' } });
+    details.push({
+      '@type': 'type.googleapis.com/google.rpc.ErrorInfo',
+      reason: 'API_KEY_INVALID',
+      domain: 'googleapis.com',
+      metadata: { service: 'generativelanguage.googleapis.com' },
+    });
   }
   if (error.code === 'insufficient_quota') {
-    details.push({ '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [{ subject: 'api_key', description: error.message }] });
+    details.push({
+      '@type': 'type.googleapis.com/google.rpc.QuotaFailure',
+      violations: [{ subject: 'api_key', description: error.message }],
+    });
   }
   if (details.length > 0) body.error.details = details;
   return body;
@@ -70,16 +85,21 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
       await next();
       // A client that hung up before the answer (a held request it gave up on) got nothing: not an unknown URL.
       if (ctx.body == null && ctx.respond !== false && !ctx.headerSent && !clientClosedEarly(ctx)) {
-        if (ctx.status === 404) throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
-        // The router answers a method it knows nothing of (TRACE, PROPFIND…) with a bare 501: for a client that is a 405.
+        if (ctx.status === 404)
+          throw new GatewayError(404, `Unknown request URL: ${ctx.method} ${ctx.path}.`, { code: 'unknown_url' });
+        // The router answers a method it knows nothing of (TRACE, PROPFIND…) with a bare 501: for a client that is a
+        // 405.
         if (ctx.status === 405 || ctx.status === 501) {
-          throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, { code: 'method_not_allowed' });
+          throw new GatewayError(405, `Method ${ctx.method} is not allowed on ${ctx.path}.`, {
+            code: 'method_not_allowed',
+          });
         }
       }
     } catch (caught) {
       const error = toGatewayError(caught);
       // A 503 the gateway chose (draining, overloaded) is an answer, not a fault: no stack, no error level.
-      if (error.status === 503 && caught instanceof GatewayError) requestLog.warn({ status: error.status, code: error.code }, error.message);
+      if (error.status === 503 && caught instanceof GatewayError)
+        requestLog.warn({ status: error.status, code: error.code }, error.message);
       else if (error.status >= 500) requestLog.error({ err: caught }, error.message);
       else if (log.isLevelEnabled('debug')) requestLog.debug({ status: error.status, code: error.code }, error.message);
       if (!ctx.headerSent && ctx.respond !== false) {
@@ -101,8 +121,15 @@ export function envelope<S>(log: Logger, notes: EnvelopeNotes<S>): Middleware<Re
     } finally {
       if (accessLog) {
         const ms = Math.round((performance.now() - started) * 10) / 10;
-        const status = clientClosedEarly(ctx) ? clientClosedStatus : ctx.respond === false ? ctx.res.statusCode : ctx.status;
-        log.info({ reqId: id, method: ctx.method, path: ctx.path, status, ms }, status === clientClosedStatus ? 'request: the client closed the connection before the answer' : 'request');
+        const status = clientClosedEarly(ctx)
+          ? clientClosedStatus
+          : ctx.respond === false
+            ? ctx.res.statusCode
+            : ctx.status;
+        log.info(
+          { reqId: id, method: ctx.method, path: ctx.path, status, ms },
+          status === clientClosedStatus ? 'request: the client closed the connection before the answer' : 'request',
+        );
       }
     }
   };

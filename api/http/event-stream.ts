@@ -47,7 +47,11 @@ export class EventStream {
     if (this.opened) return;
     this.opened = true;
     this.ctx.respond = false;
-    this.res.writeHead(200, { 'content-type': this.framing.contentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    this.res.writeHead(200, {
+      'content-type': this.framing.contentType,
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+    });
   }
 
   write(frames: string): void {

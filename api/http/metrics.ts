@@ -3,7 +3,13 @@ import type { QueueDepth } from '../../shared/scheduling/backpressure.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';
-import { activeMetrics, initMetrics, metricsContentType, renderMetrics, type GatewayMetrics } from '../../shared/metrics.js';
+import {
+  activeMetrics,
+  initMetrics,
+  metricsContentType,
+  renderMetrics,
+  type GatewayMetrics,
+} from '../../shared/metrics.js';
 import { GatewayError } from '../../shared/errors.js';
 import { metricsLoopbackOnly, metricsScrapeAllowed } from '../../shared/metrics-process.js';
 
@@ -28,7 +34,10 @@ export interface MetricsState {
 /** What the request metrics read of a request's state. */
 type Noted = { state: MetricsState };
 
-/** What the request metrics read of a request's state besides their own notes: the key it came with (labels per key), once past it. */
+/**
+ * What the request metrics read of a request's state besides their own notes: the key it came with (labels per key),
+ * once past it.
+ */
 type Counted = MetricsState & { keyId?: string };
 
 const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math.floor(status / 100)}xx` : '5xx');
@@ -36,7 +45,6 @@ const statusClass = (status: number) => (status >= 100 && status < 600 ? `${Math
 /** Resumes of a stream: the chat resume, and a stored response read as a stream. */
 const chatResume = '/v1/chat/completions/:id/stream';
 const responseRead = '/v1/responses/:id';
-
 
 /** Where the queue depths come from: the backpressure's last refresh. */
 export interface QueueDepthSource {
@@ -57,7 +65,11 @@ export interface ApiMetrics {
  * `routeOf` names the route template a request took (a queued endpoint's
  * path, a router's pattern), never its raw path, so the labels stay bounded.
  */
-export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSource, routeOf: (ctx: Context) => string | undefined): ApiMetrics {
+export function apiMetrics(
+  config: Pick<Config, 'metrics'>,
+  depths: QueueDepthSource,
+  routeOf: (ctx: Context) => string | undefined,
+): ApiMetrics {
   const metrics = initMetrics(config.metrics);
   metrics.queueDepths = () => depths.depths();
   metrics.backlogs = () => depths.backlogs();
@@ -85,7 +97,9 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
       if (!metricsScrapeAllowed(ctx.get('authorization') || undefined, token, ctx.req.socket.remoteAddress)) {
         if (token === undefined) throw new GatewayError(403, metricsLoopbackOnly, { code: 'metrics_loopback_only' });
         ctx.set('www-authenticate', 'Bearer');
-        throw new GatewayError(401, 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', { code: 'invalid_metrics_token' });
+        throw new GatewayError(401, 'GET /metrics needs Authorization: Bearer <METRICS_TOKEN>.', {
+          code: 'invalid_metrics_token',
+        });
       }
       ctx.set('content-type', metricsContentType);
       ctx.set('cache-control', 'no-store');
@@ -94,7 +108,13 @@ export function apiMetrics(config: Pick<Config, 'metrics'>, depths: QueueDepthSo
   };
 }
 
-function record(metrics: GatewayMetrics, ctx: Context & { state: Counted }, template: string | undefined, started: number, failed: boolean): void {
+function record(
+  metrics: GatewayMetrics,
+  ctx: Context & { state: Counted },
+  template: string | undefined,
+  started: number,
+  failed: boolean,
+): void {
   const now = performance.now();
   const route = template ?? 'other';
   const s = ctx.state;
@@ -103,14 +123,19 @@ function record(metrics: GatewayMetrics, ctx: Context & { state: Counted }, temp
   const closed = clientClosedEarly(ctx);
   const status = closed ? clientClosedStatus : failed ? 500 : ctx.respond === false ? ctx.res.statusCode : ctx.status;
   const cls = closed ? String(clientClosedStatus) : statusClass(status);
-  const counter = metrics.perKey ? metrics.httpRequests.get(route, model, cls, s.keyId ?? '') : metrics.httpRequests.get(route, model, cls);
+  const counter = metrics.perKey
+    ? metrics.httpRequests.get(route, model, cls, s.keyId ?? '')
+    : metrics.httpRequests.get(route, model, cls);
   counter.inc();
   if (closed) return;
   metrics.httpDuration.get(route, cls).observe((now - started) / 1000);
   // A plain answer goes out as the middleware returns; a streamed one said when its first chunk did.
   const firstByte = s.metricsFirstByte ?? (ctx.respond === false ? undefined : now);
   if (firstByte !== undefined) metrics.httpFirstByte.get(route, model).observe((firstByte - started) / 1000);
-  if (cls === '2xx' && (route === chatResume || (route === responseRead && ctx.method === 'GET' && isTrue(ctx.query.stream)))) {
+  if (
+    cls === '2xx' &&
+    (route === chatResume || (route === responseRead && ctx.method === 'GET' && isTrue(ctx.query.stream)))
+  ) {
     metrics.streamResumes.get(route).inc();
   }
 }

@@ -23,7 +23,9 @@ export interface UploadedFile {
 }
 
 export const uploadTooLarge = (limit: number) =>
-  new GatewayError(413, `Uploaded file too large: the limit is ${Math.round(limit / 1024 / 1024)} MB.`, { code: 'file_too_large' });
+  new GatewayError(413, `Uploaded file too large: the limit is ${Math.round(limit / 1024 / 1024)} MB.`, {
+    code: 'file_too_large',
+  });
 
 /** Most files and text fields one multipart body may carry; more is a 400, never a silent drop. */
 export const multipartLimits = { files: 20, fields: 150, fieldBytes: 1024 * 1024 } as const;
@@ -46,7 +48,8 @@ export interface PartSink<T> {
   end(): Promise<T>;
 }
 
-const malformedBody = (error: Error) => invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart');
+const malformedBody = (error: Error) =>
+  invalidRequest(`Malformed multipart body: ${error.message}.`, null, 'invalid_multipart');
 
 /**
  * Reads a multipart/form-data request through a sink (see PartSink), the one way both multipart readers read: the
@@ -54,10 +57,16 @@ const malformedBody = (error: Error) => invalidRequest(`Malformed multipart body
  * (BODY_IDLE_TIMEOUT_MS), a 400 for a body cut short or malformed. Any failure stops feeding the parser, keeps reading
  * (and dropping) what the client still sends so it can read the answer, and has the sink discard what it stored.
  */
-export function readMultipartBody<T>(req: IncomingMessage, limits: busboy.Limits, makeSink: (fail: FailUpload) => PartSink<T>): Promise<T> {
+export function readMultipartBody<T>(
+  req: IncomingMessage,
+  limits: busboy.Limits,
+  makeSink: (fail: FailUpload) => PartSink<T>,
+): Promise<T> {
   const type = req.headers['content-type'] ?? '';
   if (!/^multipart\/form-data/i.test(type)) {
-    return Promise.reject(invalidRequest(`Send this request as multipart/form-data, not '${type.split(';')[0] || 'nothing'}'.`));
+    return Promise.reject(
+      invalidRequest(`Send this request as multipart/form-data, not '${type.split(';')[0] || 'nothing'}'.`),
+    );
   }
   return new Promise((resolve, reject) => {
     let parser: busboy.Busboy;
@@ -101,7 +110,9 @@ export function readMultipartBody<T>(req: IncomingMessage, limits: busboy.Limits
       sink.end().then(resolve, fail);
     });
     req.on('error', fail);
-    req.on('aborted', () => fail(invalidRequest('The request body ended before it was complete.', null, 'invalid_multipart')));
+    req.on('aborted', () =>
+      fail(invalidRequest('The request body ended before it was complete.', null, 'invalid_multipart')),
+    );
     req.pipe(parser);
   });
 }
@@ -113,8 +124,18 @@ export function readMultipartBody<T>(req: IncomingMessage, limits: busboy.Limits
  * short, too many parts, a field too long) is an OpenAI-shaped 4xx, and the
  * files already stored for the request are deleted.
  */
-export function readMultipart(req: IncomingMessage, blobs: BlobStore, requestId: string, maxFileBytes: number): Promise<MultipartForm> {
-  const limits = { fileSize: maxFileBytes, files: multipartLimits.files, fields: multipartLimits.fields, fieldSize: multipartLimits.fieldBytes };
+export function readMultipart(
+  req: IncomingMessage,
+  blobs: BlobStore,
+  requestId: string,
+  maxFileBytes: number,
+): Promise<MultipartForm> {
+  const limits = {
+    fileSize: maxFileBytes,
+    files: multipartLimits.files,
+    fields: multipartLimits.fields,
+    fieldSize: multipartLimits.fieldBytes,
+  };
   return readMultipartBody(req, limits, (fail) => {
     // No prototype: a field named `__proto__` or `constructor` is just a field.
     const fields: MultipartForm['fields'] = Object.create(null) as MultipartForm['fields'];
@@ -126,13 +147,29 @@ export function readMultipart(req: IncomingMessage, blobs: BlobStore, requestId:
       failed = true;
       fail(error);
     };
-    const unnamed = () => refuse(invalidRequest('A multipart part has no name: every part needs Content-Disposition: form-data; name="…".', null, 'invalid_multipart'));
+    const unnamed = () =>
+      refuse(
+        invalidRequest(
+          'A multipart part has no name: every part needs Content-Disposition: form-data; name="…".',
+          null,
+          'invalid_multipart',
+        ),
+      );
     return {
       field(name, value, info) {
         if (typeof name !== 'string' || name === '') return unnamed();
-        if (info.nameTruncated) return refuse(invalidRequest(`A multipart field name is longer than the parser accepts.`, null, 'invalid_multipart'));
+        if (info.nameTruncated)
+          return refuse(
+            invalidRequest(`A multipart field name is longer than the parser accepts.`, null, 'invalid_multipart'),
+          );
         if (info.valueTruncated) {
-          return refuse(invalidRequest(`The field '${name}' is too long: at most ${multipartLimits.fieldBytes} bytes.`, name, 'field_too_long'));
+          return refuse(
+            invalidRequest(
+              `The field '${name}' is too long: at most ${multipartLimits.fieldBytes} bytes.`,
+              name,
+              'field_too_long',
+            ),
+          );
         }
         const existing = fields[name];
         if (existing === undefined) fields[name] = name.endsWith('[]') ? [value] : value;
@@ -159,19 +196,33 @@ export function readMultipart(req: IncomingMessage, blobs: BlobStore, requestId:
           const sha256 = digest.digest('hex');
           stores.push(
             blobs
-              .put(`uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`, bytes, info.mimeType || 'application/octet-stream', info.filename)
+              .put(
+                `uploads/${requestId}/${slot}-${randomUUID().slice(0, 8)}-${safeName}`,
+                bytes,
+                info.mimeType || 'application/octet-stream',
+                info.filename,
+              )
               .then((ref) => {
-                slots[slot] = { field, ref: { ...ref, sha256 }, head: Buffer.from(bytes.subarray(0, 32)), bytes: bytes.length };
+                slots[slot] = {
+                  field,
+                  ref: { ...ref, sha256 },
+                  head: Buffer.from(bytes.subarray(0, 32)),
+                  bytes: bytes.length,
+                };
               }),
           );
         });
       },
-      tooManyFiles: () => invalidRequest(`Too many files in one request: at most ${multipartLimits.files}.`, null, 'too_many_files'),
-      tooManyFields: () => invalidRequest(`Too many fields in one request: at most ${multipartLimits.fields}.`, null, 'too_many_fields'),
+      tooManyFiles: () =>
+        invalidRequest(`Too many files in one request: at most ${multipartLimits.files}.`, null, 'too_many_files'),
+      tooManyFields: () =>
+        invalidRequest(`Too many fields in one request: at most ${multipartLimits.fields}.`, null, 'too_many_fields'),
       discard() {
         failed = true;
         // Whatever was already stored will never be read by a job.
-        void Promise.allSettled(stores).then(() => Promise.allSettled(slots.flatMap((file) => (file ? [blobs.delete(file.ref.key)] : []))));
+        void Promise.allSettled(stores).then(() =>
+          Promise.allSettled(slots.flatMap((file) => (file ? [blobs.delete(file.ref.key)] : []))),
+        );
       },
       end: async () => {
         await Promise.all(stores);
@@ -185,7 +236,11 @@ export function readMultipart(req: IncomingMessage, blobs: BlobStore, requestId:
  * Runs a multipart request's checks; when they refuse it, the files already
  * stored for it are deleted at once (no job will ever read them).
  */
-export async function refusingDeletesUploads<T>(form: MultipartForm, blobs: BlobStore, checks: () => T | Promise<T>): Promise<T> {
+export async function refusingDeletesUploads<T>(
+  form: MultipartForm,
+  blobs: BlobStore,
+  checks: () => T | Promise<T>,
+): Promise<T> {
   try {
     return await checks();
   } catch (error) {

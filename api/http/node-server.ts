@@ -15,14 +15,18 @@ import { setBodyIdleTimeout } from './request-body.js';
  */
 export function createNodeServer(deadlines: Config['clientTimeouts'], listener: RequestListener): Server {
   setBodyIdleTimeout(deadlines.bodyIdleMs);
-  // Node would answer a request without Host with a bare 400; the Host check among the middleware answers it in the OpenAI shape.
+  // Node would answer a request without Host with a bare 400; the Host check among the middleware answers it in the
+  // OpenAI shape.
   const server = createServer(
     {
       requireHostHeader: false,
       requestTimeout: deadlines.requestMs,
       headersTimeout: Math.min(deadlines.headersMs, deadlines.requestMs),
       keepAliveTimeout: deadlines.keepAliveMs,
-      connectionsCheckingInterval: Math.max(25, Math.min(1000, Math.floor(Math.min(deadlines.headersMs, deadlines.requestMs) / 4))),
+      connectionsCheckingInterval: Math.max(
+        25,
+        Math.min(1000, Math.floor(Math.min(deadlines.headersMs, deadlines.requestMs) / 4)),
+      ),
     },
     listener,
   );

@@ -12,7 +12,9 @@ import { endAndLinger } from './linger.js';
  */
 export function writeRawError(socket: Duplex, error: GatewayError): void {
   const body = JSON.stringify(error.toBody());
-  const headers = Object.entries(error.headers).map(([name, value]) => `${name}: ${value}\r\n`).join('');
+  const headers = Object.entries(error.headers)
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('');
   endAndLinger(
     socket,
     `HTTP/1.1 ${error.status} ${STATUS_CODES[error.status] ?? ''}\r\ncontent-type: application/json\r\n` +
@@ -29,7 +31,12 @@ export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex):
     return;
   }
   if (error.code === 'HPE_HEADER_OVERFLOW') {
-    writeRawError(socket, new GatewayError(431, 'The request headers (the URL included) are too large.', { code: 'request_header_too_large' }));
+    writeRawError(
+      socket,
+      new GatewayError(431, 'The request headers (the URL included) are too large.', {
+        code: 'request_header_too_large',
+      }),
+    );
   } else if (error.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
     writeRawError(socket, new GatewayError(408, 'The request took too long to arrive.', { code: 'request_timeout' }));
   } else {
@@ -39,5 +46,8 @@ export function answerClientError(error: NodeJS.ErrnoException, socket: Duplex):
 
 /** CONNECT is for proxies; without an answer Node would close the socket in silence. */
 export function answerConnect(socket: Duplex): void {
-  writeRawError(socket, new GatewayError(405, 'CONNECT is not supported: this is an API, not a proxy.', { code: 'method_not_allowed' }));
+  writeRawError(
+    socket,
+    new GatewayError(405, 'CONNECT is not supported: this is an API, not a proxy.', { code: 'method_not_allowed' }),
+  );
 }

@@ -20,14 +20,18 @@ export function recordProbe(record: RecordDb): () => Promise<boolean> {
   let last: { at: number; reachable: Promise<boolean> } | undefined;
   return () => {
     const now = Date.now();
-    if (!last || now - last.at > recordProbeReuseMs) last = { at: now, reachable: answersWithin(record, recordProbeTimeoutMs) };
+    if (!last || now - last.at > recordProbeReuseMs)
+      last = { at: now, reachable: answersWithin(record, recordProbeTimeoutMs) };
     return last.reachable;
   };
 }
 
 async function answersWithin(record: RecordDb, timeoutMs: number): Promise<boolean> {
   let answered = false;
-  await settledBy(sql`select 1`.execute(record).then(() => (answered = true)), Date.now() + timeoutMs);
+  await settledBy(
+    sql`select 1`.execute(record).then(() => (answered = true)),
+    Date.now() + timeoutMs,
+  );
   return answered;
 }
 
@@ -48,7 +52,10 @@ export interface ReadinessChecks {
   strandedLanes(): ReadonlyArray<{ queue: string; waiting: number; draining: boolean }>;
 }
 
-/** The probes, answered outside `/v1` without a key (and while draining): the root's way to the console, `/healthz`, `/readyz`. */
+/**
+ * The probes, answered outside `/v1` without a key (and while draining): the root's way to the console, `/healthz`,
+ * `/readyz`.
+ */
 export function probeRoutes(checks: ReadinessChecks): Router {
   const probes = createRouter();
   // The root is where a person lands first: the console (which has the sign-in and the docs links).
@@ -79,7 +86,15 @@ export function probeRoutes(checks: ReadinessChecks): Router {
       vendors: checks.vendors,
       event_loop_max_ms: eventLoopMaxMs,
       // Not a reason to take this api out of a balancer (it serves every other lane), but an operator's to fix.
-      ...(stranded.length > 0 ? { stranded_lanes: stranded.map(({ queue, waiting, draining: drained }) => ({ lane: queue, waiting, drained_by_workers: drained })) } : {}),
+      ...(stranded.length > 0
+        ? {
+            stranded_lanes: stranded.map(({ queue, waiting, draining: drained }) => ({
+              lane: queue,
+              waiting,
+              drained_by_workers: drained,
+            })),
+          }
+        : {}),
     };
   });
   return probes;

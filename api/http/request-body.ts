@@ -28,7 +28,9 @@ export function setBodyIdleTimeout(ms: number): void {
 }
 
 export const bodyStalled = () =>
-  new GatewayError(408, `The request body stalled: nothing arrived for ${bodyIdleMs / 1000} s.`, { code: 'request_timeout' });
+  new GatewayError(408, `The request body stalled: nothing arrived for ${bodyIdleMs / 1000} s.`, {
+    code: 'request_timeout',
+  });
 
 /**
  * Watches a body being read: `onStall` runs once the client has sent nothing
@@ -77,7 +79,10 @@ export const closeUnreadRequests: Middleware = async (ctx, next) => {
  * without joining, decoding or parsing the rest. A byte run since the last `"` is all it takes to see (base64 has
  * no quote), one lastIndexOf per chunk.
  */
-function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffer[]; size: number; cutAt: number | undefined }> {
+function readBytes(
+  req: IncomingMessage,
+  limit: number,
+): Promise<{ chunks: Buffer[]; size: number; cutAt: number | undefined }> {
   const declared = Number(req.headers['content-length'] ?? NaN);
   if (declared > limit) return Promise.reject(payloadTooLarge(limit));
   return new Promise((resolve, reject) => {
@@ -104,7 +109,8 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
       const quote = chunk.lastIndexOf(0x22);
       if (quote === -1) {
         run += chunk.length;
-        if (head.length < dataImagePrefix.length) head = Buffer.concat([head, chunk.subarray(0, dataImagePrefix.length - head.length)]);
+        if (head.length < dataImagePrefix.length)
+          head = Buffer.concat([head, chunk.subarray(0, dataImagePrefix.length - head.length)]);
       } else {
         run = chunk.length - quote - 1;
         head = chunk.subarray(quote + 1, quote + 1 + dataImagePrefix.length);
@@ -115,7 +121,8 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
       }
     };
     const onEnd = () => finish();
-    const onClose = () => finish(invalidRequest('The request body ended before it was complete.', null, 'incomplete_body'));
+    const onClose = () =>
+      finish(invalidRequest('The request body ended before it was complete.', null, 'incomplete_body'));
     const idle = watchBodyIdle(req, () => finish(bodyStalled()));
     req.on('data', onData);
     req.on('end', onEnd);
@@ -129,7 +136,10 @@ function readBytes(req: IncomingMessage, limit: number): Promise<{ chunks: Buffe
  * body, and an inline image larger than any vendor takes; `large`: it was past `largeBodyBytes`, and each later step
  * on it should get a turn of the loop of its own.
  */
-export async function readJsonText(req: IncomingMessage, limit: number): Promise<{ text: string; large: boolean; bytes: number }> {
+export async function readJsonText(
+  req: IncomingMessage,
+  limit: number,
+): Promise<{ text: string; large: boolean; bytes: number }> {
   const type = req.headers['content-type'] ?? '';
   if (type && !/^application\/(?:[\w.+-]*\+)?json\b/i.test(type)) {
     throw invalidRequest(`Unsupported content type '${type.split(';')[0]}': send the body as application/json.`);
@@ -165,9 +175,13 @@ export async function readJsonObject(req: IncomingMessage, limit: number): Promi
  * Reads and parses a JSON object body, with the bytes it had as they were read: a chunked body (no
  * `Content-Length`) is as large as what arrived, and so is one whose `Content-Length` the client misstated.
  */
-export async function readJsonBody(req: IncomingMessage, limit: number): Promise<{ body: Record<string, unknown>; bytes: number }> {
+export async function readJsonBody(
+  req: IncomingMessage,
+  limit: number,
+): Promise<{ body: Record<string, unknown>; bytes: number }> {
   const { text, large, bytes } = await readJsonText(req, limit);
-  // Also refuses an inline image past the vendors' limit (one short of the cut), naming where it is, before it is parsed.
+  // Also refuses an inline image past the vendors' limit (one short of the cut), naming where it is, before it is
+  // parsed.
   checkJsonShape(text, maxJsonDepth);
   if (large) await yieldToLoop();
   let body: unknown;
@@ -186,7 +200,10 @@ export async function readJsonBody(req: IncomingMessage, limit: number): Promise
   return { body: body as Record<string, unknown>, bytes };
 }
 
-/** Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can take. */
+/**
+ * Deeper than any real request (a JSON schema ten levels deep is about 25), far below what recursion in the stack can
+ * take.
+ */
 export const maxJsonDepth = 100;
 /**
  * Most members in one object and elements in one array. Every one costs
@@ -254,10 +271,13 @@ export function checkJsonShape(text: string, limit: number, endsInImage = false)
   const refuse = (message: string, code: string): never => {
     throw invalidRequest(message, topKey, code);
   };
-  // A string at `quote` too long to be an inline image a vendor takes (`chars` long, when it ends): refused, by its path, if it is one.
+  // A string at `quote` too long to be an inline image a vendor takes (`chars` long, when it ends): refused, by its
+  // path, if it is one.
   const refuseImage = (quote: number, chars?: number) => {
     if (text.slice(quote + 1, quote + 1 + dataImagePrefix.length).toLowerCase() !== dataImagePrefix) return;
-    const path = Array.from({ length: depth }, (_, d) => (isObject[d] ? text.slice(keyAt[d], keyEnd[d]) : separators[d]!));
+    const path = Array.from({ length: depth }, (_, d) =>
+      isObject[d] ? text.slice(keyAt[d], keyEnd[d]) : separators[d]!,
+    );
     throw inlineImageTooLarge(formatParam(path), chars);
   };
   const startsNumber = (from: number) => {
@@ -285,16 +305,26 @@ export function checkJsonShape(text: string, limit: number, endsInImage = false)
       const at = depth - 1;
       const count = ++separators[at]!;
       if (isObject[at]) {
-        if (count >= maxObjectMembers) refuse(`An object in the request body has more than ${maxObjectMembers} members.`, 'too_many_elements');
+        if (count >= maxObjectMembers)
+          refuse(`An object in the request body has more than ${maxObjectMembers} members.`, 'too_many_elements');
         continue;
       }
       if (numeric[at] && !startsNumber(i + 1)) numeric[at] = false;
       if (count >= (numeric[at] ? maxNumberArrayElements : maxArrayElements)) {
-        refuse(`An array in the request body has more than ${numeric[at] ? maxNumberArrayElements : maxArrayElements} elements.`, 'too_many_elements');
+        refuse(
+          `An array in the request body has more than ${numeric[at] ? maxNumberArrayElements : maxArrayElements} ` +
+            `elements.`,
+          'too_many_elements',
+        );
       }
     } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
-      if (depth >= limit) refuse(`The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`, 'nesting_too_deep');
-      if (++containers > maxJsonContainers) refuse(`The request body holds more than ${maxJsonContainers} objects and arrays in all.`, 'too_many_elements');
+      if (depth >= limit)
+        refuse(
+          `The request body is nested too deeply: at most ${limit} levels of objects and arrays are accepted.`,
+          'nesting_too_deep',
+        );
+      if (++containers > maxJsonContainers)
+        refuse(`The request body holds more than ${maxJsonContainers} objects and arrays in all.`, 'too_many_elements');
       isObject[depth] = c === 0x7b;
       separators[depth] = 0;
       numeric[depth] = c === 0x5b && startsNumber(i + 1);
@@ -354,7 +384,8 @@ function describe(issue: Issue, param: string): string {
     case 'invalid_type':
       return issue.input === undefined
         ? `Missing required parameter: '${param}'.`
-        : `Invalid type for '${param}': expected ${article(issue.expected)}, but got ${describeValue(issue.input)} instead.`;
+        : `Invalid type for '${param}': expected ${article(issue.expected)}, but got ${describeValue(issue.input)} ` +
+            `instead.`;
     case 'too_big':
       return issue.origin === 'array'
         ? `Invalid '${param}': array too long. Expected an array with maximum length ${issue.maximum}.`
@@ -396,7 +427,12 @@ export function toValidationError(error: z.ZodError): GatewayError {
   if (!first) return new GatewayError(400, 'Invalid request body.');
   const { issue, path } = mostSpecific(first, []);
   const param = formatParam(path);
-  const code = issue.code !== 'invalid_type' ? 'invalid_value' : issue.input === undefined ? 'missing_required_parameter' : 'invalid_type';
+  const code =
+    issue.code !== 'invalid_type'
+      ? 'invalid_value'
+      : issue.input === undefined
+        ? 'missing_required_parameter'
+        : 'invalid_type';
   return new GatewayError(400, describe(issue, param), { param: param || null, code });
 }
 

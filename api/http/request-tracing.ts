@@ -1,5 +1,13 @@
 import type { Context, Middleware } from 'koa';
-import { context, propagation, ROOT_CONTEXT, SpanKind, trace, type Context as TraceContext, type Span } from '@opentelemetry/api';
+import {
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  trace,
+  type Context as TraceContext,
+  type Span,
+} from '@opentelemetry/api';
 import type { GatewayJobData } from '../../shared/jobs.js';
 import type { ReplyMessage } from '../../shared/reply.js';
 import { carrierOf, getTracer, markFailed, type TraceCarrier } from '../../shared/tracing.js';
@@ -36,7 +44,10 @@ export interface TraceState {
 
 /** What the server span is told of the routes above the plumbing. */
 export interface TracedRoutes {
-  /** The route template a request took (a queued endpoint's path, a router's pattern), never its raw path: the span's name. */
+  /**
+   * The route template a request took (a queued endpoint's path, a router's pattern), never its raw path: the span's
+   * name.
+   */
   routeOf(ctx: Context): string | undefined;
   /** Whether a request goes to an endpoint that queues a job: its admission is a span of its own. */
   queues(method: string, path: string): boolean;
@@ -92,7 +103,9 @@ export interface TracedReply {
   deliver(message: ReplyMessage): void;
 }
 
-/** The request is held for its answer: the relay span follows what the reply channel delivers until the client has it. */
+/**
+ * The request is held for its answer: the relay span follows what the reply channel delivers until the client has it.
+ */
 export function traceRelay(state: RequestTrace, reply: TracedReply): void {
   const span = getTracer().startSpan('relay', undefined, state.context);
   state.relay = span;
@@ -123,12 +136,16 @@ function finish(ctx: Context & { state: Partial<RequestIdState> }, routes: Trace
   if (state.admission) {
     // Refused (or the client left) before its job was queued.
     if (error) markFailed(state.admission, error);
-    else if (clientGone) markFailed(state.admission, { code: 'client_gone' }, 'the client left before the request was queued');
+    else if (clientGone)
+      markFailed(state.admission, { code: 'client_gone' }, 'the client left before the request was queued');
     state.admission.end();
   }
   if (state.relay) {
     if (state.relay.isRecording()) {
-      state.relay.setAttributes({ 'switchyard.replies': state.replies, ...(clientGone ? { 'switchyard.client_gone': true } : {}) });
+      state.relay.setAttributes({
+        'switchyard.replies': state.replies,
+        ...(clientGone ? { 'switchyard.client_gone': true } : {}),
+      });
       if (error) markFailed(state.relay, error);
     }
     state.relay.end();
@@ -156,5 +173,8 @@ function bodyError(ctx: Context): { code?: string; message?: string; name?: stri
   const body = ctx.body as { error?: { code?: string | null; type?: string; message?: string } } | null | undefined;
   const error = body && typeof body === 'object' && !Buffer.isBuffer(body) ? body.error : undefined;
   if (!error) return { name: `http_${ctx.res.statusCode}` };
-  return { ...(error.code ? { code: error.code } : error.type ? { code: error.type } : {}), ...(error.message ? { message: error.message } : {}) };
+  return {
+    ...(error.code ? { code: error.code } : error.type ? { code: error.type } : {}),
+    ...(error.message ? { message: error.message } : {}),
+  };
 }

@@ -64,7 +64,10 @@ export class JobEvents {
     server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
       void this.upgrade(req, socket, head).catch((error: unknown) => {
         // The same answer, and the same bounded linger after it, as every refusal on a bare socket.
-        writeRawError(socket, error instanceof GatewayError ? error : new GatewayError(500, 'Could not open the event stream.'));
+        writeRawError(
+          socket,
+          error instanceof GatewayError ? error : new GatewayError(500, 'Could not open the event stream.'),
+        );
       });
     });
   }
@@ -87,10 +90,14 @@ export class JobEvents {
     // The key's slot is taken before anything is awaited, so that upgrades racing each other count each other too.
     const held = this.socketsOf.get(keyId) ?? 0;
     if (held >= this.deps.maxSocketsPerKey) {
-      throw new GatewayError(429, `This API key already holds ${held} job event sockets; close one before opening another.`, {
-        code: 'too_many_sockets',
-        headers: { 'retry-after': '1' },
-      });
+      throw new GatewayError(
+        429,
+        `This API key already holds ${held} job event sockets; close one before opening another.`,
+        {
+          code: 'too_many_sockets',
+          headers: { 'retry-after': '1' },
+        },
+      );
     }
     this.socketsOf.set(keyId, held + 1);
     let ws: WebSocket;
@@ -125,7 +132,12 @@ export class JobEvents {
     });
     // Registered first, then the snapshot: an event in between is not lost (at worst seen twice).
     const owned = await loadOwnedJob(this.deps.redis, this.deps.queues, id, keyId, kind === 'videos' ? 'video' : 'job');
-    await this.send(ws, owned, owned.status === 'completed' ? 'completed' : owned.status === 'failed' ? 'failed' : 'status', kind);
+    await this.send(
+      ws,
+      owned,
+      owned.status === 'completed' ? 'completed' : owned.status === 'failed' ? 'failed' : 'status',
+      kind,
+    );
   }
 
   private release(keyId: string): void {
@@ -135,7 +147,8 @@ export class JobEvents {
   }
 
   private async send(ws: WebSocket, owned: OwnedJob, type: string, kind: string): Promise<void> {
-    const view = kind === 'videos' ? renderVideo(owned, this.deps.videoExpirySeconds) : await renderJob(owned, this.deps.blobs);
+    const view =
+      kind === 'videos' ? renderVideo(owned, this.deps.videoExpirySeconds) : await renderJob(owned, this.deps.blobs);
     ws.send(JSON.stringify({ type, ...view }));
     if (owned.status === 'completed' || owned.status === 'failed') ws.close(1000, owned.status);
   }
@@ -153,7 +166,13 @@ export class JobEvents {
         continue;
       }
       // The end of the job (announced once BullMQ has recorded it): send the full view (result or error) and close.
-      void loadOwnedJob(this.deps.redis, this.deps.queues, id, watcher.keyId, watcher.kind === 'videos' ? 'video' : 'job')
+      void loadOwnedJob(
+        this.deps.redis,
+        this.deps.queues,
+        id,
+        watcher.keyId,
+        watcher.kind === 'videos' ? 'video' : 'job',
+      )
         .then((owned) => this.send(ws, owned, event.type, watcher.kind))
         .catch((error: unknown) => this.deps.log.warn({ err: error, job: id }, 'could not send job event'));
     }

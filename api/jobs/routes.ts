@@ -55,10 +55,12 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
     const afterId = typeof ctx.query.after === 'string' ? ctx.query.after : undefined;
     const at = afterId === undefined ? -1 : ids.indexOf(afterId);
     if (afterId !== undefined && at < 0) {
-      // The cursor aged out: everything older went with it. Newest first nothing is left; oldest first the rest is all there is.
+      // The cursor aged out: everything older went with it. Newest first nothing is left; oldest first the rest is all
+      // there is.
       if (order === 'desc') ids.length = 0;
     }
-    // A deleted video keeps its entry until it ages out (so a cursor naming it still pages on): its record is what tells.
+    // A deleted video keeps its entry until it ages out (so a cursor naming it still pages on): its record is what
+    // tells.
     const data = [];
     let next = at + 1;
     let hasMore = false;
@@ -76,7 +78,13 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
         if (owned) data.push(renderVideo(owned, expiry));
       }
     }
-    ctx.body = { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: hasMore };
+    ctx.body = {
+      object: 'list',
+      data,
+      first_id: data[0]?.id ?? null,
+      last_id: data.at(-1)?.id ?? null,
+      has_more: hasMore,
+    };
   });
 
   router.get('/videos/:id', async (ctx) => {
@@ -88,7 +96,11 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
     const files = await videoFiles(owned, deps.blobs);
     const variant = ctx.query.variant ?? 'video';
     const file = variant === 'video' ? files.video : variant === 'thumbnail' ? files.thumbnail : null;
-    if (!file) throw new GatewayError(404, `Video '${owned.id}' has no ${String(variant)} variant.`, { code: 'not_found', param: 'variant' });
+    if (!file)
+      throw new GatewayError(404, `Video '${owned.id}' has no ${String(variant)} variant.`, {
+        code: 'not_found',
+        param: 'variant',
+      });
     ctx.type = file.contentType;
     ctx.length = file.size;
     ctx.body = await deps.blobs.stream(file.key);
@@ -97,10 +109,15 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
   router.delete('/videos/:id', async (ctx) => {
     const owned = await loadOwnedJob(redis, queues, ctx.params.id!, ctx.state.keyId, 'video');
     if (owned.job) {
-      const removed = await removeWaitingJob(redis, queues.forJob(owned.record.queue, owned.id, owned.record.lane)!, owned.id).catch(() => false);
+      const removed = await removeWaitingJob(
+        redis,
+        queues.forJob(owned.record.queue, owned.id, owned.record.lane)!,
+        owned.id,
+      ).catch(() => false);
       if (!removed && owned.status === 'in_progress') await redis.publish(cancelChannel, owned.id);
       // Removed before a worker took it: nobody will read its reference image now.
-      if (removed) await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
+      if (removed)
+        await Promise.allSettled(uploadKeys(owned.record.request ?? {}).map((key) => deps.blobs.delete(key)));
     }
     if (owned.status === 'completed') {
       const files = await videoFiles(owned, deps.blobs).catch(() => undefined);
@@ -116,11 +133,20 @@ export function jobRoutes(deps: JobRoutesDeps): { authed: Router<State>; public:
   files.get(['/v1/blobs/{*key}', '/v1/files/{*key}'], async (ctx) => {
     const raw = (ctx.params as Record<string, string | string[]>).key!;
     const key = Array.isArray(raw) ? raw.join('/') : raw;
-    const verdict = checkBlobSignature(deps.urlSecret, key, ctx.query.expires as string | undefined, ctx.query.signature as string | undefined);
+    const verdict = checkBlobSignature(
+      deps.urlSecret,
+      key,
+      ctx.query.expires as string | undefined,
+      ctx.query.signature as string | undefined,
+    );
     if (verdict !== 'ok') {
-      throw new GatewayError(verdict === 'expired' ? 410 : 403, verdict === 'expired' ? 'This link has expired.' : 'Invalid or missing link signature.', {
-        code: verdict === 'expired' ? 'link_expired' : 'invalid_signature',
-      });
+      throw new GatewayError(
+        verdict === 'expired' ? 410 : 403,
+        verdict === 'expired' ? 'This link has expired.' : 'Invalid or missing link signature.',
+        {
+          code: verdict === 'expired' ? 'link_expired' : 'invalid_signature',
+        },
+      );
     }
     const meta = await deps.blobs.meta(key);
     ctx.type = meta.contentType;

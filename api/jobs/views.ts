@@ -18,10 +18,17 @@ export interface OwnedJob {
   progress: number;
 }
 
-const notFound = (id: string, what = 'job') => new GatewayError(404, `No ${what} found with id '${id}'.`, { code: 'not_found', param: 'id' });
+const notFound = (id: string, what = 'job') =>
+  new GatewayError(404, `No ${what} found with id '${id}'.`, { code: 'not_found', param: 'id' });
 
 /** An async job of the caller's key; another key's job is a 404, as if it did not exist. */
-export async function loadOwnedJob(redis: Redis, queues: QueueShards, id: string, keyId: string, what = 'job'): Promise<OwnedJob> {
+export async function loadOwnedJob(
+  redis: Redis,
+  queues: QueueShards,
+  id: string,
+  keyId: string,
+  what = 'job',
+): Promise<OwnedJob> {
   const raw = /^[A-Za-z0-9_-]{1,100}$/.test(id) ? await redis.get(asyncJobKey(id)) : null;
   if (!raw) throw notFound(id, what);
   const record = JSON.parse(raw) as AsyncJobRecord;
@@ -32,7 +39,13 @@ export async function loadOwnedJob(redis: Redis, queues: QueueShards, id: string
   const state = queue ? await queue.getJobState(id) : 'unknown';
   const job = queue && state !== 'unknown' ? await queue.getJob(id) : undefined;
   const status: JobStatus =
-    state === 'completed' ? 'completed' : state === 'failed' || state === 'unknown' ? 'failed' : state === 'active' ? 'in_progress' : 'queued';
+    state === 'completed'
+      ? 'completed'
+      : state === 'failed' || state === 'unknown'
+        ? 'failed'
+        : state === 'active'
+          ? 'in_progress'
+          : 'queued';
   const progress = status === 'completed' ? 100 : typeof job?.progress === 'number' ? job.progress : 0;
   return { id, record, job, status, progress };
 }
@@ -43,7 +56,12 @@ export function jobError(owned: OwnedJob): ErrorBody['error'] | null {
   // A reason that is not one of ours (e.g. BullMQ's stalled-job reason) is reported generically below.
   const wire = decodeAsyncJobFailure(owned.job?.failedReason);
   if (wire) return wire.error;
-  return { message: owned.job ? 'The job failed: its worker was lost. Retry the request.' : 'The job expired.', type: 'server_error', param: null, code: owned.job ? 'worker_lost' : 'expired' };
+  return {
+    message: owned.job ? 'The job failed: its worker was lost. Retry the request.' : 'The job expired.',
+    type: 'server_error',
+    param: null,
+    code: owned.job ? 'worker_lost' : 'expired',
+  };
 }
 
 /** The exact body the synchronous call would have returned (parsed when it is JSON). */
@@ -97,8 +115,14 @@ export function renderVideo(owned: OwnedJob, expiresAfterSeconds: number) {
   };
 }
 
-export async function videoFiles(owned: OwnedJob, blobs: BlobStore): Promise<{ video: BlobRef; thumbnail: BlobRef | null }> {
+export async function videoFiles(
+  owned: OwnedJob,
+  blobs: BlobStore,
+): Promise<{ video: BlobRef; thumbnail: BlobRef | null }> {
   const body = await jobResultBody(owned, blobs);
-  if (!body) throw new GatewayError(404, `Video '${owned.id}' is not ready: its status is ${owned.status}.`, { code: 'video_not_ready' });
+  if (!body)
+    throw new GatewayError(404, `Video '${owned.id}' is not ready: its status is ${owned.status}.`, {
+      code: 'video_not_ready',
+    });
   return JSON.parse(body) as { video: BlobRef; thumbnail: BlobRef | null };
 }

@@ -14,7 +14,10 @@ const pollMs = 100;
 export async function checkServerNow(redis: Redis, server: McpServer): Promise<McpServerHealth> {
   const asked = Date.now();
   const heard = await redis.publish(mcpCheckChannel, server.name);
-  if (heard === 0) throw new GatewayError(503, 'No worker is running to check the server: start one (`npm run start:worker`).', { code: 'no_worker' });
+  if (heard === 0)
+    throw new GatewayError(503, 'No worker is running to check the server: start one (`npm run start:worker`).', {
+      code: 'no_worker',
+    });
   const deadline = asked + server.timeoutMs + 5000;
   while (Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, pollMs));
@@ -22,5 +25,7 @@ export async function checkServerNow(redis: Redis, server: McpServer): Promise<M
     const health = text === null ? undefined : (JSON.parse(text) as McpServerHealth);
     if (health && health.checkedAt >= asked) return health;
   }
-  throw new GatewayError(504, `No check of ${server.name} came back within ${deadline - asked} ms.`, { code: 'timeout' });
+  throw new GatewayError(504, `No check of ${server.name} came back within ${deadline - asked} ms.`, {
+    code: 'timeout',
+  });
 }

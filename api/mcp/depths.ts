@@ -24,7 +24,7 @@ export class McpQueueDepths {
   start(): void {
     const tick = () => {
       this.read()
-        .catch((error: unknown) => this.deps.log.debug({ err: error }, 'could not read the MCP queues\' depths'))
+        .catch((error: unknown) => this.deps.log.debug({ err: error }, "could not read the MCP queues' depths"))
         .finally(() => {
           if (this.timer !== undefined) this.timer = setTimeout(tick, readEveryMs).unref();
         });
@@ -39,7 +39,9 @@ export class McpQueueDepths {
 
   private async read(): Promise<void> {
     const { registry, queues } = this.deps;
-    const counts = await Promise.all(registry.list().map((server) => queues.of(server.name).getJobCounts(...depthStates, 'prioritized')));
+    const counts = await Promise.all(
+      registry.list().map((server) => queues.of(server.name).getJobCounts(...depthStates, 'prioritized')),
+    );
     this.depth = sumDepths(counts);
   }
 }

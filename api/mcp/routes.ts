@@ -7,7 +7,13 @@ import { accessRefusalMessage } from '../../shared/access/index.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
-import { mcpEndpointOf, prefixedToolName, splitToolName, type McpCallJobData, type McpForwardedMethod } from '../../shared/mcp/calls.js';
+import {
+  mcpEndpointOf,
+  prefixedToolName,
+  splitToolName,
+  type McpCallJobData,
+  type McpForwardedMethod,
+} from '../../shared/mcp/calls.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
 import type { McpQueues } from '../../shared/mcp/queues.js';
@@ -66,10 +72,15 @@ const promptParamsSchema = z.object({
 function progressTokenOf(message: RpcMessage): string | number | undefined {
   const meta = message.params?._meta;
   const token = meta && typeof meta === 'object' ? (meta as { progressToken?: unknown }).progressToken : undefined;
-  return (typeof token === 'string' && token.length <= 256) || (typeof token === 'number' && Number.isFinite(token)) ? token : undefined;
+  return (typeof token === 'string' && token.length <= 256) || (typeof token === 'number' && Number.isFinite(token))
+    ? token
+    : undefined;
 }
 
-/** On `/mcp`, a resource's URI (and a template's) is named with its server: `switchyard-mcp://<server>/<the server's URI>`. */
+/**
+ * On `/mcp`, a resource's URI (and a template's) is named with its server: `switchyard-mcp://<server>/<the server's
+ * URI>`.
+ */
 const uriPrefix = 'switchyard-mcp://';
 
 function prefixedUri(server: string, uri: string): string {
@@ -123,7 +134,9 @@ function presentedKey(ctx: GatewayContext): string | undefined {
   return bearer ?? (/^\S+$/.test(apiKey) ? apiKey : undefined);
 }
 
-/** How long an api uses what it read of the checks before reading them again (a check runs every few seconds at most). */
+/**
+ * How long an api uses what it read of the checks before reading them again (a check runs every few seconds at most).
+ */
 const checksFreshMs = 1000;
 
 /**
@@ -147,7 +160,8 @@ class CheckedServers {
     return new Map(
       servers.flatMap((server): Array<[string, McpServerHealth]> => {
         // A server whose secrets will not open is failing, whatever a check found before.
-        if (server.unusable !== undefined) return [[server.name, { ok: false, checkedAt: now, latencyMs: 0, error: server.unusable, tools: [] }]];
+        if (server.unusable !== undefined)
+          return [[server.name, { ok: false, checkedAt: now, latencyMs: 0, error: server.unusable, tools: [] }]];
         return all.has(server.name) ? [[server.name, all.get(server.name)!]] : [];
       }),
     );
@@ -181,7 +195,11 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
             ? 'The API key provided has expired.'
             : 'Incorrect API key provided.';
       ctx.set('www-authenticate', 'Bearer realm="switchyard"');
-      return reply(ctx, 401, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message, data: { type: 'invalid_api_key' } } });
+      return reply(ctx, 401, {
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: invalidRequestCode, message, data: { type: 'invalid_api_key' } },
+      });
     }
     const access = verdict.access;
     // A server none of whose tools the key may use is not served to it at all (its tools would list empty).
@@ -189,14 +207,27 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       return reply(ctx, 403, {
         jsonrpc: '2.0',
         id: null,
-        error: { code: gatewayRefusal, message: `This API key may not use any tool of the MCP server ${scope.name}. Ask an administrator to change the key's or its team's mcp_tools.`, data: { type: 'tool_not_allowed', status: 403 } },
+        error: {
+          code: gatewayRefusal,
+          message:
+            `This API key may not use any tool of the MCP server ${scope.name}. Ask an administrator to change the ` +
+            `key's or its team's mcp_tools.`,
+          data: { type: 'tool_not_allowed', status: 403 },
+        },
       });
     }
     const sessionId = ctx.get('mcp-session-id') || undefined;
     if (sessionId !== undefined) {
       // Read and kept alive in one command; an id not of the form this api issues is not looked up.
-      const owner = sessionIdPattern.test(sessionId) ? await deps.redis.getex(mcpSessionKey(sessionId), 'EX', sessionIdleSeconds) : null;
-      if (owner !== access.keyId) return reply(ctx, 404, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: 'Session not found: start a new one with initialize.' } });
+      const owner = sessionIdPattern.test(sessionId)
+        ? await deps.redis.getex(mcpSessionKey(sessionId), 'EX', sessionIdleSeconds)
+        : null;
+      if (owner !== access.keyId)
+        return reply(ctx, 404, {
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: invalidRequestCode, message: 'Session not found: start a new one with initialize.' },
+        });
     }
     if (ctx.method === 'DELETE') {
       if (sessionId !== undefined) await deps.redis.del(mcpSessionKey(sessionId));
@@ -206,21 +237,41 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
     }
     if (ctx.method !== 'POST') {
       ctx.set('allow', 'POST, DELETE');
-      return reply(ctx, 405, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: `Method ${ctx.method} is not allowed: this server sends nothing unasked; POST JSON-RPC messages.` } });
+      return reply(ctx, 405, {
+        jsonrpc: '2.0',
+        id: null,
+        error: {
+          code: invalidRequestCode,
+          message: `Method ${ctx.method} is not allowed: this server sends nothing unasked; POST JSON-RPC messages.`,
+        },
+      });
     }
     let message: RpcMessage;
     try {
       const { body } = await readJsonBody(ctx.req, maxMessageBytes);
       const parsed = messageSchema.safeParse(body);
-      if (!parsed.success) return reply(ctx, 400, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: `Not a JSON-RPC 2.0 message: ${parsed.error.issues[0]!.path.join('.') || 'the body'} ${parsed.error.issues[0]!.message}.` } });
+      if (!parsed.success)
+        return reply(ctx, 400, {
+          jsonrpc: '2.0',
+          id: null,
+          error: {
+            code: invalidRequestCode,
+            message: `Not a JSON-RPC 2.0 message: ${parsed.error.issues[0]!.path.join('.') || 'the body'} ${parsed.error.issues[0]!.message}.`,
+          },
+        });
       message = parsed.data;
     } catch (error) {
       const status = error instanceof GatewayError ? error.status : 400;
-      return reply(ctx, status === 413 ? 413 : 400, { jsonrpc: '2.0', id: null, error: { code: parseError, message: error instanceof Error ? error.message : 'The body could not be read.' } });
+      return reply(ctx, status === 413 ? 413 : 400, {
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: parseError, message: error instanceof Error ? error.message : 'The body could not be read.' },
+      });
     }
     // A notification (or a response to nothing this server asked) is taken, and nothing is answered.
     if (message.id === undefined) {
-      if (message.method === 'notifications/cancelled') await cancelCall(deps.redis, access.keyId, sessionId, message.params?.requestId);
+      if (message.method === 'notifications/cancelled')
+        await cancelCall(deps.redis, access.keyId, sessionId, message.params?.requestId);
       // The body first: Koa makes a status 204 when a body is set to null after it.
       ctx.body = null;
       ctx.status = 202;
@@ -239,16 +290,30 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       }
       return reply(ctx, 200, { jsonrpc: '2.0', id, result: result.value });
     } catch (error) {
-      const failure = error instanceof RpcFailure ? error : new RpcFailure(internalError, 'The gateway could not answer this message.');
+      const failure =
+        error instanceof RpcFailure
+          ? error
+          : new RpcFailure(internalError, 'The gateway could not answer this message.');
       if (!(error instanceof RpcFailure)) ctx.state.log.warn({ err: error }, 'MCP message failed');
       for (const [name, value] of Object.entries(failure.headers)) ctx.set(name, value);
-      // A JSON-RPC error in a 200, as MCP clients read a failed call; what the gateway's status would have been is in `data`.
-      return reply(ctx, 200, { jsonrpc: '2.0', id, error: { code: failure.code, message: failure.message, ...(failure.data ? { data: failure.data } : {}) } });
+      // A JSON-RPC error in a 200, as MCP clients read a failed call; what the gateway's status would have been is in
+      // `data`.
+      return reply(ctx, 200, {
+        jsonrpc: '2.0',
+        id,
+        error: { code: failure.code, message: failure.message, ...(failure.data ? { data: failure.data } : {}) },
+      });
     }
   };
 
   /** One request's answer: a result, or a whole JSON-RPC response text the worker wrote (a tool's result). */
-  const answer = async (ctx: GatewayContext, access: KeyAccess, scope: McpServer | undefined, sessionId: string | undefined, message: RpcMessage): Promise<{ value?: unknown; raw?: string }> => {
+  const answer = async (
+    ctx: GatewayContext,
+    access: KeyAccess,
+    scope: McpServer | undefined,
+    sessionId: string | undefined,
+    message: RpcMessage,
+  ): Promise<{ value?: unknown; raw?: string }> => {
     switch (message.method) {
       case 'initialize': {
         const asked = typeof message.params?.protocolVersion === 'string' ? message.params.protocolVersion : undefined;
@@ -259,9 +324,15 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
         return {
           value: {
             protocolVersion,
-            capabilities: { tools: { listChanged: false }, resources: { subscribe: false, listChanged: false }, prompts: { listChanged: false } },
+            capabilities: {
+              tools: { listChanged: false },
+              resources: { subscribe: false, listChanged: false },
+              prompts: { listChanged: false },
+            },
             serverInfo: { name: scope ? `switchyard/${scope.name}` : 'switchyard', version: '1' },
-            instructions: scope ? `The tools of ${scope.name}, through Switchyard.` : 'Tools of every server your key may use, through Switchyard; each is named <server>__<tool>.',
+            instructions: scope
+              ? `The tools of ${scope.name}, through Switchyard.`
+              : 'Tools of every server your key may use, through Switchyard; each is named <server>__<tool>.',
           },
         };
       }
@@ -269,7 +340,9 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
         return { value: {} };
       case 'tools/list': {
         // Only the tools the key may use, read from what it may do now (a changed rule is heard within a second).
-        const health = await checked.of(scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)));
+        const health = await checked.of(
+          scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)),
+        );
         const tools: McpTool[] = [];
         for (const [name, found] of health) {
           if (!found.ok) continue;
@@ -284,8 +357,15 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       case 'resources/templates/list':
       case 'prompts/list': {
         // As the last check listed them (each server's whole list, one page), for the servers the key may reach.
-        const health = await checked.of(scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)));
-        const field = message.method === 'resources/list' ? 'resources' : message.method === 'prompts/list' ? 'prompts' : 'resourceTemplates';
+        const health = await checked.of(
+          scope ? [scope] : registry.list().filter((server) => mayReachServer(access, server.name)),
+        );
+        const field =
+          message.method === 'resources/list'
+            ? 'resources'
+            : message.method === 'prompts/list'
+              ? 'prompts'
+              : 'resourceTemplates';
         const items: unknown[] = [];
         for (const [name, found] of health) {
           if (!found.ok) continue;
@@ -308,46 +388,105 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
     }
   };
 
-  const callTool = async (ctx: GatewayContext, access: KeyAccess, scope: McpServer | undefined, sessionId: string | undefined, message: RpcMessage): Promise<string> => {
+  const callTool = async (
+    ctx: GatewayContext,
+    access: KeyAccess,
+    scope: McpServer | undefined,
+    sessionId: string | undefined,
+    message: RpcMessage,
+  ): Promise<string> => {
     const parsed = callParamsSchema.safeParse(message.params ?? {});
-    if (!parsed.success) throw new RpcFailure(invalidParams, `Invalid tools/call params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`);
+    if (!parsed.success)
+      throw new RpcFailure(
+        invalidParams,
+        `Invalid tools/call params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`,
+      );
     const { name, arguments: args = {} } = parsed.data;
     const named = scope ? { server: scope.name, tool: name } : splitToolName(name);
     const server = named ? registry.get(named.server) : undefined;
-    if (!named || !server) throw new RpcFailure(invalidParams, `Unknown tool: ${name}.${scope ? '' : ' Tools here are named <server>__<tool>.'}`);
+    if (!named || !server)
+      throw new RpcFailure(
+        invalidParams,
+        `Unknown tool: ${name}.${scope ? '' : ' Tools here are named <server>__<tool>.'}`,
+      );
     const health = (await checked.of([server])).get(server.name);
     if (!health?.ok || !health.tools.some((tool) => tool.name === named.tool)) {
-      throw new RpcFailure(invalidParams, health?.ok === false ? `The server ${server.name} is not answering (${health.error}); try again later.` : `Unknown tool: ${name}.`);
+      throw new RpcFailure(
+        invalidParams,
+        health?.ok === false
+          ? `The server ${server.name} is not answering (${health.error}); try again later.`
+          : `Unknown tool: ${name}.`,
+      );
     }
     // A tool the key may not use (now: the rules as last heard) is refused, and the refusal logged like any call.
-    return forward(ctx, access, server, sessionId, message, { method: 'tools/call', target: named.tool, args, price: server.pricePerCallMicros, refusal: callRefusal(access, 'tools/call', server.name, named.tool) });
+    return forward(ctx, access, server, sessionId, message, {
+      method: 'tools/call',
+      target: named.tool,
+      args,
+      price: server.pricePerCallMicros,
+      refusal: callRefusal(access, 'tools/call', server.name, named.tool),
+    });
   };
 
-  /** `resources/read` and `prompts/get`: sent on to the server that has it, through its queue (on `/mcp`, named with its server). */
-  const readOne = async (ctx: GatewayContext, access: KeyAccess, scope: McpServer | undefined, sessionId: string | undefined, message: RpcMessage): Promise<string> => {
+  /**
+   * `resources/read` and `prompts/get`: sent on to the server that has it, through its queue (on `/mcp`, named with its
+   * server).
+   */
+  const readOne = async (
+    ctx: GatewayContext,
+    access: KeyAccess,
+    scope: McpServer | undefined,
+    sessionId: string | undefined,
+    message: RpcMessage,
+  ): Promise<string> => {
     const method = message.method as 'resources/read' | 'prompts/get';
     let server: McpServer | undefined;
     let target: string;
     let args: Record<string, unknown> = {};
     if (method === 'resources/read') {
       const uri = message.params?.uri;
-      if (typeof uri !== 'string' || uri.length === 0 || uri.length > 8192) throw new RpcFailure(invalidParams, 'Invalid resources/read params: uri must be a string.');
+      if (typeof uri !== 'string' || uri.length === 0 || uri.length > 8192)
+        throw new RpcFailure(invalidParams, 'Invalid resources/read params: uri must be a string.');
       const named = scope ? { server: scope.name, uri } : splitUri(uri);
       server = named ? registry.get(named.server) : undefined;
-      if (!named || !server) throw new RpcFailure(resourceNotFound, `Resource not found: ${uri.slice(0, 300)}.${scope ? '' : ` Resources here are named ${uriPrefix}<server>/<uri>.`}`, 200, { uri });
+      if (!named || !server)
+        throw new RpcFailure(
+          resourceNotFound,
+          `Resource not found: ${uri.slice(0, 300)}.${scope ? '' : ` Resources here are named ${uriPrefix}<server>/<uri>.`}`,
+          200,
+          { uri },
+        );
       target = named.uri;
     } else {
       const parsed = promptParamsSchema.safeParse(message.params ?? {});
-      if (!parsed.success) throw new RpcFailure(invalidParams, `Invalid prompts/get params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`);
+      if (!parsed.success)
+        throw new RpcFailure(
+          invalidParams,
+          `Invalid prompts/get params: ${parsed.error.issues[0]!.path.join('.') || 'params'} ${parsed.error.issues[0]!.message}.`,
+        );
       const named = scope ? { server: scope.name, tool: parsed.data.name } : splitToolName(parsed.data.name);
       server = named ? registry.get(named.server) : undefined;
-      if (!named || !server) throw new RpcFailure(invalidParams, `Unknown prompt: ${parsed.data.name}.${scope ? '' : ' Prompts here are named <server>__<prompt>.'}`);
+      if (!named || !server)
+        throw new RpcFailure(
+          invalidParams,
+          `Unknown prompt: ${parsed.data.name}.${scope ? '' : ' Prompts here are named <server>__<prompt>.'}`,
+        );
       target = named.tool;
       args = parsed.data.arguments ?? {};
     }
     const health = (await checked.of([server])).get(server.name);
-    if (health?.ok === false) throw new RpcFailure(internalError, `The server ${server.name} is not answering (${health.error}); try again later.`);
-    const raw = await forward(ctx, access, server, sessionId, message, { method, target, args, price: 0, refusal: callRefusal(access, method, server.name, target) });
+    if (health?.ok === false)
+      throw new RpcFailure(
+        internalError,
+        `The server ${server.name} is not answering (${health.error}); try again later.`,
+      );
+    const raw = await forward(ctx, access, server, sessionId, message, {
+      method,
+      target,
+      args,
+      price: 0,
+      refusal: callRefusal(access, method, server.name, target),
+    });
     // On `/mcp` the contents read are named as the client named the resource.
     if (scope || method !== 'resources/read' || raw === '') return raw;
     return renameContents(raw, server.name);
@@ -363,13 +502,23 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
     server: McpServer,
     sessionId: string | undefined,
     message: RpcMessage,
-    call: { method: McpForwardedMethod; target: string; args: Record<string, unknown>; price: number; refusal: string | undefined },
+    call: {
+      method: McpForwardedMethod;
+      target: string;
+      args: Record<string, unknown>;
+      price: number;
+      refusal: string | undefined;
+    },
   ): Promise<string> => {
     const requestId = ctx.state.requestId as string;
     const started = Date.now();
     const endpoint = mcpEndpointOf(call.method);
-    // A call that asks for progress (and takes events) is answered as a stream: the server's progress as it comes, then the response.
-    const progressToken = call.method === 'tools/call' && /text\/event-stream/i.test(ctx.get('accept')) ? progressTokenOf(message) : undefined;
+    // A call that asks for progress (and takes events) is answered as a stream: the server's progress as it comes, then
+    // the response.
+    const progressToken =
+      call.method === 'tools/call' && /text\/event-stream/i.test(ctx.get('accept'))
+        ? progressTokenOf(message)
+        : undefined;
     // A call waits at most its server's timeout in the queue, then runs at most as long again.
     const deadline = started + 2 * server.timeoutMs;
     const data: McpCallJobData = {
@@ -389,7 +538,11 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
     };
     const queue = queues.of(server.name);
     const log = ctx.state.log as Logger;
-    const logged = (status: 'completed' | 'failed' | 'cancelled' | 'refused', httpStatus: number | null, error?: RpcFailure) =>
+    const logged = (
+      status: 'completed' | 'failed' | 'cancelled' | 'refused',
+      httpStatus: number | null,
+      error?: RpcFailure,
+    ) =>
       void appendRequestLog(
         deps.redis,
         {
@@ -424,8 +577,29 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
         enqueued = await enqueue(
           deps,
           queue,
-          { id: requestId, mode: 'held', data, payload: {}, options: { jobId: requestId, attempts: 1, removeOnComplete: { age: 60, count: 1000 }, removeOnFail: { age: 3600, count: 5000 } }, deadline },
-          { spend: { access, estimate: { micros: call.price, tokens: 0 } }, fair: { accountId: access.accountId, weight: access.weight ?? 1, tokens: 1, tier: 'default', contended: true } },
+          {
+            id: requestId,
+            mode: 'held',
+            data,
+            payload: {},
+            options: {
+              jobId: requestId,
+              attempts: 1,
+              removeOnComplete: { age: 60, count: 1000 },
+              removeOnFail: { age: 3600, count: 5000 },
+            },
+            deadline,
+          },
+          {
+            spend: { access, estimate: { micros: call.price, tokens: 0 } },
+            fair: {
+              accountId: access.accountId,
+              weight: access.weight ?? 1,
+              tokens: 1,
+              tier: 'default',
+              contended: true,
+            },
+          },
           log,
         );
       } catch (error) {
@@ -437,14 +611,35 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       // Where a cancel notification finds the call: written beside the wait, not before it.
       void deps.redis.set(callKey, requestId, 'PX', deadline - started + 60_000).catch(() => undefined);
       try {
-        await holdForReply(ctx, { config: deps.config, redis: deps.redis, hub: deps.hub, queues: deps.queues }, expected, queue, {
-          stream: progressToken !== undefined,
-          dialect: 'mcp',
-          deadline,
-          notes: { firstChunk: () => undefined, failed: (code, text) => (lateFailure = new RpcFailure(gatewayRefusal, text, 200, { type: code })) },
-          abandon: enqueued.abandon,
-          lateError: (error) => sseJson({ jsonrpc: '2.0', id: message.id, error: { code: gatewayRefusal, message: error.message, data: { type: error.code ?? error.type, status: error.status } } }, 'message'),
-        });
+        await holdForReply(
+          ctx,
+          { config: deps.config, redis: deps.redis, hub: deps.hub, queues: deps.queues },
+          expected,
+          queue,
+          {
+            stream: progressToken !== undefined,
+            dialect: 'mcp',
+            deadline,
+            notes: {
+              firstChunk: () => undefined,
+              failed: (code, text) => (lateFailure = new RpcFailure(gatewayRefusal, text, 200, { type: code })),
+            },
+            abandon: enqueued.abandon,
+            lateError: (error) =>
+              sseJson(
+                {
+                  jsonrpc: '2.0',
+                  id: message.id,
+                  error: {
+                    code: gatewayRefusal,
+                    message: error.message,
+                    data: { type: error.code ?? error.type, status: error.status },
+                  },
+                },
+                'message',
+              ),
+          },
+        );
       } catch (error) {
         const failure = asRpcFailure(error);
         logged(failure.status === 499 ? 'cancelled' : 'failed', ctx.res.destroyed ? null : 200, failure);
@@ -452,7 +647,12 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       }
       if (ctx.respond === false) {
         // Streamed: it ended with the response, with a late error, or without the client.
-        if (ctx.res.destroyed && !ctx.res.writableFinished) logged('cancelled', null, new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }));
+        if (ctx.res.destroyed && !ctx.res.writableFinished)
+          logged(
+            'cancelled',
+            null,
+            new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }),
+          );
         else logged(lateFailure ? 'failed' : 'completed', 200, lateFailure);
         return '';
       }
@@ -460,7 +660,11 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       ctx.body = null;
       // Ended without an answer: the client left (its call cancelled; what ran is billed by its worker).
       if (typeof body !== 'string') {
-        logged('cancelled', null, new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }));
+        logged(
+          'cancelled',
+          null,
+          new RpcFailure(gatewayRefusal, 'The client left before the answer.', 499, { type: 'client_closed' }),
+        );
         return '';
       }
       // Answered (the server's own JSON-RPC error too: its worker settles that one `failed`, `upstream_error`, which
@@ -478,7 +682,11 @@ export function mcpRoutes(deps: McpRouteDeps, registry: McpRegistry, queues: Mcp
       const name = (ctx.params as { server?: string }).server;
       const scope = name === undefined ? undefined : registry.get(name);
       if (name !== undefined && !scope) {
-        return reply(ctx as unknown as GatewayContext, 404, { jsonrpc: '2.0', id: null, error: { code: invalidRequestCode, message: `No MCP server named ${name} here.` } });
+        return reply(ctx as unknown as GatewayContext, 404, {
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: invalidRequestCode, message: `No MCP server named ${name} here.` },
+        });
       }
       await handle(ctx as unknown as GatewayContext, scope);
     });
@@ -502,7 +710,13 @@ function asRpcFailure(error: unknown): RpcFailure {
   if (error instanceof RpcFailure) return error;
   if (error instanceof GatewayError) {
     const wire = error.toWire().error;
-    return new RpcFailure(gatewayRefusal, wire.message, error.status, { type: wire.code ?? wire.type, status: error.status }, error.headers ?? {});
+    return new RpcFailure(
+      gatewayRefusal,
+      wire.message,
+      error.status,
+      { type: wire.code ?? wire.type, status: error.status },
+      error.headers ?? {},
+    );
   }
   return new RpcFailure(internalError, 'The gateway could not complete the call.', 500);
 }

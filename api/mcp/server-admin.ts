@@ -2,7 +2,14 @@ import type { Redis } from 'ioredis';
 import { microsToUsdText } from '../../shared/alerts.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
-import { serverView, type CreateMcpServer, type McpServer, type McpServerHealth, type McpServerView, type PatchMcpServer } from '../../shared/mcp/servers.js';
+import {
+  serverView,
+  type CreateMcpServer,
+  type McpServer,
+  type McpServerHealth,
+  type McpServerView,
+  type PatchMcpServer,
+} from '../../shared/mcp/servers.js';
 import type { SecretBox } from '../../shared/secret-box.js';
 import { mcpHealthKey } from '../../shared/redis-keys.js';
 import { changedFields } from '../../storage/record/audit-log.js';
@@ -11,11 +18,13 @@ import { deleteServer, insertServer, serverAuditFields, updateServer } from '../
 import { recordChange, type AuditBy } from '../accounts/audit-trail.js';
 import { checkServerNow } from './check-now.js';
 
-const notFound = (name: string) => new GatewayError(404, `No MCP server named '${name.slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
+const notFound = (name: string) =>
+  new GatewayError(404, `No MCP server named '${name.slice(0, 100)}'.`, { code: 'mcp_server_not_found' });
 
 /** A record write refused for want of SECRETS_KEY (storage/record/mcp-servers.ts throws a plain Error saying so). */
 function secretsRefusal(error: unknown): never {
-  if (error instanceof Error && /SECRETS_KEY/.test(error.message)) throw new GatewayError(400, `Not kept: ${error.message}.`, { code: 'secrets_key_unset', param: 'headers' });
+  if (error instanceof Error && /SECRETS_KEY/.test(error.message))
+    throw new GatewayError(400, `Not kept: ${error.message}.`, { code: 'secrets_key_unset', param: 'headers' });
   throw error;
 }
 
@@ -39,12 +48,25 @@ export class McpServerAdmin {
   async create(body: CreateMcpServer, by: AuditBy): Promise<McpServerView> {
     const { record, registry, box } = this.deps;
     if (registry.list().some((server) => server.name === body.name && server.source === 'file')) {
-      throw new GatewayError(409, `MCP_SERVERS_FILE already has a server named '${body.name}'.`, { code: 'mcp_server_exists', param: 'name' });
+      throw new GatewayError(409, `MCP_SERVERS_FILE already has a server named '${body.name}'.`, {
+        code: 'mcp_server_exists',
+        param: 'name',
+      });
     }
     const row = await insertServer(record, body, box).catch(secretsRefusal);
-    if (!row) throw new GatewayError(409, `An MCP server named '${body.name}' already exists.`, { code: 'mcp_server_exists', param: 'name' });
+    if (!row)
+      throw new GatewayError(409, `An MCP server named '${body.name}' already exists.`, {
+        code: 'mcp_server_exists',
+        param: 'name',
+      });
     await registry.changed();
-    await recordChange(record, { ...by, action: 'mcp_server.created', teamId: null, target: body.name, after: serverAuditFields(row) });
+    await recordChange(record, {
+      ...by,
+      action: 'mcp_server.created',
+      teamId: null,
+      target: body.name,
+      after: serverAuditFields(row),
+    });
     return this.view(this.served(body.name));
   }
 
@@ -68,7 +90,13 @@ export class McpServerAdmin {
     if (!row) throw notFound(name);
     await registry.changed();
     await redis.hdel(mcpHealthKey, name);
-    await recordChange(record, { ...by, action: 'mcp_server.deleted', teamId: null, target: name, before: serverAuditFields(row) });
+    await recordChange(record, {
+      ...by,
+      action: 'mcp_server.deleted',
+      teamId: null,
+      target: name,
+      before: serverAuditFields(row),
+    });
     return { object: 'mcp.server', name, deleted: true };
   }
 
@@ -88,7 +116,9 @@ export class McpServerAdmin {
 
   private fromFileRefused(name: string): void {
     if (this.deps.registry.get(name)?.source === 'file') {
-      throw new GatewayError(409, `The MCP server '${name}' is set by MCP_SERVERS_FILE: change the file and deploy.`, { code: 'mcp_server_from_file' });
+      throw new GatewayError(409, `The MCP server '${name}' is set by MCP_SERVERS_FILE: change the file and deploy.`, {
+        code: 'mcp_server_from_file',
+      });
     }
   }
 

@@ -13,5 +13,11 @@ export function toMessagesJob(request: MessagesRequest, model: CatalogModel, bet
   const limit = model.max_output_tokens;
   const anthropic = limit > 0 && request.max_tokens > limit ? { ...request, max_tokens: limit } : request;
   const { chat } = toChatRequest(anthropic, model);
-  return { anthropic, chat, model: request.model, inputTokens: 0, ...(betas.trim() !== '' ? { betas: betas.trim() } : {}) };
+  return {
+    anthropic,
+    chat,
+    model: request.model,
+    inputTokens: 0,
+    ...(betas.trim() !== '' ? { betas: betas.trim() } : {}),
+  };
 }

@@ -4,7 +4,14 @@ import { chatToolName } from '../../shared/messages-tools.js';
 import { isRecord } from '../../shared/response-object.js';
 import type { ChatCompletionRequest, ChatMessage } from '../../shared/schemas/chat.js';
 import { messagesContentBlockSchema, type MessagesRequest } from '../../shared/schemas/messages.js';
-import { applyChatSettings, chatResponseFormat, effortForBudget, type ChatToolCall, type ChatUserPart, type DeclaredOutput } from '../dialects/chat-request.js';
+import {
+  applyChatSettings,
+  chatResponseFormat,
+  effortForBudget,
+  type ChatToolCall,
+  type ChatUserPart,
+  type DeclaredOutput,
+} from '../dialects/chat-request.js';
 import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredTools } from '../dialects/chat-tools.js';
 import { invalidAt, parseAt, type FieldPath } from '../dialects/field-path.js';
 
@@ -49,7 +56,8 @@ function malformed(block: unknown, path: Path): never {
   throw invalidAt(path, `a '${String((block as Block).type)}' block of a shape this gateway cannot read.`);
 }
 
-const text = (block: Block, path: Path): string => (typeof block.text === 'string' ? block.text : malformed(block, path));
+const text = (block: Block, path: Path): string =>
+  typeof block.text === 'string' ? block.text : malformed(block, path);
 
 // ---- user content ----
 
@@ -91,13 +99,18 @@ class Translator {
     const source = block.source;
     if (!isRecord(source)) return malformed(block, path);
     const title = typeof block.title === 'string' && block.title !== '' ? block.title : undefined;
-    const heading = [title, typeof block.context === 'string' && block.context !== '' ? block.context : undefined].filter((line) => line !== undefined);
+    const heading = [
+      title,
+      typeof block.context === 'string' && block.context !== '' ? block.context : undefined,
+    ].filter((line) => line !== undefined);
     switch (source.type) {
       case 'base64': {
         if (typeof source.media_type !== 'string' || typeof source.data !== 'string') return malformed(block, path);
         const filename = title ?? (source.media_type === 'application/pdf' ? 'document.pdf' : 'document');
-        // The file part has a name but no place for the context the client gave about the document: it goes just before.
-        if (typeof block.context === 'string' && block.context !== '') target.push({ type: 'text', text: block.context });
+        // The file part has a name but no place for the context the client gave about the document: it goes just
+        // before.
+        if (typeof block.context === 'string' && block.context !== '')
+          target.push({ type: 'text', text: block.context });
         target.push({ type: 'file', file: { file_data: `data:${source.media_type};base64,${source.data}`, filename } });
         return;
       }
@@ -123,7 +136,11 @@ class Translator {
         return;
       }
       case 'url':
-        throw invalidAt([...path, 'source'], "documents given by URL are only served for Anthropic models; send the document's content as base64 data.", 'unsupported_parameter');
+        throw invalidAt(
+          [...path, 'source'],
+          "documents given by URL are only served for Anthropic models; send the document's content as base64 data.",
+          'unsupported_parameter',
+        );
       case 'file':
         throw byFile(path);
       default:
@@ -131,7 +148,10 @@ class Translator {
     }
   }
 
-  /** A user turn: its tool results as tool messages first (chat wants them right after the assistant's calls), then the rest as one user message. */
+  /**
+   * A user turn: its tool results as tool messages first (chat wants them right after the assistant's calls), then the
+   * rest as one user message.
+   */
   userTurn(blocks: readonly Block[], path: Path): void {
     const parts: UserPart[] = [];
     // What tool results hold beyond text: chat's tool messages take text only, so images and documents a tool
@@ -185,20 +205,28 @@ class Translator {
       // Separate blocks are separate pieces of the result (an output and a note on it): a blank line keeps the
       // last line of one from running into the first of the next.
       output = texts.join('\n\n');
-      if (attached.length > 0) attachments.push({ type: 'text', text: `Attached to the result of tool call ${id}:` }, ...attached);
+      if (attached.length > 0)
+        attachments.push({ type: 'text', text: `Attached to the result of tool call ${id}:` }, ...attached);
     } else return malformed(block, path);
     // Chat's tool messages have no error flag: the failure is said in the content, where every vendor's model reads it.
     if (block.is_error === true) output = output === '' ? 'Error' : `Error: ${output}`;
     this.messages.push({ role: 'tool', tool_call_id: id, content: output });
   }
 
-  /** An assistant turn: its text as the content (Anthropic splits one answer into blocks, at citations for one, so the pieces are joined as they are), its `tool_use` blocks as tool calls. */
+  /**
+   * An assistant turn: its text as the content (Anthropic splits one answer into blocks, at citations for one, so the
+   * pieces are joined as they are), its `tool_use` blocks as tool calls.
+   */
   assistantTurn(blocks: readonly Block[], path: Path): void {
     let content = '';
     let calls: ChatToolCall[] = [];
-    /** The turn so far as one assistant message (its text, its calls); a turn left with nothing to say (only thinking) is left out. */
+    /**
+     * The turn so far as one assistant message (its text, its calls); a turn left with nothing to say (only thinking)
+     * is left out.
+     */
     const flush = () => {
-      if (calls.length > 0) this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
+      if (calls.length > 0)
+        this.messages.push({ role: 'assistant', content: content === '' ? null : content, tool_calls: calls });
       else if (content !== '') this.messages.push({ role: 'assistant', content });
       content = '';
       calls = [];
@@ -213,22 +241,48 @@ class Translator {
           if (typeof block.id !== 'string' || block.id === '' || typeof block.name !== 'string' || block.name === '') {
             return malformed(block, blockPath);
           }
-          calls.push({ id: block.id, type: 'function', function: { name: chatToolName(block.name), arguments: JSON.stringify(block.input ?? {}) } });
+          calls.push({
+            id: block.id,
+            type: 'function',
+            function: { name: chatToolName(block.name), arguments: JSON.stringify(block.input ?? {}) },
+          });
           return;
         }
         case 'mcp_tool_use': {
           // A call the gateway's tool loop made (`mcp_servers`): the model's call of `<server>__<tool>`.
-          if (typeof block.id !== 'string' || block.id === '' || typeof block.name !== 'string' || typeof block.server_name !== 'string') return malformed(block, blockPath);
-          calls.push({ id: block.id, type: 'function', function: { name: prefixedToolName(block.server_name, block.name), arguments: JSON.stringify(block.input ?? {}) } });
+          if (
+            typeof block.id !== 'string' ||
+            block.id === '' ||
+            typeof block.name !== 'string' ||
+            typeof block.server_name !== 'string'
+          )
+            return malformed(block, blockPath);
+          calls.push({
+            id: block.id,
+            type: 'function',
+            function: {
+              name: prefixedToolName(block.server_name, block.name),
+              arguments: JSON.stringify(block.input ?? {}),
+            },
+          });
           return;
         }
         case 'mcp_tool_result': {
           // Its answer, in the same turn: the turn so far, then the tool's message.
           if (typeof block.tool_use_id !== 'string' || block.tool_use_id === '') return malformed(block, blockPath);
           flush();
-          const parts = typeof block.content === 'string' ? [block.content] : Array.isArray(block.content) ? block.content.map((part) => (isRecord(part) && typeof part.text === 'string' ? part.text : '')) : [];
+          const parts =
+            typeof block.content === 'string'
+              ? [block.content]
+              : Array.isArray(block.content)
+                ? block.content.map((part) => (isRecord(part) && typeof part.text === 'string' ? part.text : ''))
+                : [];
           const output = parts.join('');
-          this.messages.push({ role: 'tool', tool_call_id: block.tool_use_id, content: block.is_error === true ? `Error: ${output}` : output });
+          this.messages.push({
+            role: 'tool',
+            tool_call_id: block.tool_use_id,
+            content: block.is_error === true ? `Error: ${output}` : output,
+          });
           return;
         }
         case 'tool_result':
@@ -244,7 +298,12 @@ class Translator {
 }
 
 const byFile = (path: Path) =>
-  invalidAt([...path, 'source'], "files given by 'file_id' are not supported by this gateway (it has no Files API); send the content as base64 data.", 'unsupported_parameter');
+  invalidAt(
+    [...path, 'source'],
+    "files given by 'file_id' are not supported by this gateway (it has no Files API); send the content as " +
+      'base64 data.',
+    'unsupported_parameter',
+  );
 
 // ---- tools ----
 
@@ -277,7 +336,12 @@ function declareTools(tools: MessagesRequest['tools'], dropped: Set<string>, sea
       dropped.add(`tools[] of type ${tool.type}`);
       continue;
     }
-    declared.functions.push({ name: chatToolName(tool.name), description: tool.description, parameters: tool.input_schema, strict: typeof tool.strict === 'boolean' ? tool.strict : undefined });
+    declared.functions.push({
+      name: chatToolName(tool.name),
+      description: tool.description,
+      parameters: tool.input_schema,
+      strict: typeof tool.strict === 'boolean' ? tool.strict : undefined,
+    });
   }
   return declared;
 }
@@ -285,7 +349,8 @@ function declareTools(tools: MessagesRequest['tools'], dropped: Set<string>, sea
 /** The request's tool choice in the dialect layer's terms, and whether calls may run in parallel. */
 function declareChoice(choice: MessagesRequest['tool_choice']): { choice?: DeclaredChoice; parallel?: boolean } {
   if (choice === undefined) return {};
-  const parallel = 'disable_parallel_tool_use' in choice && choice.disable_parallel_tool_use === true ? { parallel: false } : {};
+  const parallel =
+    'disable_parallel_tool_use' in choice && choice.disable_parallel_tool_use === true ? { parallel: false } : {};
   switch (choice.type) {
     case 'auto':
       return { choice: 'auto', ...parallel };
@@ -300,7 +365,9 @@ function declareChoice(choice: MessagesRequest['tool_choice']): { choice?: Decla
 
 // ---- the request ----
 
-/** The top-level fields read here (or, for `stream` and `service_tier`, decided by the worker); any other is dropped. */
+/**
+ * The top-level fields read here (or, for `stream` and `service_tier`, decided by the worker); any other is dropped.
+ */
 const readFields = new Set([
   'model',
   'max_tokens',
@@ -351,7 +418,10 @@ function structuredOutput(outputConfig: unknown, dropped: Set<string>): Declared
  * The chat request for a (validated) Messages request, for `model` (the catalog's id, and its output limit), with
  * the list of what it leaves out. Not streamed and with no service tier: the worker decides both.
  */
-export function toChatRequest(request: MessagesRequest, model: { id: string; max_output_tokens: number; web_search?: boolean | undefined }): MessagesTranslation {
+export function toChatRequest(
+  request: MessagesRequest,
+  model: { id: string; max_output_tokens: number; web_search?: boolean | undefined },
+): MessagesTranslation {
   const translator = new Translator();
   const { dropped } = translator;
 
@@ -370,7 +440,13 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
     // A system turn inside the conversation (Claude Code sends them, with Anthropic's mid-conversation-system
     // beta): chat vendors take a system message wherever it stands. Only its text blocks have a chat form.
     if (message.role === 'system') {
-      const text = typeof message.content === 'string' ? message.content : (message.content as Block[]).filter((block) => block.type === 'text').map((block) => String(block.text)).join('\n\n');
+      const text =
+        typeof message.content === 'string'
+          ? message.content
+          : (message.content as Block[])
+              .filter((block) => block.type === 'text')
+              .map((block) => String(block.text))
+              .join('\n\n');
       if (text !== '') translator.messages.push({ role: 'system', content: text });
       return;
     }
@@ -384,7 +460,11 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
     else translator.assistantTurn(blocks, path);
   });
   if (translator.messages.length === 0) {
-    throw invalidAt(['messages'], "nothing is left to send to this model once the blocks only Anthropic's models read (thinking, server tool results) are left out.");
+    throw invalidAt(
+      ['messages'],
+      "nothing is left to send to this model once the blocks only Anthropic's models read (thinking, server tool " +
+        'results) are left out.',
+    );
   }
   // One push per message: spreading a 100,000-message array into push() would pass that many arguments.
   for (const message of translator.messages) messages.push(message);
@@ -407,13 +487,19 @@ export function toChatRequest(request: MessagesRequest, model: { id: string; max
       maxTokens: request.max_tokens,
       modelMaxTokens: model.max_output_tokens,
       // Adaptive: the model decides how much to think; chat's default effort, which is OpenAI's default too.
-      effort: thinking?.type === 'enabled' ? effortForBudget(thinking.budget_tokens) : thinking?.type === 'adaptive' ? 'medium' : undefined,
+      effort:
+        thinking?.type === 'enabled'
+          ? effortForBudget(thinking.budget_tokens)
+          : thinking?.type === 'adaptive'
+            ? 'medium'
+            : undefined,
     },
     dropped,
   );
   if (request.top_k !== undefined) dropped.add('top_k');
   if (metadata !== undefined) {
-    for (const [key, value] of Object.entries(metadata)) if (key !== 'user_id' && value != null) dropped.add(`metadata.${key}`);
+    for (const [key, value] of Object.entries(metadata))
+      if (key !== 'user_id' && value != null) dropped.add(`metadata.${key}`);
   }
   const output = structuredOutput((request as Record<string, unknown>).output_config, dropped);
   if (output) chat.response_format = chatResponseFormat(output);

@@ -27,7 +27,8 @@ export class SessionChannels extends RealtimeBus<'api'> {
   cancel(sessionId: string): Promise<void> {
     return this.publisher.publish(cancelChannel, sessionId).then(
       () => undefined,
-      (error: unknown) => this.log.warn({ err: error, session: sessionId }, 'could not publish the cancel of a realtime session'),
+      (error: unknown) =>
+        this.log.warn({ err: error, session: sessionId }, 'could not publish the cancel of a realtime session'),
     );
   }
 }

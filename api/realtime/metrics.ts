@@ -27,20 +27,34 @@ function metrics(): RealtimeApiMetrics | undefined {
   if (made?.registry === active.registry) return made.metrics;
   const registers = [active.registry];
   const built: RealtimeApiMetrics = {
-    sessions: new Gauge({ name: `${metricsPrefix}realtime_client_sessions`, help: 'Realtime sessions whose client socket this api holds open, by vendor.', labelNames: ['vendor'], registers }),
+    sessions: new Gauge({
+      name: `${metricsPrefix}realtime_client_sessions`,
+      help: 'Realtime sessions whose client socket this api holds open, by vendor.',
+      labelNames: ['vendor'],
+      registers,
+    }),
     frames: new Counter({
       name: `${metricsPrefix}realtime_client_frames_total`,
-      help: 'Realtime events relayed by this api: `up` client events sent on to the worker, `down` server events handed to the client.',
+      help:
+        'Realtime events relayed by this api: `up` client events sent on to the worker, `down` server events ' +
+        'handed to the client.',
       labelNames: ['direction'],
       registers,
     }),
     addedLatency: new Histogram({
       name: `${metricsPrefix}realtime_relay_down_latency_seconds`,
-      help: "Latency the relay added to a server event: from the worker's receipt of the vendor's frame to this api handing it to the client's socket.",
+      help:
+        "Latency the relay added to a server event: from the worker's receipt of the vendor's frame to this api " +
+        "handing it to the client's socket.",
       buckets: latencyBuckets,
       registers,
     }),
-    refusals: new Counter({ name: `${metricsPrefix}realtime_upgrades_refused_total`, help: 'Realtime upgrades answered with an HTTP error status instead of a session, by status.', labelNames: ['status'], registers }),
+    refusals: new Counter({
+      name: `${metricsPrefix}realtime_upgrades_refused_total`,
+      help: 'Realtime upgrades answered with an HTTP error status instead of a session, by status.',
+      labelNames: ['status'],
+      registers,
+    }),
   };
   made = { registry: active.registry, metrics: built };
   return built;

@@ -3,7 +3,13 @@ import type { Duplex } from 'node:stream';
 import type { RawData, WebSocket } from 'ws';
 import type { Logger } from '../../shared/logger.js';
 import { GatewayError, type WireError } from '../../shared/errors.js';
-import { decodeRealtime, realtimeClockMs, realtimePeerDeadMs, type RealtimeClose, type RealtimeStarted } from '../../shared/realtime.js';
+import {
+  decodeRealtime,
+  realtimeClockMs,
+  realtimePeerDeadMs,
+  type RealtimeClose,
+  type RealtimeStarted,
+} from '../../shared/realtime.js';
 import type { Config } from '../../shared/config.js';
 import type { SessionChannels } from './channels.js';
 import { downLatency, framesRelayed, sessionClosed, sessionOpened } from './metrics.js';
@@ -24,7 +30,10 @@ import { downLatency, framesRelayed, sessionClosed, sessionOpened } from './metr
 
 /** What the client's socket may hold unsent before the client is taken for one that does not read. */
 export const maxClientBufferedBytes = 8 * 1024 * 1024;
-/** A ping to the client this often; no pong by the next ping but one, and the socket is cut (a dead peer found in ≤ 30 s). */
+/**
+ * A ping to the client this often; no pong by the next ping but one, and the socket is cut (a dead peer found in ≤ 30
+ * s).
+ */
 export const clientPingMs = 10_000;
 const pongDeadlineMs = 20_000;
 /** Server events that arrive between `started` and the upgrade's completion (a few: `session.created`). */
@@ -32,7 +41,9 @@ const maxEarlyEvents = 1000;
 
 /** The close codes a server may send (RFC 6455 §7.4); any other the worker names becomes 1011. */
 function sendableCode(code: number): number {
-  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999) ? code : 1011;
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999)
+    ? code
+    : 1011;
 }
 
 /** A close reason fits a control frame: 123 bytes at most. */
@@ -51,11 +62,20 @@ export function serverEventId(): string {
 }
 
 /** An `error` server event as OpenAI writes one (RealtimeServerEventError). */
-export function errorEvent(error: { type: string; code: string | null; message: string; param?: string | null }, clientEventId: string | null = null): string {
+export function errorEvent(
+  error: { type: string; code: string | null; message: string; param?: string | null },
+  clientEventId: string | null = null,
+): string {
   return JSON.stringify({
     type: 'error',
     event_id: serverEventId(),
-    error: { type: error.type, code: error.code, message: error.message, param: error.param ?? null, event_id: clientEventId },
+    error: {
+      type: error.type,
+      code: error.code,
+      message: error.message,
+      param: error.param ?? null,
+      event_id: clientEventId,
+    },
   });
 }
 
@@ -143,7 +163,10 @@ export class RealtimeSession {
     try {
       refused = GatewayError.fromWire(JSON.parse(payload) as WireError);
     } catch {
-      refused = new GatewayError(502, 'The session could not be started.', { type: 'server_error', code: 'server_error' });
+      refused = new GatewayError(502, 'The session could not be started.', {
+        type: 'server_error',
+        code: 'server_error',
+      });
     }
     this.settleStart({ refused });
   }
@@ -163,7 +186,12 @@ export class RealtimeSession {
     if (this.phase === 'starting') {
       // Ended before it started: answered at the upgrade like a refusal.
       const error = end.error;
-      this.settleStart({ refused: new GatewayError(502, error?.message ?? `The session ended before it started: ${end.reason}`, { type: error?.type ?? 'server_error', code: error?.code ?? 'server_error' }) });
+      this.settleStart({
+        refused: new GatewayError(502, error?.message ?? `The session ended before it started: ${end.reason}`, {
+          type: error?.type ?? 'server_error',
+          code: error?.code ?? 'server_error',
+        }),
+      });
       return;
     }
     if (this.phase === 'upgrading') {
@@ -202,7 +230,10 @@ export class RealtimeSession {
       if (this.phase !== 'open') return;
       const why = reason.toString() || 'client closed';
       this.log.info({ code }, 'realtime client closed the session');
-      void this.channels.close(this.id, { code: code === 1005 || code === 1006 ? 1000 : code, reason: shortReason(why) });
+      void this.channels.close(this.id, {
+        code: code === 1005 || code === 1006 ? 1000 : code,
+        reason: shortReason(why),
+      });
       this.finish();
     });
     // A frame past maxPayload or against the protocol: ws has sent its close frame (1009, 1002…) and reports it here.
@@ -235,7 +266,8 @@ export class RealtimeSession {
       if (this.framesInWindow === this.limits.maxFramesPerSecond + 1) {
         this.refuseFrame(
           'rate_limit_exceeded',
-          `More than ${this.limits.maxFramesPerSecond} client events in one second: this event and the rest sent within this second are dropped.`,
+          `More than ${this.limits.maxFramesPerSecond} client events in one second: this event and the rest sent ` +
+            `within this second are dropped.`,
           null,
         );
       }
@@ -243,12 +275,25 @@ export class RealtimeSession {
     }
     const bytes = Array.isArray(data) ? data.reduce((sum, part) => sum + part.length, 0) : data.byteLength;
     if (bytes > this.limits.maxFrameBytes) {
-      return this.refuseFrame('event_too_large', `The client event is ${bytes} bytes, more than the ${this.limits.maxFrameBytes} a session accepts; it was dropped.`, null);
+      return this.refuseFrame(
+        'event_too_large',
+        `The client event is ${bytes} bytes, more than the ${this.limits.maxFrameBytes} a session accepts; it ` +
+          `was dropped.`,
+        null,
+      );
     }
     if (isBinary) {
-      return this.refuseFrame('invalid_json', 'Binary frames are not accepted: send each client event as a JSON text frame.', null);
+      return this.refuseFrame(
+        'invalid_json',
+        'Binary frames are not accepted: send each client event as a JSON text frame.',
+        null,
+      );
     }
-    const text = Array.isArray(data) ? Buffer.concat(data).toString('utf8') : Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
+    const text = Array.isArray(data)
+      ? Buffer.concat(data).toString('utf8')
+      : Buffer.isBuffer(data)
+        ? data.toString('utf8')
+        : Buffer.from(data).toString('utf8');
     let event: unknown;
     try {
       event = JSON.parse(text);
@@ -261,7 +306,12 @@ export class RealtimeSession {
     const { type, event_id: eventId } = event as { type?: unknown; event_id?: unknown };
     const clientEventId = typeof eventId === 'string' ? eventId : null;
     if (typeof type !== 'string' || type === '') {
-      return this.refuseFrame('missing_required_parameter', "Missing required parameter: 'type'.", clientEventId, 'type');
+      return this.refuseFrame(
+        'missing_required_parameter',
+        "Missing required parameter: 'type'.",
+        clientEventId,
+        'type',
+      );
     }
     framesRelayed('up');
     void this.channels.send(this.id, 'event', text, realtimeClockMs());
@@ -300,10 +350,16 @@ export class RealtimeSession {
     if (!ws || this.phase !== 'open') return;
     if (end.error) {
       // Past the buffer bound the error could not be read either: the close alone says it.
-      if (ws.bufferedAmount <= maxClientBufferedBytes) ws.send(errorEvent({ type: end.error.type, code: end.error.code, message: end.error.message }));
+      if (ws.bufferedAmount <= maxClientBufferedBytes)
+        ws.send(errorEvent({ type: end.error.type, code: end.error.code, message: end.error.message }));
     }
     this.log.info({ code: end.code, reason: end.reason, by: tellWorker ? 'api' : 'worker' }, 'realtime session closed');
-    if (tellWorker) void this.channels.close(this.id, { code: end.code, reason: end.reason, ...(end.error ? { error: end.error } : {}) });
+    if (tellWorker)
+      void this.channels.close(this.id, {
+        code: end.code,
+        reason: end.reason,
+        ...(end.error ? { error: end.error } : {}),
+      });
     this.finish();
     ws.close(sendableCode(end.code), shortReason(end.reason));
     // A client that never answers the close frame is cut after a bound (ws's own wait is 30 s).
@@ -328,12 +384,20 @@ export class RealtimeSession {
     if (this.phase !== 'open') return true;
     void this.channels.send(this.id, 'beat');
     if (now - this.lastDown > realtimePeerDeadMs) {
-      this.log.warn({ silentMs: Math.round(now - this.lastDown) }, "realtime session's worker went silent; ending the session");
+      this.log.warn(
+        { silentMs: Math.round(now - this.lastDown) },
+        "realtime session's worker went silent; ending the session",
+      );
       this.closeClient(
         {
           code: 1011,
           reason: "the session's worker stopped answering",
-          error: { type: 'server_error', code: 'session_worker_lost', message: "The session's worker stopped answering; the session ended. What ran was billed; open a new session." },
+          error: {
+            type: 'server_error',
+            code: 'session_worker_lost',
+            message:
+              "The session's worker stopped answering; the session ended. What ran was billed; open a new session.",
+          },
         },
         true,
       );

@@ -94,7 +94,12 @@ function clientKey(req: IncomingMessage, protocols: string[]): { key?: string; m
 
 /** The same error with the session's id (`x-request-id`) among its headers, as every /v1 answer has it. */
 function withRequestId(error: GatewayError, requestId: string): GatewayError {
-  return new GatewayError(error.status, error.message, { type: error.type, code: error.code, param: error.param, headers: { ...error.headers, 'x-request-id': requestId } });
+  return new GatewayError(error.status, error.message, {
+    type: error.type,
+    code: error.code,
+    param: error.param,
+    headers: { ...error.headers, 'x-request-id': requestId },
+  });
 }
 
 /** The longest model name the upgrade reads: catalog ids are far shorter, and an error echoes at most this. */
@@ -109,15 +114,34 @@ const maxModelChars = 256;
 function askedModel(url: string): string {
   const at = url.indexOf('?');
   const named = at < 0 ? [] : new URLSearchParams(url.slice(at + 1)).getAll('model');
-  if (named.length > 1) throw new GatewayError(400, "The parameter 'model' was given more than once; name one model.", { param: 'model', code: 'invalid_value' });
+  if (named.length > 1)
+    throw new GatewayError(400, "The parameter 'model' was given more than once; name one model.", {
+      param: 'model',
+      code: 'invalid_value',
+    });
   const asked = named[0];
-  if (asked === undefined || asked === '') throw new GatewayError(400, "Missing required parameter: 'model'.", { param: 'model', code: 'missing_required_parameter' });
-  if (asked.includes('\0')) throw new GatewayError(400, "Invalid 'model': it must not contain a NUL character.", { param: 'model', code: 'invalid_value' });
-  if (asked.length > maxModelChars) throw new GatewayError(400, `Invalid 'model': a model name is at most ${maxModelChars} characters.`, { param: 'model', code: 'invalid_value' });
+  if (asked === undefined || asked === '')
+    throw new GatewayError(400, "Missing required parameter: 'model'.", {
+      param: 'model',
+      code: 'missing_required_parameter',
+    });
+  if (asked.includes('\0'))
+    throw new GatewayError(400, "Invalid 'model': it must not contain a NUL character.", {
+      param: 'model',
+      code: 'invalid_value',
+    });
+  if (asked.length > maxModelChars)
+    throw new GatewayError(400, `Invalid 'model': a model name is at most ${maxModelChars} characters.`, {
+      param: 'model',
+      code: 'invalid_value',
+    });
   return asked;
 }
 
-/** Whether an upgrade request is one for the Realtime API (the canonical path, a trailing slash as the routers allow it, any query). */
+/**
+ * Whether an upgrade request is one for the Realtime API (the canonical path, a trailing slash as the routers allow it,
+ * any query).
+ */
 export function isRealtimeUpgrade(req: IncomingMessage): boolean {
   const path = canonicalPath((req.url ?? '/').split('?', 1)[0]!);
   return path === realtimePath || path === `${realtimePath}/`;
@@ -154,7 +178,8 @@ export class RealtimeGateway {
     });
     // Realtime models with a vendor that serves them here, and the aliases that name one.
     for (const model of deps.catalog.all()) {
-      if (model.capability === 'realtime' && model.routes.some((route) => deps.servingVendors.has(route.vendor))) this.realtimeModels.set(model.id, model);
+      if (model.capability === 'realtime' && model.routes.some((route) => deps.servingVendors.has(route.vendor)))
+        this.realtimeModels.set(model.id, model);
     }
     for (const [alias, id] of deps.config.modelAliases) {
       const model = this.realtimeModels.get(id);
@@ -188,7 +213,11 @@ export class RealtimeGateway {
   /** Shutdown: new upgrades get a 503, those waiting a 503, every open session 1001 (its worker told). */
   drain(): void {
     this.draining = true;
-    const shuttingDown = new GatewayError(503, 'The server is shutting down; open the session again.', { type: 'server_error', code: 'server_shutting_down', headers: { 'retry-after': '1' } });
+    const shuttingDown = new GatewayError(503, 'The server is shutting down; open the session again.', {
+      type: 'server_error',
+      code: 'server_shutting_down',
+      headers: { 'retry-after': '1' },
+    });
     for (const abort of [...this.waiting]) abort(shuttingDown);
     for (const session of [...this.sessions]) session.shutdown();
   }
@@ -212,7 +241,10 @@ export class RealtimeGateway {
     try {
       await this.open(sessionId, req, socket, head, log);
     } catch (caught) {
-      const error = caught instanceof GatewayError ? caught : new GatewayError(500, 'The session could not be opened.', { type: 'server_error', code: 'server_error' });
+      const error =
+        caught instanceof GatewayError
+          ? caught
+          : new GatewayError(500, 'The session could not be opened.', { type: 'server_error', code: 'server_error' });
       if (!(caught instanceof GatewayError)) log.error({ err: caught }, 'realtime upgrade failed');
       else log.info({ status: error.status, code: error.code }, 'realtime upgrade refused');
       upgradeRefused(error.status);
@@ -222,18 +254,38 @@ export class RealtimeGateway {
     }
   }
 
-  private async open(sessionId: string, req: IncomingMessage, socket: Duplex, head: Buffer, log: Logger): Promise<void> {
+  private async open(
+    sessionId: string,
+    req: IncomingMessage,
+    socket: Duplex,
+    head: Buffer,
+    log: Logger,
+  ): Promise<void> {
     const { config } = this.deps;
-    if (this.draining) throw new GatewayError(503, 'The server is shutting down; open the session again.', { type: 'server_error', code: 'server_shutting_down', headers: { 'retry-after': '1' } });
+    if (this.draining)
+      throw new GatewayError(503, 'The server is shutting down; open the session again.', {
+        type: 'server_error',
+        code: 'server_shutting_down',
+        headers: { 'retry-after': '1' },
+      });
     // The handshake's own headers first: ws would answer a malformed one itself, after the session was started.
-    if (req.method !== 'GET') throw new GatewayError(405, 'The Realtime API is opened with GET and a WebSocket upgrade.', { code: 'method_not_allowed' });
-    if (req.headers.upgrade?.toLowerCase() !== 'websocket') throw new GatewayError(400, 'The Realtime API needs `Upgrade: websocket`.', { code: 'invalid_upgrade' });
+    if (req.method !== 'GET')
+      throw new GatewayError(405, 'The Realtime API is opened with GET and a WebSocket upgrade.', {
+        code: 'method_not_allowed',
+      });
+    if (req.headers.upgrade?.toLowerCase() !== 'websocket')
+      throw new GatewayError(400, 'The Realtime API needs `Upgrade: websocket`.', { code: 'invalid_upgrade' });
     const version = req.headers['sec-websocket-version'];
     if (!wsKey.test(req.headers['sec-websocket-key'] ?? '') || (version !== '13' && version !== '8')) {
-      throw new GatewayError(400, 'The WebSocket handshake is malformed (Sec-WebSocket-Key, Sec-WebSocket-Version 13).', { code: 'invalid_upgrade', headers: { 'sec-websocket-version': '13' } });
+      throw new GatewayError(
+        400,
+        'The WebSocket handshake is malformed (Sec-WebSocket-Key, Sec-WebSocket-Version 13).',
+        { code: 'invalid_upgrade', headers: { 'sec-websocket-version': '13' } },
+      );
     }
     const protocols = parseSubprotocols(req.headers['sec-websocket-protocol']);
-    if (!protocols) throw new GatewayError(400, 'The Sec-WebSocket-Protocol header is malformed.', { code: 'invalid_upgrade' });
+    if (!protocols)
+      throw new GatewayError(400, 'The Sec-WebSocket-Protocol header is malformed.', { code: 'invalid_upgrade' });
 
     // The key, looked up as every request's is.
     const { key, malformed } = clientKey(req, protocols);
@@ -241,14 +293,22 @@ export class RealtimeGateway {
       throw invalidApiKey(
         malformed
           ? 'The Authorization header must be "Bearer <API key>".'
-          : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>", or in a browser as the subprotocol "openai-insecure-api-key.<API key>" beside "realtime".',
+          : 'You did not provide an API key. Send it as "Authorization: Bearer <API key>", or in a browser as the ' +
+              'subprotocol "openai-insecure-api-key.<API key>" beside "realtime".',
       );
     }
     const verdict = await this.deps.keys.check(key);
     if ('refused' in verdict) {
-      if (verdict.refused === 'expired') throw invalidApiKey(`The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key or extend this one.`);
+      if (verdict.refused === 'expired')
+        throw invalidApiKey(
+          `The API key provided expired at ${new Date(verdict.expiresAt * 1000).toISOString()}. Create a new key ` +
+            `or extend this one.`,
+        );
       if (verdict.refused === 'disabled') throw invalidApiKey(accessRefusalMessage('disabled'));
-      throw invalidApiKey('Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.');
+      throw invalidApiKey(
+        'Incorrect API key provided. Create keys in the console (/console), with `npm run keys -- create`, or ' +
+          'with the admin API.',
+      );
     }
     const { access } = verdict;
 
@@ -258,7 +318,12 @@ export class RealtimeGateway {
     if (!model) {
       const other = this.deps.models.get(asked);
       if (other) {
-        throw new GatewayError(400, `The model \`${asked}\` is a ${other.capability} model and is not supported by ${realtimePath}; use a realtime model.`, { param: 'model', code: 'model_not_supported' });
+        throw new GatewayError(
+          400,
+          `The model \`${asked}\` is a ${other.capability} model and is not supported by ${realtimePath}; use a ` +
+            `realtime model.`,
+          { param: 'model', code: 'model_not_supported' },
+        );
       }
       throw modelNotFound(asked);
     }
@@ -267,11 +332,15 @@ export class RealtimeGateway {
     // Its key's sessions here: counted before anything is awaited, so that upgrades racing each other count each other.
     const held = this.perKey.get(access.keyId) ?? 0;
     if (held >= config.realtimeClient.maxSessionsPerKey) {
-      throw new GatewayError(429, `This API key already holds ${held} Realtime sessions here; close one before opening another.`, {
-        type: 'rate_limit_exceeded',
-        code: 'too_many_sessions',
-        headers: { 'retry-after': '1' },
-      });
+      throw new GatewayError(
+        429,
+        `This API key already holds ${held} Realtime sessions here; close one before opening another.`,
+        {
+          type: 'rate_limit_exceeded',
+          code: 'too_many_sessions',
+          headers: { 'retry-after': '1' },
+        },
+      );
     }
     this.perKey.set(access.keyId, held + 1);
     let counted = true;
@@ -350,11 +419,16 @@ export class RealtimeGateway {
       () =>
         stop({
           reason: 'no worker started the session in time',
-          error: new GatewayError(503, `No worker could start the session within ${Math.round(config.realtimeClient.startWaitMs / 1000)} s; retry shortly.`, {
-            type: 'server_error',
-            code: 'overloaded',
-            headers: { 'retry-after': '1' },
-          }),
+          error: new GatewayError(
+            503,
+            `No worker could start the session within ${Math.round(config.realtimeClient.startWaitMs / 1000)} s; ` +
+              `retry shortly.`,
+            {
+              type: 'server_error',
+              code: 'overloaded',
+              headers: { 'retry-after': '1' },
+            },
+          ),
         }),
       Math.max(0, startBy - Date.now()),
     );
@@ -371,16 +445,28 @@ export class RealtimeGateway {
       const listening = this.channels.listen(sessionId, (message) => session.down(message));
       const first = await Promise.race([listening.then(() => undefined), stopped]);
       if (first) throw first.error ?? new GatewayError(499, first.reason);
-      const fair = { accountId: access.accountId, weight, tokens: estimate.tokens, tier: 'default' as const, contended: true };
+      const fair = {
+        accountId: access.accountId,
+        weight,
+        tokens: estimate.tokens,
+        tier: 'default' as const,
+        contended: true,
+      };
       const queued = enqueue({ config, redis }, queue, plan, { spend: { access, estimate }, fair }, log);
       const outcome = await Promise.race([queued.then((value) => ({ queued: value })), stopped]);
       if (!('queued' in outcome)) {
         // Stopped while the add was under way: the job is taken out once it is in.
-        void queued.then((value) => this.giveUp(sessionId, queue, value, log), () => undefined);
+        void queued.then(
+          (value) => this.giveUp(sessionId, queue, value, log),
+          () => undefined,
+        );
         throw outcome.error ?? new GatewayError(499, outcome.reason);
       }
       enqueued = outcome.queued;
-      log.info({ model: model.id, account: access.accountId, queue: queue.name, reservedMicros: estimate.micros }, 'realtime session queued');
+      log.info(
+        { model: model.id, account: access.accountId, queue: queue.name, reservedMicros: estimate.micros },
+        'realtime session queued',
+      );
       const result = await Promise.race([session.started, stopped]);
       if ('started' in result) {
         this.upgradeHeaders.set(req, { ...enqueued.headers, 'x-request-id': sessionId });
@@ -397,19 +483,25 @@ export class RealtimeGateway {
         }
         this.sessions.add(session);
         session.attach(ws, socket);
-        log.info({ worker: result.started.worker, vendor: result.started.vendor, startMs: Date.now() - arrived }, 'realtime session started');
+        log.info(
+          { worker: result.started.worker, vendor: result.started.vendor, startMs: Date.now() - arrived },
+          'realtime session started',
+        );
         return;
       }
       if ('refused' in result) {
         // Nothing ran: what was reserved is given back (a worker's own release first is harmless: one release holds).
-        void releaseReservation(redis, access.accountId, sessionId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a refused session'));
+        void releaseReservation(redis, access.accountId, sessionId).catch((error: unknown) =>
+          log.warn({ err: error }, 'could not release the reservation of a refused session'),
+        );
         throw result.refused;
       }
       await this.giveUp(sessionId, queue, enqueued, log);
       throw result.error ?? new GatewayError(499, result.reason);
     } catch (error) {
       // After the 101 nothing here throws; before it, a session that will not run is told to its worker if it has one.
-      if (enqueued && error instanceof GatewayError && error.status === 499) log.info('realtime client left during the start; session cancelled');
+      if (enqueued && error instanceof GatewayError && error.status === 499)
+        log.info('realtime client left during the start; session cancelled');
       throw error;
     } finally {
       clearTimeout(timer);
@@ -433,7 +525,10 @@ export class RealtimeGateway {
       log.info('realtime session taken out of the queue before any worker started it');
       return;
     }
-    await Promise.all([this.channels.close(sessionId, { code: 1001, reason: 'the client is gone' }), this.channels.cancel(sessionId)]);
+    await Promise.all([
+      this.channels.close(sessionId, { code: 1001, reason: 'the client is gone' }),
+      this.channels.cancel(sessionId),
+    ]);
     log.info('realtime session given up while a worker held it; the worker was told to stop');
   }
 
@@ -443,6 +538,9 @@ export class RealtimeGateway {
    * of one response (a session's start has no prompt yet).
    */
   private firstResponseEstimate(model: CatalogModel): SpendEstimate {
-    return { micros: realtimeReservationMicros(this.deps.config, this.deps.prices, model), tokens: model.max_output_tokens };
+    return {
+      micros: realtimeReservationMicros(this.deps.config, this.deps.prices, model),
+      tokens: model.max_output_tokens,
+    };
   }
 }

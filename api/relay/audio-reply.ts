@@ -42,7 +42,11 @@ export class AudioReply extends ChunkedReply {
     if (this.opened) return;
     this.opened = true;
     this.ctx.respond = false;
-    this.res.writeHead(200, { 'content-type': this.contentType, 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    this.res.writeHead(200, {
+      'content-type': this.contentType,
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+    });
   }
 
   protected writeChunk(payload: string): void {
@@ -59,7 +63,10 @@ export class AudioReply extends ChunkedReply {
   }
 
   protected endLate(error: GatewayError): void {
-    this.log.warn({ code: error.code, status: error.status }, 'speech failed after its audio began; response cut short');
+    this.log.warn(
+      { code: error.code, status: error.status },
+      'speech failed after its audio began; response cut short',
+    );
     this.res.destroy();
   }
 }

@@ -6,11 +6,21 @@ import type { ReplyMessage } from '../../shared/reply.js';
 import { HeldReply, type HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
 
-/** A request answered with its job's final body as one HTTP response (inline in the reply, or read from Redis by reference). */
+/**
+ * A request answered with its job's final body as one HTTP response (inline in the reply, or read from Redis by
+ * reference).
+ */
 export class BodyReply extends HeldReply {
   readonly stream = false;
 
-  constructor(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, log: Logger, private readonly contentType = 'application/json') {
+  constructor(
+    ctx: GatewayContext,
+    deps: HeldReplyDeps,
+    expected: ExpectedReply,
+    queue: Queue,
+    log: Logger,
+    private readonly contentType = 'application/json',
+  ) {
     super(ctx, deps, expected, queue, log);
   }
 
@@ -19,7 +29,10 @@ export class BodyReply extends HeldReply {
     if (message.kind === 'done') this.respond(message.payload);
     else if (message.kind === 'done-ref') {
       this.deps.redis.getdel(message.payload).then(
-        (body) => (body === null ? this.failWith(new GatewayError(502, 'The result expired before it was read.', { code: 'server_error' })) : this.respond(body)),
+        (body) =>
+          body === null
+            ? this.failWith(new GatewayError(502, 'The result expired before it was read.', { code: 'server_error' }))
+            : this.respond(body),
         (error) => this.end(error),
       );
     } else if (message.kind === 'error') this.failWith(GatewayError.fromWire(JSON.parse(message.payload) as WireError));

@@ -6,7 +6,10 @@ import type { ReplyMessage } from '../../shared/reply.js';
 import { HeldReply, type HeldReplyDeps } from './held-reply.js';
 import type { ExpectedReply } from './reply-hub.js';
 
-/** What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output had begun. */
+/**
+ * What a stream's relay tells the request's log: its first chunk written, and the error it ended with once its output
+ * had begun.
+ */
 export interface StreamNotes {
   firstChunk(): void;
   /** The error the stream ended with: its code, and the message its error event told the client. */

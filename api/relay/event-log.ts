@@ -13,7 +13,11 @@ const watchTtlMs = 6000;
 
 /** The 404 for a stream this key cannot resume: alike for one that never was and for another key's. */
 export const noStream = (named: string) =>
-  new GatewayError(404, `No stream with id '${named.slice(0, 200)}' can be resumed here (streams are kept a while after they end).`, { code: 'not_found' });
+  new GatewayError(
+    404,
+    `No stream with id '${named.slice(0, 200)}' can be resumed here (streams are kept a while after they end).`,
+    { code: 'not_found' },
+  );
 
 export interface FollowOptions {
   /** The stream's job id: its log is `replayStreamKey(jobId)`. */
@@ -31,11 +35,16 @@ export interface FollowOptions {
   /** Epoch ms after which a stream still running is left (the client may resume again). */
   until: number;
   keepAliveMs: number;
-  /** How the stream is labelled and kept alive (server-sent events unless said: a Google array stream follows in its own form). */
+  /**
+   * How the stream is labelled and kept alive (server-sent events unless said: a Google array stream follows in its own
+   * form).
+   */
   framing?: StreamFraming;
   /** What the client gets for the log's terminal entry. */
   onEnd(entry: LogEntry): string;
-  /** Rewrites the log's frames before they are written (whole frames, one or more at a time); absent: written as logged. */
+  /**
+   * Rewrites the log's frames before they are written (whole frames, one or more at a time); absent: written as logged.
+   */
   rewrite?: (text: string) => string;
   /** Stops following before the log's end (its writer is known gone): the client gets `onStop`'s frame. */
   stop?: { signal: AbortSignal; onStop(): string };
@@ -46,7 +55,10 @@ export interface FollowOptions {
   openOnFirst?: boolean;
 }
 
-/** How a follow ended: `ended` (the log's end, a stop, the deadline, or the client left), or `unstarted` (see `openOnFirst`). */
+/**
+ * How a follow ended: `ended` (the log's end, a stop, the deadline, or the client left), or `unstarted` (see
+ * `openOnFirst`).
+ */
 export type FollowOutcome = 'ended' | 'unstarted';
 
 function compareIds(a: string, b: string): number {
@@ -88,9 +100,19 @@ export class EventLogs {
   async follow(ctx: GatewayContext, options: FollowOptions): Promise<FollowOutcome> {
     const key = replayStreamKey(options.jobId);
     const entries = (await this.redis.xrange(key, '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
-    // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client named.
-    if ((entries.length === 0 && options.whenMissing === 'fail') || (entries.length > 0 && entries[0]!.owner !== options.owner)) throw noStream(options.named);
-    if (entries.length > 0 && options.after >= 0 && entries[0]!.first > options.after + 1 && entries[0]!.end === undefined) {
+    // Missing, another key's, or one whose start was trimmed from the log: the same answer, naming only what the client
+    // named.
+    if (
+      (entries.length === 0 && options.whenMissing === 'fail') ||
+      (entries.length > 0 && entries[0]!.owner !== options.owner)
+    )
+      throw noStream(options.named);
+    if (
+      entries.length > 0 &&
+      options.after >= 0 &&
+      entries[0]!.first > options.after + 1 &&
+      entries[0]!.end === undefined
+    ) {
       throw invalidRequest(`The events after ${options.after} are no longer in this stream's log.`, options.afterParam);
     }
     let lastNumber = -1;
@@ -110,7 +132,10 @@ export class EventLogs {
     };
     take(entries);
     if (ended && options.after > lastNumber) {
-      throw invalidRequest(`${options.afterParam} ${options.after} is past the end of the stream: its last event is ${lastNumber}.`, options.afterParam);
+      throw invalidRequest(
+        `${options.afterParam} ${options.after} is past the end of the stream: its last event is ${lastNumber}.`,
+        options.afterParam,
+      );
     }
 
     const res = ctx.res;
@@ -145,7 +170,8 @@ export class EventLogs {
           if (ended) finish(options.onEnd(ended));
         },
       };
-      const watch = () => void this.redis.set(streamWatchKey(options.jobId), '1', 'PX', watchTtlMs).catch(() => undefined);
+      const watch = () =>
+        void this.redis.set(streamWatchKey(options.jobId), '1', 'PX', watchTtlMs).catch(() => undefined);
       watch();
       const watching = setInterval(watch, watchTtlMs / 3);
       const keepAlive = setInterval(() => open && events.keepAlive(), options.keepAliveMs);
@@ -194,7 +220,9 @@ export class EventLogs {
       this.tail ??= this.redis.duplicate({ connectionName: undefined, maxRetriesPerRequest: null });
       while (this.followers.size > 0 && !this.closed) {
         const keys = [...this.followers.keys()];
-        const cursors = keys.map((key) => [...this.followers.get(key)!].map((f) => f.cursor).reduce((a, b) => (compareIds(a, b) <= 0 ? a : b)));
+        const cursors = keys.map((key) =>
+          [...this.followers.get(key)!].map((f) => f.cursor).reduce((a, b) => (compareIds(a, b) <= 0 ? a : b)),
+        );
         let reply: Array<[string, Array<[string, string[]]>]> | null;
         try {
           reply = (await this.tail.xread('COUNT', 1000, 'BLOCK', 250, 'STREAMS', ...keys, ...cursors)) as typeof reply;

@@ -37,11 +37,15 @@ const abortFlushMs = 2000;
 
 /** The job is gone from Redis (e.g. Redis restarted without persistence): nothing will ever answer it. */
 export const jobLostError = () =>
-  new GatewayError(503, 'The request was lost by the gateway (its queue lost the job, e.g. a Redis restart); retry the request.', {
-    type: 'server_error',
-    code: 'job_lost',
-    headers: { 'retry-after': '1' },
-  });
+  new GatewayError(
+    503,
+    'The request was lost by the gateway (its queue lost the job, e.g. a Redis restart); retry the request.',
+    {
+      type: 'server_error',
+      code: 'job_lost',
+      headers: { 'retry-after': '1' },
+    },
+  );
 
 /**
  * One enqueued request waiting for its job's answer: what the reply hub
@@ -81,7 +85,10 @@ export abstract class HeldReply implements ReplyTarget {
   }
 
   abstract readonly stream: boolean;
-  /** How a stream ends when the api answers for a job it could not hear end: OpenAI's `[DONE]` unless the stream's dialect says. */
+  /**
+   * How a stream ends when the api answers for a job it could not hear end: OpenAI's `[DONE]` unless the stream's
+   * dialect says.
+   */
   protected get trailer(): string {
     return sseDone;
   }
@@ -248,7 +255,13 @@ export abstract class HeldReply implements ReplyTarget {
         // error itself where the job carries it whole (an async job's), else its message.
         const reason = job.failedReason;
         const wire = decodeAsyncJobFailure(reason);
-        this.failWith(wire ? GatewayError.fromWire(wire) : new GatewayError(502, `The request failed${reason ? `: ${reason.slice(0, 300)}` : ''}.`, { code: 'job_failed' }));
+        this.failWith(
+          wire
+            ? GatewayError.fromWire(wire)
+            : new GatewayError(502, `The request failed${reason ? `: ${reason.slice(0, 300)}` : ''}.`, {
+                code: 'job_failed',
+              }),
+        );
       }
       return;
     }
@@ -283,6 +296,11 @@ export abstract class HeldReply implements ReplyTarget {
     if (this.stream) this.deliver({ kind: 'done', ...reply, payload: this.trailer });
     else if (result?.body !== undefined) this.deliver({ kind: 'done', ...reply, payload: result.body });
     else if (result?.bodyRef) this.deliver({ kind: 'done-ref', ...reply, payload: result.bodyRef });
-    else this.failWith(new GatewayError(502, 'The request finished, but its result was lost with Redis; it ran (and was billed).', { code: 'result_lost' }));
+    else
+      this.failWith(
+        new GatewayError(502, 'The request finished, but its result was lost with Redis; it ran (and was billed).', {
+          code: 'result_lost',
+        }),
+      );
   }
 }

@@ -25,7 +25,10 @@ export interface HoldOptions {
   dialect?: StreamDialect;
   /** Identical requests may follow this stream's log (the response cache's coalescing): it runs on while one does. */
   followed?: boolean;
-  /** The frame a stream that began ends with when it fails, where the dialect's own cannot say it (MCP's names the call). */
+  /**
+   * The frame a stream that began ends with when it fails, where the dialect's own cannot say it (MCP's names the
+   * call).
+   */
   lateError?: (error: GatewayError) => string;
 }
 
@@ -35,12 +38,26 @@ export interface HoldOptions {
  * channel until the answer, the deadline, the client leaving or a forced
  * shutdown. A job the client's leaving removed before it ran is abandoned.
  */
-export async function holdForReply(ctx: GatewayContext, deps: HeldReplyDeps, expected: ExpectedReply, queue: Queue, options: HoldOptions): Promise<void> {
+export async function holdForReply(
+  ctx: GatewayContext,
+  deps: HeldReplyDeps,
+  expected: ExpectedReply,
+  queue: Queue,
+  options: HoldOptions,
+): Promise<void> {
   const { log } = ctx.state;
   const reply = !options.stream
     ? new BodyReply(ctx, deps, expected, queue, log, options.contentType)
     : options.dialect === 'audio'
-      ? new AudioReply(ctx, deps, expected, queue, log, options.notes, options.contentType ?? 'application/octet-stream')
+      ? new AudioReply(
+          ctx,
+          deps,
+          expected,
+          queue,
+          log,
+          options.notes,
+          options.contentType ?? 'application/octet-stream',
+        )
       : new StreamReply(ctx, deps, expected, queue, log, options.notes, options.dialect);
   reply.resumeGraceMs = options.resumeGraceMs;
   reply.followed = options.followed === true;

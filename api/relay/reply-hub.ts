@@ -2,11 +2,21 @@ import type { Redis } from 'ioredis';
 import type { Logger } from '../../shared/logger.js';
 import { setTimeout as pause } from 'node:timers/promises';
 import { GatewayError } from '../../shared/errors.js';
-import { decodeReply, framesAfterBatch, parseLogEntry, repliesHeldHere, replayLogLagMs, type ReplyMessage } from '../../shared/reply.js';
+import {
+  decodeReply,
+  framesAfterBatch,
+  parseLogEntry,
+  repliesHeldHere,
+  replayLogLagMs,
+  type ReplyMessage,
+} from '../../shared/reply.js';
 import { apiAliveKey, replayStreamKey } from '../../shared/redis-keys.js';
 import { isCluster, inOneWrite } from '../../shared/redis.js';
 
-/** What answers a held request once its job is queued (api/relay/held-reply.ts): what arrives for the job is handed to it. */
+/**
+ * What answers a held request once its job is queued (api/relay/held-reply.ts): what arrives for the job is handed to
+ * it.
+ */
 export interface ReplyTarget {
   /** The job's Redis key. The liveness sweep reads it. */
   readonly jobKey: string;
@@ -259,7 +269,8 @@ export class ReplyHub {
       while (pending.lastSeq < gap.maxSeen && idleRounds < 3 && this.pending.get(jobId) === pending) {
         const before = pending.lastSeq;
         try {
-          // The log trails the live chunks by up to replayLogLagMs: after a round that found nothing new, wait that long.
+          // The log trails the live chunks by up to replayLogLagMs: after a round that found nothing new, wait that
+          // long.
           if (idleRounds > 0) await pause(replayLogLagMs);
           await this.replay(jobId, pending);
           idleRounds = pending.lastSeq === before ? idleRounds + 1 : 0;
@@ -272,8 +283,13 @@ export class ReplyHub {
       this.gaps.delete(pending);
       if (this.pending.get(jobId) !== pending) return;
       if (pending.lastSeq < gap.maxSeen && gap.held?.kind !== 'error') {
-        this.log.warn({ jobId, lastSeq: pending.lastSeq, maxSeen: gap.maxSeen }, 'stream chunks lost; ending the stream with an error');
-        const broken = new GatewayError(502, 'Part of the response stream was lost in transit; retry the request.', { code: 'stream_incomplete' });
+        this.log.warn(
+          { jobId, lastSeq: pending.lastSeq, maxSeen: gap.maxSeen },
+          'stream chunks lost; ending the stream with an error',
+        );
+        const broken = new GatewayError(502, 'Part of the response stream was lost in transit; retry the request.', {
+          code: 'stream_incomplete',
+        });
         pending.deliver({ kind: 'error', jobId, seq: gap.maxSeen, payload: JSON.stringify(broken.toWire()) });
       } else if (gap.held) pending.deliver(gap.held);
     })();

@@ -36,7 +36,10 @@ const googleArray: StreamFraming = { contentType: 'application/json; charset=utf
 const anthropicPing = sseJson({ type: 'ping' }, 'ping');
 const anthropicFraming: StreamFraming = { ...sseFraming, keepAlive: anthropicPing };
 
-/** Speech's audio: labelled by its format where it is written (the content type here is only a fallback), never kept alive. */
+/**
+ * Speech's audio: labelled by its format where it is written (the content type here is only a fallback), never kept
+ * alive.
+ */
 const audioFraming: StreamFraming = { contentType: 'application/octet-stream', keepAlive: '' };
 
 /** How a stream of this dialect is labelled and kept alive. */
@@ -60,7 +63,12 @@ export function framingOf(dialect: StreamDialect): StreamFraming {
  * The last frame of a stream that fails once its output began. A Google array that has an element already gets
  * the error as its next one and is closed; one that has none yet is the error alone.
  */
-export function lateErrorFrame(dialect: StreamDialect, error: GatewayError, requestId: string, wroteChunk: boolean): string {
+export function lateErrorFrame(
+  dialect: StreamDialect,
+  error: GatewayError,
+  requestId: string,
+  wroteChunk: boolean,
+): string {
   switch (dialect) {
     // Audio has no error frame: its response is cut short instead (see above).
     case 'audio':

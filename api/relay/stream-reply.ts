@@ -75,6 +75,10 @@ export class StreamReply extends ChunkedReply {
 
   /** Output already started: the stream ends with an error in its own form, as each vendor's streams do. */
   protected endLate(error: GatewayError): void {
-    this.events.end(this.lateError ? this.lateError(error) : lateErrorFrame(this.dialect, error, this.ctx.state.requestId, this.wroteChunk));
+    this.events.end(
+      this.lateError
+        ? this.lateError(error)
+        : lateErrorFrame(this.dialect, error, this.ctx.state.requestId, this.wroteChunk),
+    );
   }
 }

@@ -5,7 +5,6 @@ import type { VideoInput } from '../../shared/schemas/media-inputs.js';
 import type { AnswerMode, JobPlan } from './enqueue.js';
 import type { Accepted } from './endpoint-handlers.js';
 
-
 /** Who asks and where the answer goes: what the job takes from the request beyond the handler's payload. */
 export interface JobOrigin {
   /** The request's id (its `x-request-id`): what its money and its request-log row are keyed by. */
@@ -25,12 +24,19 @@ export interface JobOrigin {
   lane?: string;
 }
 
-
 /**
  * A job's data, and its payload's JSON when that is kept apart (past INLINE_PAYLOAD_BYTES): a request's job
- * (`buildJob`) and each of a Message Batch's (api/batches/job-entry.ts, `mode` 'batch': no reply, its batch's deadline).
+ * (`buildJob`) and each of a Message Batch's (api/batches/job-entry.ts, `mode` 'batch': no reply, its batch's
+ * deadline).
  */
-export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode | 'batch', deadline: number, config: Config): { data: GatewayJobData; storedPayload?: string } {
+export function jobData<E extends Endpoint>(
+  name: E,
+  accepted: Accepted<E>,
+  origin: JobOrigin,
+  mode: AnswerMode | 'batch',
+  deadline: number,
+  config: Config,
+): { data: GatewayJobData; storedPayload?: string } {
   const data: GatewayJobData = {
     requestId: origin.requestId,
     jobId: accepted.jobId ?? origin.requestId,
@@ -41,9 +47,11 @@ export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, orig
     stream: accepted.stream ?? false,
     deadline,
     ...(origin.accountId ? { accountId: origin.accountId } : {}),
-    // Stored images are linked from the answer: X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL overrides both.
-    // An async speech job's audio is linked the same way.
-    ...(name.startsWith('images.') || name === 'audio.speech' ? { baseUrl: config.publicBaseUrl ?? origin.baseUrl } : {}),
+    // Stored images are linked from the answer: X-Forwarded-Proto/Host count only with TRUST_PROXY; PUBLIC_BASE_URL
+    // overrides both. An async speech job's audio is linked the same way.
+    ...(name.startsWith('images.') || name === 'audio.speech'
+      ? { baseUrl: config.publicBaseUrl ?? origin.baseUrl }
+      : {}),
     ...(origin.trace ? { trace: origin.trace } : {}),
     ...(mode === 'async' ? { async: true } : {}),
     ...(mode === 'background' ? { background: true } : {}),
@@ -59,7 +67,13 @@ export function jobData<E extends Endpoint>(name: E, accepted: Accepted<E>, orig
   return { data };
 }
 
-export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, origin: JobOrigin, mode: AnswerMode, config: Config): JobPlan {
+export function buildJob<E extends Endpoint>(
+  name: E,
+  accepted: Accepted<E>,
+  origin: JobOrigin,
+  mode: AnswerMode,
+  config: Config,
+): JobPlan {
   const row = endpoints[name];
   const id = accepted.jobId ?? origin.requestId;
   // Flex takes only capacity nothing else wants and may wait long: its own deadline replaces its queue's.
@@ -80,7 +94,18 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
       ...(name === 'videos' ? { request: accepted.payload as VideoInput } : {}),
     };
     const options = { ...retries, removeOnComplete: { age: ttl }, removeOnFail: { age: ttl } };
-    return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, asyncRecord, ...stored };
+    return {
+      id,
+      queue: row.queue,
+      ...(origin.lane ? { lane: origin.lane } : {}),
+      mode,
+      data,
+      payload: accepted.payload,
+      options,
+      deadline,
+      asyncRecord,
+      ...stored,
+    };
   }
   // A job answered through pub/sub (or run in the background): kept briefly once finished, as its row says.
   const options = {
@@ -88,5 +113,15 @@ export function buildJob<E extends Endpoint>(name: E, accepted: Accepted<E>, ori
     removeOnComplete: { age: row.keep.completedSeconds, count: row.keep.completedCount },
     removeOnFail: { age: row.keep.failedSeconds, count: row.keep.failedCount },
   };
-  return { id, queue: row.queue, ...(origin.lane ? { lane: origin.lane } : {}), mode, data, payload: accepted.payload, options, deadline, ...stored };
+  return {
+    id,
+    queue: row.queue,
+    ...(origin.lane ? { lane: origin.lane } : {}),
+    mode,
+    data,
+    payload: accepted.payload,
+    options,
+    deadline,
+    ...stored,
+  };
 }

@@ -18,7 +18,10 @@ const perMessageOverhead = 8;
 const replyPriming = 3;
 const toolPreamble = 16;
 const completionDefaultMaxTokens = 16;
-/** Prompts whose byte bound is at most this are counted exactly for billing and rate limits (a few µs); longer ones are estimated by that bound. */
+/**
+ * Prompts whose byte bound is at most this are counted exactly for billing and rate limits (a few µs); longer ones are
+ * estimated by that bound.
+ */
 const exactCountBytes = 4096;
 
 function contextError(model: CatalogModel, prompt: number, completion: number, param: string): GatewayError {
@@ -52,7 +55,8 @@ function byteBound(messages: readonly ChatMessage[], tools: unknown): number {
     if (typeof message.name === 'string') bound += Buffer.byteLength(message.name) + 1;
     if (message.role === 'tool') bound += Buffer.byteLength(message.tool_call_id);
     if ('tool_calls' in message && message.tool_calls) bound += Buffer.byteLength(JSON.stringify(message.tool_calls));
-    if ('function_call' in message && message.function_call) bound += Buffer.byteLength(JSON.stringify(message.function_call));
+    if ('function_call' in message && message.function_call)
+      bound += Buffer.byteLength(JSON.stringify(message.function_call));
   }
   return bound;
 }
@@ -65,7 +69,8 @@ export function checkModalities(model: CatalogModel, messages: readonly ChatMess
       const needs = part.type === 'image_url' ? 'image' : part.type === 'input_audio' ? 'audio' : undefined;
       if (needs && !model.input_modalities.includes(needs)) {
         throw invalidRequest(
-          `The model \`${model.id}\` does not accept ${needs} input; ${part.type} parts are only supported by models with ${needs} input.`,
+          `The model \`${model.id}\` does not accept ${needs} input; ${part.type} parts are only supported by ` +
+            `models with ${needs} input.`,
           `messages[${i}].content[${j}].type`,
           'unsupported_content_type',
         );
@@ -84,12 +89,17 @@ export async function checkChatContext(model: CatalogModel, body: ChatCompletion
 }
 
 /** As `checkChatContext`, saying too whether the tokens were counted (`exact`) or are the byte bound. */
-export async function chatContext(model: CatalogModel, body: ChatCompletionRequest): Promise<{ tokens: number; exact: boolean }> {
+export async function chatContext(
+  model: CatalogModel,
+  body: ChatCompletionRequest,
+): Promise<{ tokens: number; exact: boolean }> {
   const completion = body.max_completion_tokens ?? body.max_tokens ?? 0;
   const tools = body.tools ?? body.functions ?? null;
   const bound = byteBound(body.messages, tools);
   if (!model.context_window || bound + completion <= model.context_window) {
-    return bound <= exactCountBytes ? { tokens: await countChatPromptTokensAsync(body.messages, tools), exact: true } : { tokens: bound, exact: false };
+    return bound <= exactCountBytes
+      ? { tokens: await countChatPromptTokensAsync(body.messages, tools), exact: true }
+      : { tokens: bound, exact: false };
   }
   // Counted up to what fits: a prompt that fits was counted whole.
   const prompt = await countChatPromptTokensAsync(body.messages, tools, model.context_window - completion);
@@ -110,7 +120,8 @@ async function tokensOf(input: string | number[], bound: number, limit: number, 
 
 export async function checkCompletionContext(model: CatalogModel, body: CompletionRequest): Promise<number> {
   const completion = body.max_tokens ?? completionDefaultMaxTokens;
-  const prompts: Array<string | number[]> = typeof body.prompt === 'string' ? [body.prompt] : (body.prompt as Array<string | number[]>);
+  const prompts: Array<string | number[]> =
+    typeof body.prompt === 'string' ? [body.prompt] : (body.prompt as Array<string | number[]>);
   // Token arrays are already tokens; string prompts are bounded by bytes first.
   const list = typeof prompts[0] === 'number' ? [body.prompt as number[]] : prompts;
   const window = model.context_window || Number.MAX_SAFE_INTEGER;
@@ -127,7 +138,8 @@ export async function checkCompletionContext(model: CatalogModel, body: Completi
 
 export async function checkEmbeddingContext(model: CatalogModel, body: EmbeddingRequest): Promise<number> {
   const window = model.context_window || Number.MAX_SAFE_INTEGER;
-  const inputs: Array<string | number[]> = typeof body.input === 'string' ? [body.input] : (body.input as Array<string | number[]>);
+  const inputs: Array<string | number[]> =
+    typeof body.input === 'string' ? [body.input] : (body.input as Array<string | number[]>);
   const list = typeof inputs[0] === 'number' ? [body.input as number[]] : inputs;
   const sizes = bounds(list);
   const exact = sizes.reduce((sum, size) => sum + size, 0) <= exactCountBytes;
@@ -138,7 +150,8 @@ export async function checkEmbeddingContext(model: CatalogModel, body: Embedding
     if (count > window) {
       throw new GatewayError(
         400,
-        `This model's maximum context length is ${window} tokens, however you requested more than that (at least ${count} tokens) in input ${i}. Please reduce your input.`,
+        `This model's maximum context length is ${window} tokens, however you requested more than that (at least ` +
+          `${count} tokens) in input ${i}. Please reduce your input.`,
         { param: 'input', code: 'context_length_exceeded' },
       );
     }

@@ -9,8 +9,20 @@ import { invalidRequest } from '../../shared/errors.js';
 import { servingTier, type ServiceTier } from '../../shared/scheduling/service-tier.js';
 import { videosOfKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
-import { chatContext, checkChatContext, checkCompletionContext, checkEmbeddingContext, checkModalities } from './context-window.js';
-import { checkEditable, checkEditUploads, checkImageRequest, checkVariable, checkVariationUpload } from './image-rules.js';
+import {
+  chatContext,
+  checkChatContext,
+  checkCompletionContext,
+  checkEmbeddingContext,
+  checkModalities,
+} from './context-window.js';
+import {
+  checkEditable,
+  checkEditUploads,
+  checkImageRequest,
+  checkVariable,
+  checkVariationUpload,
+} from './image-rules.js';
 import { loadOwnedJob, renderVideo } from '../jobs/views.js';
 import type { UploadedFile } from '../http/multipart.js';
 import { responseObject } from '../../shared/response-object.js';
@@ -32,7 +44,12 @@ import type { AudioTextFormat } from '../../shared/schemas/media-inputs.js';
 import type { StreamDialect } from '../relay/stream-dialects.js';
 import { checkSpeechRequest } from './speech-rules.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
-import { isPartList, maxModerationImages, moderationImages, moderationTexts } from '../../shared/schemas/moderations.js';
+import {
+  isPartList,
+  maxModerationImages,
+  moderationImages,
+  moderationTexts,
+} from '../../shared/schemas/moderations.js';
 
 /** What a handler is given: the fields its row's schema validated, the model they name, and the stored uploads. */
 export interface HandlerInput<E extends Endpoint> {
@@ -40,7 +57,15 @@ export interface HandlerInput<E extends Endpoint> {
   model: CatalogModel;
   files: readonly UploadedFile[];
   /** Who asks, the store a handler reads earlier state from (stored responses), and the models served here. */
-  scope: { redis: Redis; blobs: BlobStore; keyId: string; config: Config; models: ModelResolver; access?: ToolRules; mcpServers?: McpRegistry | undefined };
+  scope: {
+    redis: Redis;
+    blobs: BlobStore;
+    keyId: string;
+    config: Config;
+    models: ModelResolver;
+    access?: ToolRules;
+    mcpServers?: McpRegistry | undefined;
+  };
   /** A request header ('' when absent). */
   header(name: string): string;
   /** What the path says for an endpoint whose path names its model (Google's `models/{model}:{method}`). */
@@ -53,7 +78,10 @@ export interface Accepted<E extends Endpoint> {
   stream?: boolean;
   /** Content type of the final body (JSON unless said). */
   contentType?: string;
-  /** The job's id in its queue when it is not the request's (a response's `resp_…`, a video's `video_…`); money and the request log stay the request's. */
+  /**
+   * The job's id in its queue when it is not the request's (a response's `resp_…`, a video's `video_…`); money and the
+   * request log stay the request's.
+   */
   jobId?: string;
   /** The prompt's tokens as counted or bounded by the context check (text endpoints): what the reservation counts. */
   promptTokens?: number;
@@ -86,12 +114,17 @@ export interface EndpointHandler<E extends Endpoint> {
   respond?(ctx: KeyedContext, accepted: Accepted<E>, deps: HandlerDeps): Promise<void>;
 }
 
-const transcriptTextTypes: Record<string, string> = { text: 'text/plain; charset=utf-8', srt: 'text/plain; charset=utf-8', vtt: 'text/plain; charset=utf-8' };
+const transcriptTextTypes: Record<string, string> = {
+  text: 'text/plain; charset=utf-8',
+  srt: 'text/plain; charset=utf-8',
+  vtt: 'text/plain; charset=utf-8',
+};
 
 /** The audio of a transcription or a translation: its `file` part, which OpenAI requires. */
 function requireAudioFile(files: readonly UploadedFile[]) {
   const file = files.find((f) => f.field === 'file')?.ref;
-  if (!file) throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
+  if (!file)
+    throw invalidRequest("Missing required parameter: 'file' (send the audio file as a multipart part).", 'file');
   return file;
 }
 
@@ -99,7 +132,10 @@ function requireAudioFile(files: readonly UploadedFile[]) {
  * What a transcription and a translation share of their payload: the file and the fields that shape the text
  * (each left out when not sent, so the vendor's own default applies), and the answer's content type.
  */
-function audioTextJob(fields: { prompt?: string | undefined; response_format: AudioTextFormat; temperature?: number | undefined }, files: readonly UploadedFile[]) {
+function audioTextJob(
+  fields: { prompt?: string | undefined; response_format: AudioTextFormat; temperature?: number | undefined },
+  files: readonly UploadedFile[],
+) {
   return {
     payload: {
       file: requireAudioFile(files),
@@ -117,40 +153,60 @@ function audioTextJob(fields: { prompt?: string | undefined; response_format: Au
  */
 function checkTranslatable(model: CatalogModel, models: ModelResolver): void {
   if (model.supports_translation) return;
-  const translating = models.list().filter((candidate) => candidate.supports_translation).map((candidate) => candidate.id);
+  const translating = models
+    .list()
+    .filter((candidate) => candidate.supports_translation)
+    .map((candidate) => candidate.id);
   throw invalidRequest(
-    `\`${model.id}\` does not translate audio; ` + (translating.length > 0 ? `use ${translating.join(' or ')}.` : 'no model served here does.'),
+    `\`${model.id}\` does not translate audio; ` +
+      (translating.length > 0 ? `use ${translating.join(' or ')}.` : 'no model served here does.'),
     'model',
     'model_not_supported',
   );
 }
 
 function refuseStreamOptionsWithoutStream(body: { stream?: boolean | null; stream_options?: unknown }): void {
-  if (body.stream_options && !body.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
+  if (body.stream_options && !body.stream)
+    throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
 }
 
-/** Every endpoint of the table has one handler here; the route around it is the same for all (`routes/endpoint-routes.ts`). */
+/**
+ * Every endpoint of the table has one handler here; the route around it is the same for all
+ * (`routes/endpoint-routes.ts`).
+ */
 export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   'chat.completions': {
     async accept({ fields: body, model }) {
       checkModalities(model, body.messages);
       const promptTokens = await checkChatContext(model, body);
       refuseStreamOptionsWithoutStream(body);
-      if (body.top_logprobs != null && !body.logprobs) throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
+      if (body.top_logprobs != null && !body.logprobs)
+        throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
       return { payload: body, stream: !!body.stream, promptTokens, serviceTier: servingTier(body.service_tier) };
     },
   },
 
   responses: {
     async accept({ fields: request, model, scope }) {
-      if (request.background && request.store === false) throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
-      if (request.stream_options && !request.stream) throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
+      if (request.background && request.store === false)
+        throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
+      if (request.stream_options && !request.stream)
+        throw invalidRequest('stream_options is only allowed when stream is true.', 'stream_options');
       const input = request.input === undefined ? [] : await normaliseInputSliced(request.input);
-      const history = request.previous_response_id ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId) : [];
+      const history = request.previous_response_id
+        ? await loadHistory(scope.redis, scope.blobs, request.previous_response_id, scope.keyId)
+        : [];
       const approvals: McpApproval[] = [];
       const chat = toChatRequest({ ...request, model: model.id }, history, input, model.web_search === true, approvals);
       // Its `mcp` tools: the gateway's tool loop runs on the servers they name (shared/mcp/tool-loop.ts).
-      const mcp = responsesLoopPlan(request.tools, request.max_tool_calls, request.tool_choice === 'required', approvals, scope.access ?? {}, scope.mcpServers);
+      const mcp = responsesLoopPlan(
+        request.tools,
+        request.max_tool_calls,
+        request.tool_choice === 'required',
+        approvals,
+        scope.access ?? {},
+        scope.mcpServers,
+      );
       checkModalities(model, chat.messages);
       const promptTokens = await checkChatContext(model, chat);
       const id = newResponseId();
@@ -159,13 +215,30 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       // Large input goes to the blob store now, so that the record itself is one Redis write sent beside the enqueue.
       const stored = shell.store ? await storeInput(scope.blobs, id, input) : undefined;
       return {
-        payload: { chat, shell, ...(mcp ? { mcp } : {}), ...(request.prompt_cache_key ? { promptCacheKey: request.prompt_cache_key.slice(0, 1024) } : {}) },
+        payload: {
+          chat,
+          shell,
+          ...(mcp ? { mcp } : {}),
+          ...(request.prompt_cache_key ? { promptCacheKey: request.prompt_cache_key.slice(0, 1024) } : {}),
+        },
         stream: !!request.stream,
         promptTokens,
         jobId: id,
         detached: shell.background,
         serviceTier: servingTier(request.service_tier),
-        ...(stored ? { beforeAdd: () => createResponse(scope.redis, id, scope.keyId, stored, shell.background ? queued : { ...queued, status: 'in_progress' }, scope.config.responseTtlSeconds) } : {}),
+        ...(stored
+          ? {
+              beforeAdd: () =>
+                createResponse(
+                  scope.redis,
+                  id,
+                  scope.keyId,
+                  stored,
+                  shell.background ? queued : { ...queued, status: 'in_progress' },
+                  scope.config.responseTtlSeconds,
+                ),
+            }
+          : {}),
       };
     },
     /** A background response is answered at once: queued, or its events followed from the start. */
@@ -185,13 +258,21 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async accept({ fields: request, model, header, scope }) {
       const job = toMessagesJob(request, model, header('anthropic-beta'));
       // Its `mcp_servers`: the gateway's tool loop runs on them, whoever serves the model (shared/mcp/tool-loop.ts).
-      const mcp = messagesLoopPlan(request.mcp_servers as unknown[] | undefined, request.tools, request.tool_choice?.type === 'any', scope.access ?? {}, scope.mcpServers);
+      const mcp = messagesLoopPlan(
+        request.mcp_servers as unknown[] | undefined,
+        request.tools,
+        request.tool_choice?.type === 'any',
+        scope.access ?? {},
+        scope.mcpServers,
+      );
       if (mcp) job.mcp = mcp;
       checkModalities(model, job.chat.messages);
       const { tokens: promptTokens, exact } = await chatContext(model, job.chat);
-      // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size there
-      // (counted once: the context check counted a small prompt already).
-      job.inputTokens = exact ? promptTokens : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      // Exact, whatever the prompt's size: the stream's first event says it, and Claude Code reads its context's size
+      // there (counted once: the context check counted a small prompt already).
+      job.inputTokens = exact
+        ? promptTokens
+        : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
       return { payload: job, stream: !!request.stream, promptTokens };
     },
   },
@@ -211,7 +292,9 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       const { tokens: promptTokens, exact } = await chatContext(model, job.chat);
       // Exact, whatever the prompt's size, as the Messages API counts it: `usageMetadata.promptTokenCount` says it
       // when a vendor does not.
-      job.inputTokens = exact ? promptTokens : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
+      job.inputTokens = exact
+        ? promptTokens
+        : await countChatPromptTokensAsync(job.chat.messages, job.chat.tools ?? null);
       return { payload: job, stream: named.stream, promptTokens };
     },
   },
@@ -242,10 +325,12 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
 
   completions: {
     async accept({ fields: body, model }) {
-      if (body.stream && body.best_of != null && body.best_of > 1) throw invalidRequest('best_of cannot be used with stream.', 'best_of');
+      if (body.stream && body.best_of != null && body.best_of > 1)
+        throw invalidRequest('best_of cannot be used with stream.', 'best_of');
       refuseStreamOptionsWithoutStream(body);
       const promptTokens = await checkCompletionContext(model, body);
-      // `service_tier` is no part of the legacy completions API: it reaches no vendor, and the job carries no tier (billed `default`).
+      // `service_tier` is no part of the legacy completions API: it reaches no vendor, and the job carries no tier
+      // (billed `default`).
       const { service_tier: _tier, ...payload } = body as typeof body & { service_tier?: unknown };
       return { payload, stream: !!body.stream, promptTokens };
     },
@@ -254,7 +339,8 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   embeddings: {
     async accept({ fields: body, model }) {
       if (body.dimensions != null) {
-        if (!model.supports_dimensions) throw invalidRequest(`The model \`${model.id}\` does not support setting dimensions.`, 'dimensions');
+        if (!model.supports_dimensions)
+          throw invalidRequest(`The model \`${model.id}\` does not support setting dimensions.`, 'dimensions');
         if (model.dimensions && body.dimensions > model.dimensions) {
           throw invalidRequest(`dimensions must be at most ${model.dimensions} for \`${model.id}\`.`, 'dimensions');
         }
@@ -268,17 +354,29 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     async accept({ fields: request, model, scope }) {
       const images = moderationImages(request.input);
       if (images.length > 0 && !model.input_modalities.includes('image')) {
-        const seeing = scope.models.list().filter((candidate) => candidate.capability === 'moderation' && candidate.input_modalities.includes('image')).map((candidate) => candidate.id);
+        const seeing = scope.models
+          .list()
+          .filter((candidate) => candidate.capability === 'moderation' && candidate.input_modalities.includes('image'))
+          .map((candidate) => candidate.id);
         throw invalidRequest(
-          `The model \`${model.id}\` moderates text only; ` + (seeing.length > 0 ? `send images to ${seeing.join(' or ')}.` : 'no model served here moderates images.'),
+          `The model \`${model.id}\` moderates text only; ` +
+            (seeing.length > 0 ? `send images to ${seeing.join(' or ')}.` : 'no model served here moderates images.'),
           'input',
           'unsupported_content_type',
         );
       }
-      if (images.length > maxModerationImages) throw invalidRequest(`Number of images (${images.length}) exceeds maximum of ${maxModerationImages}.`, 'input', 'too_many_images');
+      if (images.length > maxModerationImages)
+        throw invalidRequest(
+          `Number of images (${images.length}) exceeds maximum of ${maxModerationImages}.`,
+          'input',
+          'too_many_images',
+        );
       // A list of parts is one input (one result): its texts are judged, and bounded by the context, together.
       const texts = moderationTexts(request.input);
-      const promptTokens = await checkEmbeddingContext(model, { model: model.id, input: isPartList(request.input) ? [texts.join('\n')] : texts } as EmbeddingRequest);
+      const promptTokens = await checkEmbeddingContext(model, {
+        model: model.id,
+        input: isPartList(request.input) ? [texts.join('\n')] : texts,
+      } as EmbeddingRequest);
       return { payload: request, promptTokens };
     },
   },
@@ -295,7 +393,8 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       checkEditable(model);
       checkImageRequest(model, fields);
       const images = files.filter((f) => f.field === 'image' || f.field === 'image[]');
-      if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send the image file as a multipart part).", 'image');
+      if (images.length === 0)
+        throw invalidRequest("Missing required parameter: 'image' (send the image file as a multipart part).", 'image');
       const mask = files.find((f) => f.field === 'mask');
       checkEditUploads(model, images, mask);
       return { payload: { ...fields, images: images.map((f) => f.ref), ...(mask ? { mask: mask.ref } : {}) } };
@@ -317,7 +416,10 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       const { payload, contentType } = audioTextJob(fields, files);
       const granularities = fields['timestamp_granularities[]'];
       if (granularities && fields.response_format !== 'verbose_json') {
-        throw invalidRequest('timestamp_granularities requires response_format verbose_json.', 'timestamp_granularities');
+        throw invalidRequest(
+          'timestamp_granularities requires response_format verbose_json.',
+          'timestamp_granularities',
+        );
       }
       return {
         payload: {
@@ -348,11 +450,20 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
     accept({ fields, model, files }) {
       const size = fields.size ?? model.default_size ?? '720x1280';
       if (model.image_sizes?.length && !model.image_sizes.includes(size)) {
-        throw invalidRequest(`Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`, 'size', 'invalid_size');
+        throw invalidRequest(
+          `Invalid size '${size}' for \`${model.id}\`. Supported sizes: ${model.image_sizes.join(', ')}.`,
+          'size',
+          'invalid_size',
+        );
       }
       const reference = files.find((f) => f.field === 'input_reference')?.ref;
       return {
-        payload: { prompt: fields.prompt, seconds: fields.seconds, size, ...(reference ? { input_reference: reference } : {}) },
+        payload: {
+          prompt: fields.prompt,
+          seconds: fields.seconds,
+          size,
+          ...(reference ? { input_reference: reference } : {}),
+        },
         jobId: `video_${randomBytes(16).toString('hex')}`,
       };
     },
@@ -362,7 +473,12 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
       const id = accepted.jobId!;
       // The key's index of videos lives as long as its newest entry can, and holds at most the newest 10,000.
       const expiry = deps.config.asyncResultTtlSeconds;
-      await deps.redis.multi().zadd(videosOfKey(keyId), Date.now(), id).zremrangebyrank(videosOfKey(keyId), 0, -10_001).expire(videosOfKey(keyId), expiry).exec();
+      await deps.redis
+        .multi()
+        .zadd(videosOfKey(keyId), Date.now(), id)
+        .zremrangebyrank(videosOfKey(keyId), 0, -10_001)
+        .expire(videosOfKey(keyId), expiry)
+        .exec();
       const owned = await loadOwnedJob(deps.redis, deps.queues, id, keyId, 'video');
       ctx.status = 200;
       ctx.remove('location');

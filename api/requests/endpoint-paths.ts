@@ -6,12 +6,20 @@ import { geminiEndpoint } from '../gemini/paths.js';
  * rows have a template for a path (`/v1beta/models/{model}:generateContent`): they are found by the path's shape
  * (`api/gemini/paths.ts`), never by their template written out.
  */
-const byPath = new Map<string, Endpoint>(endpointNames.filter((name) => endpoints[name].pipeline !== 'gemini').map((name) => [endpoints[name].path, name]));
+const byPath = new Map<string, Endpoint>(
+  endpointNames.filter((name) => endpoints[name].pipeline !== 'gemini').map((name) => [endpoints[name].path, name]),
+);
 
-/** The endpoint row a request's method and path name, its trailing-slash form included; undefined for any other request. */
+/**
+ * The endpoint row a request's method and path name, its trailing-slash form included; undefined for any other request.
+ */
 export function queuedEndpoint(method: string, path: string): Endpoint | undefined {
   if (method !== 'POST') return undefined;
-  return byPath.get(path) ?? (path.length > 1 && path.endsWith('/') ? byPath.get(path.slice(0, -1)) : undefined) ?? geminiEndpoint(method, path);
+  return (
+    byPath.get(path) ??
+    (path.length > 1 && path.endsWith('/') ? byPath.get(path.slice(0, -1)) : undefined) ??
+    geminiEndpoint(method, path)
+  );
 }
 
 /** What routing leaves on the request's state: the template of the route it took. */

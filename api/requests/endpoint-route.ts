@@ -11,7 +11,13 @@ import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache/index.js';
-import { claimRounds, missStatus, type FollowedCall, type FollowerOptions, type ResponseCache } from '../cache/response-cache.js';
+import {
+  claimRounds,
+  missStatus,
+  type FollowedCall,
+  type FollowerOptions,
+  type ResponseCache,
+} from '../cache/response-cache.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { KeyedContext, KeyedState } from './request-context.js';
 import { noteModel } from '../http/metrics.js';
@@ -31,7 +37,14 @@ import { buildJob, type JobOrigin } from './build-job.js';
 import { queuedEndpoint } from './endpoint-paths.js';
 import { handlers, type Accepted, type EndpointHandler, type HandlerInput } from './endpoint-handlers.js';
 import type { ModelResolver } from './model-resolver.js';
-import { noteEnqueued, noteError, noteFirstChunk, noteLoggedModel, watchRequest, type RequestShape } from './request-log.js';
+import {
+  noteEnqueued,
+  noteError,
+  noteFirstChunk,
+  noteLoggedModel,
+  watchRequest,
+  type RequestShape,
+} from './request-log.js';
 
 export interface EndpointRouteDeps extends EnqueueDeps, HeldReplyDeps {
   models: ModelResolver;
@@ -59,7 +72,11 @@ export function prefersAsync(prefer: string | undefined): boolean {
 /** `Prefer: respond-async` on any POST; a stream has nothing to hand over later, so the two do not mix. */
 export function asyncMode(ctx: { get(name: string): string }, stream: boolean): boolean {
   const wanted = prefersAsync(ctx.get('prefer'));
-  if (wanted && stream) throw invalidRequest('A streamed request cannot also be answered asynchronously (Prefer: respond-async).', 'stream');
+  if (wanted && stream)
+    throw invalidRequest(
+      'A streamed request cannot also be answered asynchronously (Prefer: respond-async).',
+      'stream',
+    );
   return wanted;
 }
 
@@ -74,14 +91,19 @@ const resumeGraceHeader = 'x-stream-resume-grace-ms';
 export function resumeGrace(ctx: { get(name: string): string }, maxMs: number): number | undefined {
   const asked = ctx.get(resumeGraceHeader);
   if (asked === '') return undefined;
-  if (!/^\d{1,10}$/.test(asked.trim())) throw invalidRequest(`The ${resumeGraceHeader} header must be a whole number of milliseconds.`, resumeGraceHeader);
+  if (!/^\d{1,10}$/.test(asked.trim()))
+    throw invalidRequest(`The ${resumeGraceHeader} header must be a whole number of milliseconds.`, resumeGraceHeader);
   return Math.min(Number(asked.trim()), maxMs);
 }
 
-/** Multipart text fields as the schemas read them: `name[]` (or a repeated name ending so) is a list, any other name its last value. */
+/**
+ * Multipart text fields as the schemas read them: `name[]` (or a repeated name ending so) is a list, any other name its
+ * last value.
+ */
 function formFields(form: MultipartForm): Record<string, unknown> {
   const fields: Record<string, unknown> = {};
-  for (const [name, value] of Object.entries(form.fields)) fields[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
+  for (const [name, value] of Object.entries(form.fields))
+    fields[name] = name.endsWith('[]') ? [value].flat() : Array.isArray(value) ? value.at(-1) : value;
   return fields;
 }
 
@@ -99,7 +121,12 @@ export interface PathFields extends GeminiPathFields {
  * from the response cache, check its lane's waiting room, follow an identical request's call in flight, then reserve,
  * queue and answer it (held open, streamed, async or in the background). A step that answers the request ends it.
  */
-export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps: EndpointRouteDeps, path?: PathFields): Promise<void> {
+export async function serve<E extends Endpoint>(
+  name: E,
+  ctx: KeyedContext,
+  deps: EndpointRouteDeps,
+  path?: PathFields,
+): Promise<void> {
   const request = new ServedRequest(name, ctx, deps, path);
   const body = await request.readBody();
   const checked = await request.validate(body);
@@ -111,7 +138,9 @@ export async function serve<E extends Endpoint>(name: E, ctx: KeyedContext, deps
   await request.respond(checked);
 }
 
-/** A request's body as read: its multipart form (files stored as they came) or its JSON, and the bytes of its fields. */
+/**
+ * A request's body as read: its multipart form (files stored as they came) or its JSON, and the bytes of its fields.
+ */
 export interface ReadBody {
   form: MultipartForm | undefined;
   raw: Record<string, unknown>;
@@ -163,18 +192,33 @@ export class ServedRequest<E extends Endpoint> {
     this.row = endpoints[name];
     const { access, log } = ctx.state;
     // Every keyed request gets its log record, whatever becomes of it (a body too large or malformed included).
-    if (deps.config.requestLog) watchRequest(ctx, name, this.shape, access, { redis: deps.redis, bufferRecords: deps.config.usageBufferRecords, log });
+    if (deps.config.requestLog)
+      watchRequest(ctx, name, this.shape, access, {
+        redis: deps.redis,
+        bufferRecords: deps.config.usageBufferRecords,
+        log,
+      });
   }
 
   /** Reads the body the row says (JSON, multipart, or either) within its limits; notes the model and stream asked. */
   async readBody(): Promise<ReadBody> {
     const { row, ctx, deps, path } = this;
-    const multipart = row.body === 'multipart' || (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
-    const form = multipart && row.uploads ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes]) : undefined;
+    const multipart =
+      row.body === 'multipart' ||
+      (row.body === 'json-or-multipart' && /^multipart\/form-data/i.test(ctx.get('content-type')));
+    const form =
+      multipart && row.uploads
+        ? await readMultipart(ctx.req, deps.blobs, ctx.state.requestId, deps.config[row.uploads.maxBytes])
+        : undefined;
     const read = form ? undefined : await readJsonBody(ctx.req, deps.config.maxBodyBytes);
     const raw = form ? formFields(form) : read!.body;
     // What was read decides, however it arrived (a chunked body has no Content-Length; a client may misstate one).
-    const bodyBytes = read ? read.bytes : Object.values(form!.fields).reduce((sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0), 0);
+    const bodyBytes = read
+      ? read.bytes
+      : Object.values(form!.fields).reduce(
+          (sum, value) => sum + [value].flat().reduce((n, v) => n + Buffer.byteLength(v), 0),
+          0,
+        );
     const asked = path ? path.model : raw.model;
     if (typeof asked === 'string') noteLoggedModel(ctx, asked);
     if (path ? path.stream : raw.stream === true) this.shape.stream = true;
@@ -201,10 +245,28 @@ export class ServedRequest<E extends Endpoint> {
       checkModelAllowed(access, model.id);
       // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
       const tier = (fields as { service_tier?: string | null }).service_tier;
-      if (typeof tier === 'string' && grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)) {
+      if (
+        typeof tier === 'string' &&
+        grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)
+      ) {
         (fields as { service_tier?: string | null }).service_tier = 'default';
       }
-      const accepted: Accepted<E> = await handler.accept({ fields, model, files: form?.files ?? [], scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access, mcpServers: deps.mcpServers }, header: (header) => ctx.get(header), ...(path ? { path } : {}) });
+      const accepted: Accepted<E> = await handler.accept({
+        fields,
+        model,
+        files: form?.files ?? [],
+        scope: {
+          redis: deps.redis,
+          blobs: deps.blobs,
+          keyId,
+          config: deps.config,
+          models: deps.models,
+          access,
+          mcpServers: deps.mcpServers,
+        },
+        header: (header) => ctx.get(header),
+        ...(path ? { path } : {}),
+      });
       return { model, accepted };
     };
     return form ? await refusingDeletesUploads(form, deps.blobs, check) : await check();
@@ -219,7 +281,8 @@ export class ServedRequest<E extends Endpoint> {
     shape.stream = stream;
     shape.resumable = (graceMs ?? 0) > 0;
     if (accepted.serviceTier !== undefined) shape.serviceTier = accepted.serviceTier;
-    const mode: AnswerMode = row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
+    const mode: AnswerMode =
+      row.asyncOnly || asyncMode(ctx, stream) ? 'async' : accepted.detached ? 'background' : 'held';
     const origin: JobOrigin = {
       requestId,
       replyTo: deps.hub.channel,
@@ -239,11 +302,22 @@ export class ServedRequest<E extends Endpoint> {
     // A multipart request's uploads were digested as they came: only its text fields (bodyBytes) are hashed here.
     // An answer whose tool loop called tools is not kept (a hit would call none).
     const callsTools = (accepted.payload as { mcp?: unknown }).mcp !== undefined;
-    const cache = mode === 'held' && !callsTools ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes }) : undefined;
+    const cache =
+      mode === 'held' && !callsTools
+        ? deps.cache.plan(ctx, request, model.id, access, { async: false, bodyBytes })
+        : undefined;
     // What a stored answer echoes of the request it serves is this request's (api/cache/answer-echo.ts).
     // The dialect of its stream: the path's (Google's two forms), else the row's.
-    const dialect: StreamDialect = accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
-    const served: ServePlan['served'] = { access, keyId, modelId: model.id, dialect, ...(accepted.contentType ? { contentType: accepted.contentType } : {}), echo: { job, model, config: deps.config } };
+    const dialect: StreamDialect =
+      accepted.dialect ?? path?.dialect ?? (speaksAnthropic(row.path) ? 'anthropic' : 'openai');
+    const served: ServePlan['served'] = {
+      access,
+      keyId,
+      modelId: model.id,
+      dialect,
+      ...(accepted.contentType ? { contentType: accepted.contentType } : {}),
+      echo: { job, model, config: deps.config },
+    };
     return { job, request, stream, graceMs, mode, cache, dialect, served, form };
   }
 
@@ -271,7 +345,14 @@ export class ServedRequest<E extends Endpoint> {
   admitToLane({ job, request }: ServePlan, { model, accepted }: CheckedRequest<E>): AdmittedRequest {
     const { deps } = this;
     const { access } = this.ctx.state;
-    const estimate = worstCase(deps.config, deps.prices, request, model.id, model.routes[0]?.vendor, accepted.promptTokens ?? 0);
+    const estimate = worstCase(
+      deps.config,
+      deps.prices,
+      request,
+      model.id,
+      model.routes[0]?.vendor,
+      accepted.promptTokens ?? 0,
+    );
     const weight = access.weight ?? 1;
     const queue = queueFor(deps, job, { accountId: access.accountId, weight });
     return { queue, estimate, weight, requestsCounted: false };
@@ -292,15 +373,35 @@ export class ServedRequest<E extends Endpoint> {
     const admitFollower = async () => {
       // Once: a request contending again after a followed call never started holds its reservation still.
       if (following) return;
-      ctx.set(await reserveSpend(deps.redis, deps.config, access, requestId, deps.cache.followerEstimate(admitted.estimate), job.deadline, undefined, { requests: true, tokens: false }));
+      ctx.set(
+        await reserveSpend(
+          deps.redis,
+          deps.config,
+          access,
+          requestId,
+          deps.cache.followerEstimate(admitted.estimate),
+          job.deadline,
+          undefined,
+          { requests: true, tokens: false },
+        ),
+      );
       following = true;
     };
-    const giveBack = () => releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the reservation of a request that followed another’s call'));
+    const giveBack = () =>
+      releaseReservation(deps.redis, access.accountId, requestId).catch((error: unknown) =>
+        log.warn({ err: error }, 'could not release the reservation of a request that followed another’s call'),
+      );
     // Heard from before the lead mark is first read until it is answered: a leader's end is never missed in between.
     const watch = deps.cache.watch(cache);
     try {
       for (let round = 1; ; round++) {
-        const outcome = await deps.cache.claimLeadOrFollow(cache, { jobId: job.id, form: streamForm(request, stream), keyId }, job.deadline, admitFollower, watch);
+        const outcome = await deps.cache.claimLeadOrFollow(
+          cache,
+          { jobId: job.id, form: streamForm(request, stream), keyId },
+          job.deadline,
+          admitFollower,
+          watch,
+        );
         if (!outcome) break;
         // It waited: what its key may do now decides whether it is answered (a key revoked meanwhile is not).
         await this.stillAllowed(plan.served.modelId, giveBack);
@@ -311,7 +412,15 @@ export class ServedRequest<E extends Endpoint> {
         }
         let followed: FollowedCall = 'unbilled';
         try {
-          followed = await deps.cache.followLeaderStream(ctx, deps.logs, outcome.follow, cache, request, { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs }, watch);
+          followed = await deps.cache.followLeaderStream(
+            ctx,
+            deps.logs,
+            outcome.follow,
+            cache,
+            request,
+            { ...served, deadline: job.deadline, keepAliveMs: deps.config.sseKeepAliveMs },
+            watch,
+          );
         } finally {
           if (followed === 'unbilled') await giveBack();
         }
@@ -358,11 +467,29 @@ export class ServedRequest<E extends Endpoint> {
     // waiting at the last count, every 200 ms).
     const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
     const tier = job.data.serviceTier ?? 'default';
-    const fair = { accountId: access.accountId, weight: admitted.weight, tokens: admitted.estimate.tokens, tier, contended, leadTokens: deps.config.scheduling.priorityLeadTokens };
-    // A held request's reply is expected before its job is queued: what the job publishes from its first moment is kept.
+    const fair = {
+      accountId: access.accountId,
+      weight: admitted.weight,
+      tokens: admitted.estimate.tokens,
+      tier,
+      contended,
+      leadTokens: deps.config.scheduling.priorityLeadTokens,
+    };
+    // A held request's reply is expected before its job is queued: what the job publishes from its first moment is
+    // kept.
     const reply = mode === 'held' ? deps.hub.expect(job.id, stream) : undefined;
     try {
-      const enqueued = await enqueue(deps, admitted.queue, job, { spend: { access, estimate: admitted.estimate, requestsCounted: admitted.requestsCounted }, fair, ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}) }, log).catch(async (error: unknown) => {
+      const enqueued = await enqueue(
+        deps,
+        admitted.queue,
+        job,
+        {
+          spend: { access, estimate: admitted.estimate, requestsCounted: admitted.requestsCounted },
+          fair,
+          ...(accepted.beforeAdd ? { beforeAdd: accepted.beforeAdd } : {}),
+        },
+        log,
+      ).catch(async (error: unknown) => {
         // Refused (or Redis away): the requests waiting on this one's call run their own.
         if (cache) await deps.cache.releaseLead(cache, job.id);
         throw error;

@@ -22,15 +22,25 @@ const familyOptions = ['style', 'background', 'output_format', 'output_compressi
 export function checkImageRequest(model: CatalogModel, body: ImageOptions): void {
   const sizes = model.image_sizes;
   if (body.size != null && sizes && sizes.length > 0 && !sizes.includes(body.size)) {
-    throw invalidRequest(`Invalid size '${body.size}' for \`${model.id}\`. Supported sizes: ${sizes.join(', ')}.`, 'size', 'invalid_size');
+    throw invalidRequest(
+      `Invalid size '${body.size}' for \`${model.id}\`. Supported sizes: ${sizes.join(', ')}.`,
+      'size',
+      'invalid_size',
+    );
   }
   const maxImages = model.max_images ?? 10;
   if (body.n != null && body.n > maxImages) {
-    throw invalidRequest(`\`${model.id}\` makes at most ${maxImages} image${maxImages === 1 ? '' : 's'} per request; n was ${body.n}.`, 'n');
+    throw invalidRequest(
+      `\`${model.id}\` makes at most ${maxImages} image${maxImages === 1 ? '' : 's'} per request; n was ${body.n}.`,
+      'n',
+    );
   }
   const qualities = model.image_qualities;
   if (body.quality != null && qualities && !qualities.includes(body.quality)) {
-    throw invalidRequest(`Invalid quality '${body.quality}' for \`${model.id}\`. Supported: ${qualities.join(', ')}.`, 'quality');
+    throw invalidRequest(
+      `Invalid quality '${body.quality}' for \`${model.id}\`. Supported: ${qualities.join(', ')}.`,
+      'quality',
+    );
   }
   const options = model.image_options ?? [];
   for (const option of familyOptions) {
@@ -45,12 +55,21 @@ export const variationMaxBytes = 4 * 1024 * 1024;
 
 export function checkVariable(model: CatalogModel): void {
   if (!model.supports_variations) {
-    throw invalidRequest(`\`${model.id}\` does not make image variations; use dall-e-2.`, 'model', 'model_not_supported');
+    throw invalidRequest(
+      `\`${model.id}\` does not make image variations; use dall-e-2.`,
+      'model',
+      'model_not_supported',
+    );
   }
 }
 
 export function checkEditable(model: CatalogModel): void {
-  if (!model.supports_edits) throw invalidRequest(`\`${model.id}\` cannot edit images; use dall-e-2 or a GPT image model.`, 'model', 'model_not_supported');
+  if (!model.supports_edits)
+    throw invalidRequest(
+      `\`${model.id}\` cannot edit images; use dall-e-2 or a GPT image model.`,
+      'model',
+      'model_not_supported',
+    );
 }
 
 type ImageFormat = 'png' | 'jpeg' | 'webp';
@@ -64,7 +83,8 @@ interface Upload {
 export function sniffImage(head: Buffer): ImageFormat | undefined {
   if (head.length >= 8 && head.readUInt32BE(0) === 0x89504e47 && head.readUInt32BE(4) === 0x0d0a1a0a) return 'png';
   if (head.length >= 3 && head[0] === 0xff && head[1] === 0xd8 && head[2] === 0xff) return 'jpeg';
-  if (head.length >= 12 && head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP') return 'webp';
+  if (head.length >= 12 && head.toString('latin1', 0, 4) === 'RIFF' && head.toString('latin1', 8, 12) === 'WEBP')
+    return 'webp';
   return undefined;
 }
 
@@ -85,7 +105,10 @@ export function checkEditUploads(model: CatalogModel, images: Upload[], mask: Up
   const rules = model.edit_input;
   if (!rules) return;
   if (rules.max_images !== undefined && images.length > rules.max_images) {
-    throw invalidRequest(`\`${model.id}\` edits at most ${rules.max_images} image${rules.max_images === 1 ? '' : 's'} per request; ${images.length} were sent.`, 'image');
+    throw invalidRequest(
+      `\`${model.id}\` edits at most ${rules.max_images} image${rules.max_images === 1 ? '' : 's'} per request; ${images.length} were sent.`,
+      'image',
+    );
   }
   images.forEach((image, index) => {
     const param = images.length > 1 ? `image[${index}]` : 'image';
@@ -99,23 +122,42 @@ export function checkEditUploads(model: CatalogModel, images: Upload[], mask: Up
       );
     }
     if (rules.max_bytes !== undefined && image.bytes > rules.max_bytes) {
-      throw invalidRequest(`Invalid image file for '${param}': ${mb(image.bytes)}; \`${model.id}\` takes images under ${mb(rules.max_bytes)}.`, param, 'image_too_large');
+      throw invalidRequest(
+        `Invalid image file for '${param}': ${mb(image.bytes)}; \`${model.id}\` takes images under ` +
+          `${mb(rules.max_bytes)}.`,
+        param,
+        'image_too_large',
+      );
     }
     const size = pngDimensions(image.head);
     if (rules.square && size && size.width !== size.height) {
-      throw invalidRequest(`Invalid image file for '${param}': ${size.width}x${size.height}; \`${model.id}\` edits square images only.`, param, 'invalid_image_dimensions');
+      throw invalidRequest(
+        `Invalid image file for '${param}': ${size.width}x${size.height}; \`${model.id}\` edits square images only.`,
+        param,
+        'invalid_image_dimensions',
+      );
     }
   });
   if (!mask) return;
   const maskSize = pngDimensions(mask.head);
-  if (!maskSize) throw invalidRequest("Invalid mask: it must be a PNG image (its transparent areas mark what to edit).", 'mask', 'invalid_image_format');
+  if (!maskSize)
+    throw invalidRequest(
+      'Invalid mask: it must be a PNG image (its transparent areas mark what to edit).',
+      'mask',
+      'invalid_image_format',
+    );
   if (rules.max_bytes !== undefined && mask.bytes > rules.max_bytes) {
-    throw invalidRequest(`Invalid mask: ${mb(mask.bytes)}; \`${model.id}\` takes masks under ${mb(rules.max_bytes)}.`, 'mask', 'image_too_large');
+    throw invalidRequest(
+      `Invalid mask: ${mb(mask.bytes)}; \`${model.id}\` takes masks under ${mb(rules.max_bytes)}.`,
+      'mask',
+      'image_too_large',
+    );
   }
   const first = images[0] && pngDimensions(images[0].head);
   if (first && (first.width !== maskSize.width || first.height !== maskSize.height)) {
     throw invalidRequest(
-      `Invalid mask: ${maskSize.width}x${maskSize.height}, but the image is ${first.width}x${first.height}; they must match.`,
+      `Invalid mask: ${maskSize.width}x${maskSize.height}, but the image is ${first.width}x${first.height}; they ` +
+        `must match.`,
       'mask',
       'invalid_image_dimensions',
     );
@@ -133,10 +175,24 @@ interface FieldUpload extends Upload {
  */
 export function checkVariationUpload(model: CatalogModel, files: readonly FieldUpload[]): void {
   const images = files.filter((file) => file.field === 'image');
-  if (images.length === 0) throw invalidRequest("Missing required parameter: 'image' (send one square PNG as a multipart part).", 'image', 'missing_required_parameter');
-  if (images.length > 1) throw invalidRequest(`A variation starts from exactly one image; ${images.length} 'image' parts were sent.`, 'image');
+  if (images.length === 0)
+    throw invalidRequest(
+      "Missing required parameter: 'image' (send one square PNG as a multipart part).",
+      'image',
+      'missing_required_parameter',
+    );
+  if (images.length > 1)
+    throw invalidRequest(
+      `A variation starts from exactly one image; ${images.length} 'image' parts were sent.`,
+      'image',
+    );
   const other = files.find((file) => file.field !== 'image');
-  if (other) throw invalidRequest(`Unexpected file '${other.field}': a variation takes one file, 'image'.`, other.field, 'unknown_parameter');
+  if (other)
+    throw invalidRequest(
+      `Unexpected file '${other.field}': a variation takes one file, 'image'.`,
+      other.field,
+      'unknown_parameter',
+    );
   const image = images[0]!;
   const format = sniffImage(image.head);
   if (format !== 'png') {
@@ -147,11 +203,24 @@ export function checkVariationUpload(model: CatalogModel, files: readonly FieldU
     );
   }
   const size = pngDimensions(image.head);
-  if (!size) throw invalidRequest("Invalid image file for 'image': a PNG without a readable header (IHDR).", 'image', 'invalid_image');
+  if (!size)
+    throw invalidRequest(
+      "Invalid image file for 'image': a PNG without a readable header (IHDR).",
+      'image',
+      'invalid_image',
+    );
   if (image.bytes >= variationMaxBytes) {
-    throw invalidRequest(`Invalid image file for 'image': ${mb(image.bytes)}; a variation's image must be less than 4 MB.`, 'image', 'image_too_large');
+    throw invalidRequest(
+      `Invalid image file for 'image': ${mb(image.bytes)}; a variation's image must be less than 4 MB.`,
+      'image',
+      'image_too_large',
+    );
   }
   if (size.width !== size.height) {
-    throw invalidRequest(`Invalid image file for 'image': ${size.width}x${size.height}; a variation's image must be square.`, 'image', 'invalid_image_dimensions');
+    throw invalidRequest(
+      `Invalid image file for 'image': ${size.width}x${size.height}; a variation's image must be square.`,
+      'image',
+      'invalid_image_dimensions',
+    );
   }
 }

@@ -65,7 +65,10 @@ export function noteFirstChunk(ctx: Pick<Context, 'state'>): void {
   if (n && n.firstChunk === undefined) n.firstChunk = performance.now();
 }
 
-/** The first error a request was answered with: its code, and its message as the client read it (the log keeps its first 500 characters). */
+/**
+ * The first error a request was answered with: its code, and its message as the client read it (the log keeps its first
+ * 500 characters).
+ */
 export function noteError(ctx: Noted, code: string | null | undefined, message?: string): void {
   const n = notes(ctx);
   if (!n || n.errorCode !== undefined) return;
@@ -96,7 +99,13 @@ export interface RequestShape {
  * before the job was queued is a refusal (validation, quota, rate limit,
  * overload), one after it a failure; else `completed`.
  */
-export function watchRequest(ctx: Context & { state: RequestLogState & { requestId: string } }, endpoint: Endpoint, shape: Readonly<RequestShape>, access: KeyAccess, deps: RequestLogDeps): void {
+export function watchRequest(
+  ctx: Context & { state: RequestLogState & { requestId: string } },
+  endpoint: Endpoint,
+  shape: Readonly<RequestShape>,
+  access: KeyAccess,
+  deps: RequestLogDeps,
+): void {
   const n = notes(ctx);
   if (!n) return;
   const res = ctx.res;
@@ -127,6 +136,8 @@ export function watchRequest(ctx: Context & { state: RequestLogState & { request
       created,
       ...(shape.serviceTier !== undefined ? { service_tier: shape.serviceTier } : {}),
     };
-    appendRequestLog(deps.redis, event, deps.bufferRecords).catch((error: unknown) => deps.log.warn({ err: error }, 'could not append the request log event; this request has no log record'));
+    appendRequestLog(deps.redis, event, deps.bufferRecords).catch((error: unknown) =>
+      deps.log.warn({ err: error }, 'could not append the request log event; this request has no log record'),
+    );
   });
 }

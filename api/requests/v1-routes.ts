@@ -26,7 +26,10 @@ export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Rou
   router.get('/models', (ctx) => {
     const models = deps.models.list();
     if (ctx.get('x-goog-api-key')) ctx.body = googleModelPage(models, ctx.query);
-    else ctx.body = ctx.get('anthropic-version') ? anthropicModelPage(models, ctx.query) : { object: 'list', data: models.map(toOpenAIModel) };
+    else
+      ctx.body = ctx.get('anthropic-version')
+        ? anthropicModelPage(models, ctx.query)
+        : { object: 'list', data: models.map(toOpenAIModel) };
   });
 
   router.get('/models/*model', (ctx) => {
@@ -50,10 +53,14 @@ export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Rou
 
   // The Realtime API answers only a WebSocket upgrade (api/realtime/); a plain request to it is told so.
   router.all('/realtime', (ctx) => {
-    throw new GatewayError(426, `The Realtime API is a WebSocket: open ${ctx.method === 'GET' ? 'this URL' : 'GET /v1/realtime?model=…'} with \`Upgrade: websocket\`.`, {
-      code: 'upgrade_required',
-      headers: { upgrade: 'websocket' },
-    });
+    throw new GatewayError(
+      426,
+      `The Realtime API is a WebSocket: open ${ctx.method === 'GET' ? 'this URL' : 'GET /v1/realtime?model=…'} with \`Upgrade: websocket\`.`,
+      {
+        code: 'upgrade_required',
+        headers: { upgrade: 'websocket' },
+      },
+    );
   });
 
   router.all('/{*rest}', (ctx) => {
@@ -65,14 +72,20 @@ export function v1Routes(deps: { models: ModelResolver; record: RecordDb }): Rou
 
 /** A model as Anthropic's Models API describes one. */
 function toAnthropicModel(model: CatalogModel) {
-  return { type: 'model' as const, id: model.id, display_name: model.id, created_at: new Date(model.created * 1000).toISOString() };
+  return {
+    type: 'model' as const,
+    id: model.id,
+    display_name: model.id,
+    created_at: new Date(model.created * 1000).toISOString(),
+  };
 }
 
 /** One page of Anthropic's model list: `limit` (1–1000, 20) models after `after_id` or before `before_id`. */
 function anthropicModelPage(models: readonly CatalogModel[], query: Record<string, unknown>) {
   const text = (name: string) => (typeof query[name] === 'string' ? (query[name] as string) : undefined);
   const limit = text('limit') === undefined ? 20 : Number(text('limit'));
-  if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw invalidRequest('limit must be a whole number from 1 to 1000.', 'limit');
+  if (!Number.isInteger(limit) || limit < 1 || limit > 1000)
+    throw invalidRequest('limit must be a whole number from 1 to 1000.', 'limit');
   const cursor = (name: string) => {
     const id = text(name);
     if (id === undefined) return undefined;

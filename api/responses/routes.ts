@@ -31,7 +31,6 @@ export interface ResponseRouteDeps {
   blobs: BlobStore;
 }
 
-
 const running = (status: string) => status === 'queued' || status === 'in_progress';
 /** How long a cancel waits for the worker to store what the response had produced. */
 const cancelSettleMs = 2000;
@@ -40,13 +39,23 @@ const cancelSettleMs = 2000;
 function eventNumber(value: unknown, param: string): number {
   if (value === undefined || value === '') return -1;
   const text = Array.isArray(value) ? value.at(-1) : value;
-  if (typeof text !== 'string' || !/^\d{1,15}$/.test(text)) throw invalidRequest(`${param} must be a whole number of the stream's events (0 or more).`, param);
+  if (typeof text !== 'string' || !/^\d{1,15}$/.test(text))
+    throw invalidRequest(`${param} must be a whole number of the stream's events (0 or more).`, param);
   return Number(text);
 }
 
 function errorFrame(entry: LogEntry): string {
   const { error } = JSON.parse(entry.payload ?? '{}') as WireError;
-  return dataFrame({ type: 'error', code: error?.code ?? 'server_error', message: error?.message ?? 'The response failed.', param: error?.param ?? null, sequence_number: 0 }, 'error');
+  return dataFrame(
+    {
+      type: 'error',
+      code: error?.code ?? 'server_error',
+      message: error?.message ?? 'The response failed.',
+      param: error?.param ?? null,
+      sequence_number: 0,
+    },
+    'error',
+  );
 }
 
 /**
@@ -56,7 +65,9 @@ function errorFrame(entry: LogEntry): string {
  */
 function itemResource(item: ConversationItem): ConversationItem {
   if (item.type !== 'message' || item.role !== 'assistant' || !Array.isArray(item.content)) return item;
-  const content = item.content.map((part: unknown) => (isRecord(part) && part.type === 'output_text' && !Array.isArray(part.logprobs) ? { ...part, logprobs: [] } : part));
+  const content = item.content.map((part: unknown) =>
+    isRecord(part) && part.type === 'output_text' && !Array.isArray(part.logprobs) ? { ...part, logprobs: [] } : part,
+  );
   return { ...item, content };
 }
 
@@ -65,12 +76,23 @@ function itemResource(item: ConversationItem): ConversationItem {
  * or shortly after (live ones followed to the end), else rebuilt from the
  * stored object.
  */
-export async function followResponse(ctx: KeyedContext, deps: ResponseRouteDeps, id: string, after: number, afterParam: string, stored?: StoredResponse): Promise<void> {
+export async function followResponse(
+  ctx: KeyedContext,
+  deps: ResponseRouteDeps,
+  id: string,
+  after: number,
+  afterParam: string,
+  stored?: StoredResponse,
+): Promise<void> {
   const { keyId } = ctx.state;
   const logged = (await deps.redis.exists(replayStreamKey(id))) === 1;
   if (!logged && stored && !running(stored.response.status)) {
     const frames = replayFrames(stored.response as ResponseObject);
-    if (after >= frames.length) throw invalidRequest(`${afterParam} ${after} is past the end of the stream: its last event is ${frames.length - 1}.`, afterParam);
+    if (after >= frames.length)
+      throw invalidRequest(
+        `${afterParam} ${after} is past the end of the stream: its last event is ${frames.length - 1}.`,
+        afterParam,
+      );
     const events = new EventStream(ctx);
     events.open();
     events.end(frames.slice(after + 1).join(''));
@@ -98,7 +120,10 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   const router = createRouter<State>('/v1');
   const { redis, queues } = deps;
 
-  /** The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis lost it). */
+  /**
+   * The stored response; one still running whose job is gone or failed is recorded as failed (its worker died, or Redis
+   * lost it).
+   */
   async function current(ctx: RouterContext<State>): Promise<StoredResponse> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     if (!running(stored.response.status)) return stored;
@@ -111,7 +136,10 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
     again.response = {
       ...again.response,
       status: 'failed',
-      error: { code: 'server_error', message: 'The response was lost before it finished (its worker stopped); create it again.' },
+      error: {
+        code: 'server_error',
+        message: 'The response was lost before it finished (its worker stopped); create it again.',
+      },
     };
     await storeResponseObject(redis, again.id, again.response);
     return again;
@@ -121,10 +149,18 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
     const stored = await current(ctx);
     const stream = ctx.query.stream;
     if (stream === 'true' || stream === '1') {
-      await followResponse(ctx, deps, stored.id, eventNumber(ctx.query.starting_after, 'starting_after'), 'starting_after', stored);
+      await followResponse(
+        ctx,
+        deps,
+        stored.id,
+        eventNumber(ctx.query.starting_after, 'starting_after'),
+        'starting_after',
+        stored,
+      );
       return;
     }
-    if (stream !== undefined && stream !== 'false' && stream !== '0') throw invalidRequest('stream must be true or false.', 'stream');
+    if (stream !== undefined && stream !== 'false' && stream !== '0')
+      throw invalidRequest('stream must be true or false.', 'stream');
     ctx.body = stored.response;
   });
 
@@ -151,7 +187,11 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
   router.post('/responses/:id/cancel', async (ctx) => {
     const stored = await current(ctx);
     if (!stored.response.background) {
-      throw invalidRequest('Only responses created with background set to true can be cancelled.', null, 'not_background');
+      throw invalidRequest(
+        'Only responses created with background set to true can be cancelled.',
+        null,
+        'not_background',
+      );
     }
     if (!running(stored.response.status)) {
       ctx.body = stored.response;
@@ -179,31 +219,49 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
     const stored = await loadResponse(redis, deps.blobs, ctx.params.id!, ctx.state.keyId);
     const limitText = ctx.query.limit;
     const limit = limitText === undefined ? 20 : Number(limitText);
-    if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw invalidRequest('limit must be a whole number from 1 to 100.', 'limit');
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100)
+      throw invalidRequest('limit must be a whole number from 1 to 100.', 'limit');
     const order = ctx.query.order ?? 'desc';
     if (order !== 'asc' && order !== 'desc') throw invalidRequest("order must be 'asc' or 'desc'.", 'order');
     const items = order === 'asc' ? stored.input : [...stored.input].reverse();
     let start = 0;
-    for (const [param, shift] of [['after', 1], ['before', 0]] as const) {
+    for (const [param, shift] of [
+      ['after', 1],
+      ['before', 0],
+    ] as const) {
       const cursor = ctx.query[param];
       if (cursor === undefined) continue;
       const at = items.findIndex((item) => item.id === cursor);
-      if (at < 0) throw invalidRequest(`No input item with id '${String(cursor).slice(0, 80)}' in this response.`, param);
+      if (at < 0)
+        throw invalidRequest(`No input item with id '${String(cursor).slice(0, 80)}' in this response.`, param);
       if (shift === 1) start = at + 1;
       else {
         const page = items.slice(Math.max(0, at - limit), at).map(itemResource);
-        ctx.body = { object: 'list', data: page, first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: at - limit > 0 };
+        ctx.body = {
+          object: 'list',
+          data: page,
+          first_id: page[0]?.id ?? null,
+          last_id: page.at(-1)?.id ?? null,
+          has_more: at - limit > 0,
+        };
         return;
       }
     }
     const page = items.slice(start, start + limit).map(itemResource);
-    ctx.body = { object: 'list', data: page, first_id: page[0]?.id ?? null, last_id: page.at(-1)?.id ?? null, has_more: start + limit < items.length };
+    ctx.body = {
+      object: 'list',
+      data: page,
+      first_id: page[0]?.id ?? null,
+      last_id: page.at(-1)?.id ?? null,
+      has_more: start + limit < items.length,
+    };
   });
 
   router.get('/chat/completions/:id/stream', async (ctx) => {
     const named = ctx.params.id!;
     if (named.length > 200) throw noStream(named);
-    const jobId = (await redis.exists(replayStreamKey(named))) === 1 ? named : ((await redis.get(streamAliasKey(named))) ?? named);
+    const jobId =
+      (await redis.exists(replayStreamKey(named))) === 1 ? named : ((await redis.get(streamAliasKey(named))) ?? named);
     const after = eventNumber(ctx.get('last-event-id') || ctx.query.last_event_id, 'Last-Event-ID');
     await deps.logs.follow(ctx, {
       jobId,
@@ -214,7 +272,10 @@ export function responseRoutes(deps: ResponseRouteDeps): Router<State> {
       whenMissing: 'fail',
       until: Date.now() + deps.config.deadlineMs.chat,
       keepAliveMs: deps.config.sseKeepAliveMs,
-      onEnd: (entry) => (entry.end === 'error' ? dataFrame(GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError).toBody()) : (entry.payload ?? '')),
+      onEnd: (entry) =>
+        entry.end === 'error'
+          ? dataFrame(GatewayError.fromWire(JSON.parse(entry.payload ?? '{}') as WireError).toBody())
+          : (entry.payload ?? ''),
     });
   });
 

@@ -10,7 +10,13 @@ import { prefixedToolName } from '../../shared/mcp/calls.js';
 import type { McpApproval } from '../../shared/mcp/tool-loop.js';
 import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { applyChatSettings, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
-import { chatToolFields, type ChoiceWording, type DeclaredChoice, type DeclaredFunction, type DeclaredTools } from '../dialects/chat-tools.js';
+import {
+  chatToolFields,
+  type ChoiceWording,
+  type DeclaredChoice,
+  type DeclaredFunction,
+  type DeclaredTools,
+} from '../dialects/chat-tools.js';
 import { invalidAt, paramOf, parseAt, type FieldPath } from '../dialects/field-path.js';
 
 /*
@@ -46,7 +52,8 @@ const quoteList = (values: readonly string[]) => {
 
 const unsupportedValue = (value: string, path: Path, where: string, supported: readonly string[]) =>
   invalidRequest(
-    `Invalid value for '${paramOf(path)}': '${value}' is not supported in ${where}. Supported values are: ${quoteList(supported)}.`,
+    `Invalid value for '${paramOf(path)}': '${value}' is not supported in ${where}. Supported values are: ` +
+      `${quoteList(supported)}.`,
     paramOf(path),
     'invalid_value',
   );
@@ -68,7 +75,17 @@ const functionName = z
 
 type Role = 'user' | 'system' | 'developer' | 'assistant';
 
-const itemTypes = ['message', 'function_call', 'function_call_output', 'item_reference', 'reasoning', 'mcp_list_tools', 'mcp_call', 'mcp_approval_request', 'mcp_approval_response'] as const;
+const itemTypes = [
+  'message',
+  'function_call',
+  'function_call_output',
+  'item_reference',
+  'reasoning',
+  'mcp_list_tools',
+  'mcp_call',
+  'mcp_approval_request',
+  'mcp_approval_response',
+] as const;
 const userParts = ['input_text', 'input_image', 'input_file'] as const;
 const assistantParts = ['output_text', 'refusal'] as const;
 /** Chat's system and developer messages hold text only. */
@@ -118,7 +135,12 @@ const functionCallOutputShape = z.looseObject({
 });
 const itemReferenceShape = z.looseObject({ id: z.string().min(1) });
 // The tool loop's items (a previous response's output, sent back as input), and the client's word on a call.
-const mcpListToolsShape = z.looseObject({ id: itemId, server_label: z.string().min(1).max(64), tools: z.array(z.unknown()), error: z.string().nullish() });
+const mcpListToolsShape = z.looseObject({
+  id: itemId,
+  server_label: z.string().min(1).max(64),
+  tools: z.array(z.unknown()),
+  error: z.string().nullish(),
+});
 const mcpCallShape = z.looseObject({
   id: z.string().min(1),
   server_label: z.string().min(1).max(64),
@@ -129,8 +151,18 @@ const mcpCallShape = z.looseObject({
   status: z.string().nullish(),
   approval_request_id: z.string().nullish(),
 });
-const mcpApprovalRequestShape = z.looseObject({ id: z.string().min(1), server_label: z.string().min(1).max(64), name: z.string().min(1).max(512), arguments: z.string() });
-const mcpApprovalResponseShape = z.looseObject({ id: itemId, approval_request_id: z.string().min(1), approve: z.boolean(), reason: z.string().nullish() });
+const mcpApprovalRequestShape = z.looseObject({
+  id: z.string().min(1),
+  server_label: z.string().min(1).max(64),
+  name: z.string().min(1).max(512),
+  arguments: z.string(),
+});
+const mcpApprovalResponseShape = z.looseObject({
+  id: itemId,
+  approval_request_id: z.string().min(1),
+  approve: z.boolean(),
+  reason: z.string().nullish(),
+});
 const reasoningShape = z.looseObject({ id: itemId });
 
 /**
@@ -141,7 +173,15 @@ const reasoningShape = z.looseObject({ id: itemId });
 export function normaliseInput(input: ResponsesRequest['input']): ConversationItem[] {
   if (input === undefined) return [];
   if (typeof input === 'string') {
-    return [{ type: 'message', id: randomId('msg'), role: 'user', status: 'completed', content: [{ type: 'input_text', text: input }] }];
+    return [
+      {
+        type: 'message',
+        id: randomId('msg'),
+        role: 'user',
+        status: 'completed',
+        content: [{ type: 'input_text', text: input }],
+      },
+    ];
   }
   return input.map((item, index) => normaliseItem(item, ['input', index]));
 }
@@ -167,7 +207,8 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
   const { type } = parseAt(itemTypeShape, raw, path);
   if (type == null) {
     // An item reference may leave out its type; an easy message may too, but it has a role and content.
-    if (raw.role === undefined && raw.content === undefined && raw.id !== undefined) return normaliseReference(raw, path);
+    if (raw.role === undefined && raw.content === undefined && raw.id !== undefined)
+      return normaliseReference(raw, path);
     return normaliseMessage(raw, path);
   }
   switch (type) {
@@ -190,14 +231,28 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
       const output =
         typeof result.output === 'string'
           ? result.output
-          : result.output.map((part, j) => normalisePart(part, outputParts, [...path, 'output', j], 'a function call output'));
-      return { type: 'function_call_output', id: result.id ?? randomId('fco'), call_id: result.call_id, output, status: 'completed' };
+          : result.output.map((part, j) =>
+              normalisePart(part, outputParts, [...path, 'output', j], 'a function call output'),
+            );
+      return {
+        type: 'function_call_output',
+        id: result.id ?? randomId('fco'),
+        call_id: result.call_id,
+        output,
+        status: 'completed',
+      };
     }
     case 'item_reference':
       return normaliseReference(raw, path);
     case 'mcp_list_tools': {
       const list = parseAt(mcpListToolsShape, raw, path);
-      return { type, id: list.id ?? randomId('mcpl'), server_label: list.server_label, tools: list.tools, ...(list.error != null ? { error: list.error } : {}) };
+      return {
+        type,
+        id: list.id ?? randomId('mcpl'),
+        server_label: list.server_label,
+        tools: list.tools,
+        ...(list.error != null ? { error: list.error } : {}),
+      };
     }
     case 'mcp_call': {
       const call = parseAt(mcpCallShape, raw, path);
@@ -219,7 +274,13 @@ function normaliseItem(raw: Record<string, unknown>, path: Path): ConversationIt
     }
     case 'mcp_approval_response': {
       const answer = parseAt(mcpApprovalResponseShape, raw, path);
-      return { type, id: answer.id ?? randomId('mcpa'), approval_request_id: answer.approval_request_id, approve: answer.approve, reason: answer.reason ?? null };
+      return {
+        type,
+        id: answer.id ?? randomId('mcpa'),
+        approval_request_id: answer.approval_request_id,
+        approve: answer.approve,
+        reason: answer.reason ?? null,
+      };
     }
     case 'reasoning': {
       const { id } = parseAt(reasoningShape, raw, path);
@@ -240,10 +301,17 @@ function normaliseMessage(raw: Record<string, unknown>, path: Path): Conversatio
   const role = message.role;
   let content: Record<string, unknown>[];
   if (typeof message.content === 'string') {
-    content = [role === 'assistant' ? { type: 'output_text', text: message.content, annotations: [] } : { type: 'input_text', text: message.content }];
+    content = [
+      role === 'assistant'
+        ? { type: 'output_text', text: message.content, annotations: [] }
+        : { type: 'input_text', text: message.content },
+    ];
   } else {
-    if (message.content.length === 0) throw invalidAt([...path, 'content'], 'empty array. Expected an array with minimum length 1.');
-    content = message.content.map((part, j) => normalisePart(part, partsFor[role], [...path, 'content', j], `a '${role}' message`));
+    if (message.content.length === 0)
+      throw invalidAt([...path, 'content'], 'empty array. Expected an array with minimum length 1.');
+    content = message.content.map((part, j) =>
+      normalisePart(part, partsFor[role], [...path, 'content', j], `a '${role}' message`),
+    );
   }
   return { type: 'message', id: message.id ?? randomId('msg'), role, status: 'completed', content };
 }
@@ -274,14 +342,16 @@ function normaliseImage(raw: unknown, path: Path): Record<string, unknown> {
   if (image.image_url == null) {
     if (image.file_id != null) {
       throw invalidRequest(
-        `Images given by 'file_id' are not supported by this gateway: send the image in 'image_url', as an http(s) URL or a data: URL.`,
+        `Images given by 'file_id' are not supported by this gateway: send the image in 'image_url', as an ` +
+          `http(s) URL or a data: URL.`,
         paramOf([...path, 'file_id']),
         'unsupported_parameter',
       );
     }
     throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
   }
-  if (!fetchableImageUrl.test(image.image_url)) throw invalidAt([...path, 'image_url'], 'expected an http(s) URL, a data: URL or a gs:// URI.');
+  if (!fetchableImageUrl.test(image.image_url))
+    throw invalidAt([...path, 'image_url'], 'expected an http(s) URL, a data: URL or a gs:// URI.');
   return { type: 'input_image', image_url: image.image_url, detail: image.detail ?? 'auto' };
 }
 
@@ -292,14 +362,16 @@ function normaliseFile(raw: unknown, path: Path): Record<string, unknown> {
     const by = file.file_id != null ? 'file_id' : file.file_url != null ? 'file_url' : undefined;
     if (by) {
       throw invalidRequest(
-        `Files given by '${by}' are not supported by this gateway: send the file's content in 'file_data', as base64 data or a data: URL.`,
+        `Files given by '${by}' are not supported by this gateway: send the file's content in 'file_data', as ` +
+          `base64 data or a data: URL.`,
         paramOf([...path, by]),
         'unsupported_parameter',
       );
     }
     throw invalidRequest(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
   }
-  if (urlScheme.test(file.file_data) && !/^data:/i.test(file.file_data)) throw invalidAt([...path, 'file_data'], 'expected base64 data or a data: URL.');
+  if (urlScheme.test(file.file_data) && !/^data:/i.test(file.file_data))
+    throw invalidAt([...path, 'file_data'], 'expected base64 data or a data: URL.');
   return { type: 'input_file', file_data: file.file_data, ...(file.filename != null && { filename: file.filename }) };
 }
 
@@ -340,17 +412,37 @@ const namespaceToolShape = z.looseObject({
   type: z.literal('namespace'),
   name: z.string().min(1).max(64),
   description: z.string().nullish(),
-  tools: z.array(z.looseObject({ type: z.string() })).min(1).max(128),
+  tools: z
+    .array(z.looseObject({ type: z.string() }))
+    .min(1)
+    .max(128),
 });
 
-/** A function tool in the dialect layer's terms, under `name` (a namespace's function under its flat name, its description after the namespace's). */
-function declareFunction(fn: z.output<typeof functionToolShape>, name: string, namespaceDescription?: string | null): DeclaredFunction {
-  const description = [namespaceDescription, fn.description].filter((text): text is string => text != null && text !== '').join('\n\n');
+/**
+ * A function tool in the dialect layer's terms, under `name` (a namespace's function under its flat name, its
+ * description after the namespace's).
+ */
+function declareFunction(
+  fn: z.output<typeof functionToolShape>,
+  name: string,
+  namespaceDescription?: string | null,
+): DeclaredFunction {
+  const description = [namespaceDescription, fn.description]
+    .filter((text): text is string => text != null && text !== '')
+    .join('\n\n');
   return { name, description, parameters: fn.parameters, strict: fn.strict };
 }
 
-/** The Responses API's web search tools: served by the vendor's own search where the model has one (the catalog's `web_search`). */
-const webSearchToolTypes = new Set(['web_search', 'web_search_2025_08_26', 'web_search_preview', 'web_search_preview_2025_03_11']);
+/**
+ * The Responses API's web search tools: served by the vendor's own search where the model has one (the catalog's
+ * `web_search`).
+ */
+const webSearchToolTypes = new Set([
+  'web_search',
+  'web_search_2025_08_26',
+  'web_search_preview',
+  'web_search_preview_2025_03_11',
+]);
 
 /**
  * The request's tools in the dialect layer's terms: function tools as they are, a namespace's functions each under
@@ -380,7 +472,10 @@ function declareTools(tools: ResponsesRequest['tools'], searches: boolean): Decl
     // Run by the gateway's tool loop on the server it names (api/mcp/loop-plan.ts), not declared here.
     if (tool.type === 'mcp') return;
     if (searches && webSearchToolTypes.has(tool.type)) {
-      declared.search = { name: tool.type, settings: { contextSize: tool.search_context_size, userLocation: tool.user_location } };
+      declared.search = {
+        name: tool.type,
+        settings: { contextSize: tool.search_context_size, userLocation: tool.user_location },
+      };
       return;
     }
     if (declinedToolTypes.has(tool.type)) {
@@ -388,7 +483,8 @@ function declareTools(tools: ResponsesRequest['tools'], searches: boolean): Decl
       return;
     }
     throw invalidRequest(
-      `The tool type '${tool.type}' is not supported by this gateway: function and namespace tools are (built-in tools are left out).`,
+      `The tool type '${tool.type}' is not supported by this gateway: function and namespace tools are (built-in ` +
+        `tools are left out).`,
       `tools[${i}].type`,
       'unsupported_tool',
     );
@@ -396,7 +492,11 @@ function declareTools(tools: ResponsesRequest['tools'], searches: boolean): Decl
   return declared;
 }
 
-const toolChoiceFunctionShape = z.looseObject({ type: z.literal('function'), name: z.string().min(1), namespace: z.string().min(1).nullish() });
+const toolChoiceFunctionShape = z.looseObject({
+  type: z.literal('function'),
+  name: z.string().min(1),
+  namespace: z.string().min(1).nullish(),
+});
 
 /** How the Responses API says a tool choice, for a refusal in its terms. */
 const choiceWording: ChoiceWording = {
@@ -412,10 +512,12 @@ const choiceWording: ChoiceWording = {
  */
 function declareChoice(choice: ResponsesRequest['tool_choice'], tools: DeclaredTools): DeclaredChoice | undefined {
   if (choice == null || typeof choice === 'string') return choice ?? undefined;
-  if (tools.search !== undefined && webSearchToolTypes.has(choice.type)) return { tool: tools.search.name, function: '' };
+  if (tools.search !== undefined && webSearchToolTypes.has(choice.type))
+    return { tool: tools.search.name, function: '' };
   if (choice.type !== 'function') {
     throw invalidRequest(
-      `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or {"type": "function", "name": …}.`,
+      `The tool_choice type '${choice.type}' is not supported by this gateway: use 'none', 'auto', 'required' or ` +
+        `{"type": "function", "name": …}.`,
       'tool_choice',
       declinedToolTypes.has(choice.type) || choice.type === 'mcp' ? 'unsupported_tool' : 'invalid_value',
     );
@@ -439,19 +541,22 @@ function chatPart(part: Part): UserPart | undefined {
     case 'input_text':
       return { type: 'text', text: asString(part.text) };
     case 'input_image': {
-      const detail = part.detail === 'original' ? 'high' : part.detail === 'low' || part.detail === 'high' ? part.detail : 'auto';
+      const detail =
+        part.detail === 'original' ? 'high' : part.detail === 'low' || part.detail === 'high' ? part.detail : 'auto';
       return { type: 'image_url', image_url: { url: asString(part.image_url), detail } };
     }
     case 'input_file':
       return {
         type: 'file',
-        file: { file_data: asString(part.file_data), ...(typeof part.filename === 'string' && { filename: part.filename }) },
+        file: {
+          file_data: asString(part.file_data),
+          ...(typeof part.filename === 'string' && { filename: part.filename }),
+        },
       };
     default:
       return undefined;
   }
 }
-
 
 /**
  * Builds the chat messages item by item. Assistant messages and function
@@ -484,7 +589,9 @@ class MessageBuilder {
           const parts = content.map(chatPart).filter((part) => part !== undefined);
           if (parts.length > 0) this.messages.push({ role, content: parts });
         } else {
-          const text = content.filter((part) => part.type === 'input_text').map((part) => ({ type: 'text' as const, text: asString(part.text) }));
+          const text = content
+            .filter((part) => part.type === 'input_text')
+            .map((part) => ({ type: 'text' as const, text: asString(part.text) }));
           if (text.length > 0) this.messages.push({ role, content: text });
         }
         return;
@@ -493,27 +600,55 @@ class MessageBuilder {
         const callId = asString(item.call_id);
         this.callIds.add(callId);
         // A namespaced tool's call goes back to the vendor under the flat name it was called by.
-        const name = typeof item.namespace === 'string' ? flatToolName(item.namespace, asString(item.name)) : asString(item.name);
-        this.pendingCalls.push({ id: callId, type: 'function', function: { name, arguments: asString(item.arguments) } });
+        const name =
+          typeof item.namespace === 'string' ? flatToolName(item.namespace, asString(item.name)) : asString(item.name);
+        this.pendingCalls.push({
+          id: callId,
+          type: 'function',
+          function: { name, arguments: asString(item.arguments) },
+        });
         return;
       }
       case 'function_call_output': {
         const callId = asString(item.call_id);
         if (param !== null && !this.callIds.has(callId)) {
-          throw invalidRequest(`No tool call found for function call output with call_id ${callId}.`, param, 'invalid_value');
+          throw invalidRequest(
+            `No tool call found for function call output with call_id ${callId}.`,
+            param,
+            'invalid_value',
+          );
         }
         this.flush();
-        const output = typeof item.output === 'string' ? item.output : asParts(item.output).map((part) => asString(part.text)).join('');
+        const output =
+          typeof item.output === 'string'
+            ? item.output
+            : asParts(item.output)
+                .map((part) => asString(part.text))
+                .join('');
         this.messages.push({ role: 'tool', tool_call_id: callId, content: output });
         return;
       }
       case 'mcp_call': {
         // A call the tool loop made: the model's call of `<server>__<tool>`, and what it answered.
         const id = asString(item.id);
-        this.pendingCalls.push({ id, type: 'function', function: { name: prefixedToolName(asString(item.server_label), asString(item.name)), arguments: asString(item.arguments) } });
+        this.pendingCalls.push({
+          id,
+          type: 'function',
+          function: {
+            name: prefixedToolName(asString(item.server_label), asString(item.name)),
+            arguments: asString(item.arguments),
+          },
+        });
         this.flush();
         const error = item.error as { message?: unknown } | null | undefined;
-        const output = typeof item.output === 'string' ? item.output : typeof error?.message === 'string' ? error.message : item.status === 'incomplete' ? 'The call did not finish.' : '';
+        const output =
+          typeof item.output === 'string'
+            ? item.output
+            : typeof error?.message === 'string'
+              ? error.message
+              : item.status === 'incomplete'
+                ? 'The call did not finish.'
+                : '';
         // As the loop told the model when it made the call: a failure said as one.
         this.messages.push({ role: 'tool', tool_call_id: id, content: error != null ? `Error: ${output}` : output });
         return;
@@ -525,10 +660,26 @@ class MessageBuilder {
         const requestId = asString(item.approval_request_id);
         const asked = this.asked.get(requestId);
         if (param !== null) {
-          if (!asked) throw invalidRequest(`No MCP approval request found with id ${requestId}.`, param.replace(/\.call_id$/, '.approval_request_id'), 'invalid_value');
-          if (this.answered.has(requestId)) throw invalidRequest(`The MCP approval request ${requestId} is answered twice.`, param.replace(/\.call_id$/, '.approval_request_id'), 'invalid_value');
+          if (!asked)
+            throw invalidRequest(
+              `No MCP approval request found with id ${requestId}.`,
+              param.replace(/\.call_id$/, '.approval_request_id'),
+              'invalid_value',
+            );
+          if (this.answered.has(requestId))
+            throw invalidRequest(
+              `The MCP approval request ${requestId} is answered twice.`,
+              param.replace(/\.call_id$/, '.approval_request_id'),
+              'invalid_value',
+            );
           this.answered.add(requestId);
-          this.decided.push({ requestId, server: asString(asked.server_label), tool: asString(asked.name), arguments: asString(asked.arguments), approve: item.approve === true });
+          this.decided.push({
+            requestId,
+            server: asString(asked.server_label),
+            tool: asString(asked.name),
+            arguments: asString(asked.arguments),
+            approve: item.approve === true,
+          });
         }
         return;
       }
@@ -598,7 +749,12 @@ export function toChatRequest(
   }
   // The tools are checked first: a request whose tools or choice cannot be had is refused before its input is read.
   const tools = declareTools(request.tools, searches);
-  const toolFields = chatToolFields(tools, declareChoice(request.tool_choice, tools), request.parallel_tool_calls, choiceWording);
+  const toolFields = chatToolFields(
+    tools,
+    declareChoice(request.tool_choice, tools),
+    request.parallel_tool_calls,
+    choiceWording,
+  );
 
   const byId = new Map<string, ConversationItem>();
   const remember = (item: ConversationItem) => {
@@ -614,7 +770,8 @@ export function toChatRequest(
   input.forEach((item, index) => {
     if (item.type === 'item_reference') {
       const resolved = byId.get(item.id);
-      if (!resolved) throw invalidRequest(`Item with id '${item.id}' not found.`, `input[${index}].id`, 'invalid_value');
+      if (!resolved)
+        throw invalidRequest(`Item with id '${item.id}' not found.`, `input[${index}].id`, 'invalid_value');
       builder.add(resolved, `input[${index}].id`);
       return;
     }
@@ -624,7 +781,11 @@ export function toChatRequest(
   builder.flush();
   approvals.push(...builder.decided);
 
-  if (builder.messages.length === 0 && builder.decided.length === 0) throw invalidAt(['input'], 'there is nothing to send to the model (no messages, function calls or function call outputs).');
+  if (builder.messages.length === 0 && builder.decided.length === 0)
+    throw invalidAt(
+      ['input'],
+      'there is nothing to send to the model (no messages, function calls or function call outputs).',
+    );
   const messages: ChatMessage[] = request.instructions ? [{ role: 'system', content: request.instructions }] : [];
   messages.push(...builder.messages);
 
@@ -635,8 +796,9 @@ export function toChatRequest(
     stream_options: { include_usage: true },
     ...toolFields,
   };
-  // As the client named it; never sent as written: a vendor with tiers of its own (OpenAI) is sent the job's band in its
-  // place, every other vendor none (shared/scheduling/served-tier.ts). The response object says the tier that served it.
+  // As the client named it; never sent as written: a vendor with tiers of its own (OpenAI) is sent the job's band in
+  // its place, every other vendor none (shared/scheduling/served-tier.ts). The response object says the tier that
+  // served it.
   if (request.service_tier != null) chat.service_tier = request.service_tier;
   const format = request.text?.format;
   applyChatSettings(chat, {
@@ -649,7 +811,13 @@ export function toChatRequest(
       format?.type === 'json_object'
         ? { type: 'json' }
         : format?.type === 'json_schema'
-          ? { type: 'schema', name: format.name, schema: format.schema, strict: format.strict, description: format.description }
+          ? {
+              type: 'schema',
+              name: format.name,
+              schema: format.schema,
+              strict: format.strict,
+              description: format.description,
+            }
           : undefined,
   });
   return chat;
@@ -677,7 +845,8 @@ export function buildShell(request: ResponsesRequest, id: string, modelId: strin
     store: request.store ?? true,
     background: request.background ?? false,
     user: request.user ?? null,
-    // The band it asks for; the worker's response object says the tier that served it (shared/scheduling/served-tier.ts).
+    // The band it asks for; the worker's response object says the tier that served it
+    // (shared/scheduling/served-tier.ts).
     service_tier: servingTier(request.service_tier),
   };
 }

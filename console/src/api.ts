@@ -26,7 +26,9 @@ export class ApiError extends Error {
 let csrfToken = '';
 let notSignedInHandler: (() => void) | undefined;
 let teamLostHandler: (() => void) | undefined;
-/** The team every call works in (its id), or '' for the person's own account, which the server takes when none is named. */
+/**
+ * The team every call works in (its id), or '' for the person's own account, which the server takes when none is named.
+ */
 let currentTeam = '';
 
 /** The newest CSRF token (from the session, sign-in, sign-up and sign-out answers). */
@@ -47,17 +49,23 @@ export function setCurrentTeam(id: string): void {
   currentTeam = id;
 }
 
-/** `team=<id>` for a link the browser follows itself (a CSV download), which sends no header; '' in the person's own account. */
+/**
+ * `team=<id>` for a link the browser follows itself (a CSV download), which sends no header; '' in the person's own
+ * account.
+ */
 export function teamQuery(): string {
   return currentTeam ? `team=${encodeURIComponent(currentTeam)}` : '';
 }
 
-/** Called when the server says the current team is not one the person is in (any more): the console drops the choice. */
+/**
+ * Called when the server says the current team is not one the person is in (any more): the console drops the choice.
+ */
 export function onTeamLost(handler: () => void): void {
   teamLostHandler = handler;
 }
 
-const unreachable = () => new ApiError('Could not reach the server. Check your connection and try again.', 0, 'network_error');
+const unreachable = () =>
+  new ApiError('Could not reach the server. Check your connection and try again.', 0, 'network_error');
 
 /** The error an answer carries, read from its OpenAI-shaped body (or made up from the status when it has none). */
 export async function errorFrom(response: Response): Promise<ApiError> {
@@ -105,7 +113,9 @@ export async function send(method: string, path: string, body?: unknown, init: R
   }
 }
 
-/** Fetches the session again for a fresh CSRF token (after a csrf_failed, e.g. a session that changed in another tab). */
+/**
+ * Fetches the session again for a fresh CSRF token (after a csrf_failed, e.g. a session that changed in another tab).
+ */
 async function refreshCsrf(): Promise<void> {
   const response = await send('GET', '/session');
   if (response.ok) setCsrfToken(((await response.json()) as SessionAnswer).csrf_token);
@@ -153,7 +163,10 @@ export function isAbort(error: unknown): boolean {
   return error instanceof DOMException && error.name === 'AbortError';
 }
 
-/** A POST whose answer is not JSON (a stream, audio): retried once on a CSRF refusal; an error answer thrown as ApiError. */
+/**
+ * A POST whose answer is not JSON (a stream, audio): retried once on a CSRF refusal; an error answer thrown as
+ * ApiError.
+ */
 async function post(path: string, body: unknown, signal: AbortSignal): Promise<Response> {
   let response = await send('POST', path, body, { signal });
   if (response.status === 403) {
@@ -210,9 +223,18 @@ export async function streamChat(
   onDelta: (text: string) => void,
   signal: AbortSignal,
 ): Promise<AnswerFacts> {
-  const response = await post('/playground/chat/completions', { ...body, stream: true, stream_options: { include_usage: true } }, signal);
-  const facts: AnswerFacts = { requestId: response.headers.get('x-request-id'), date: response.headers.get('date'), usage: null };
-  if (!response.body) throw new ApiError('The server sent no stream.', response.status, 'bad_response', null, facts.requestId);
+  const response = await post(
+    '/playground/chat/completions',
+    { ...body, stream: true, stream_options: { include_usage: true } },
+    signal,
+  );
+  const facts: AnswerFacts = {
+    requestId: response.headers.get('x-request-id'),
+    date: response.headers.get('date'),
+    usage: null,
+  };
+  if (!response.body)
+    throw new ApiError('The server sent no stream.', response.status, 'bad_response', null, facts.requestId);
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = '';
   const handle = (line: string): boolean => {
@@ -220,13 +242,24 @@ export async function streamChat(
     const data = line.slice(5).trim();
     if (data === '[DONE]') return true;
     if (!data) return false;
-    let chunk: { error?: { message?: string; code?: string }; choices?: { delta?: { content?: unknown } }[]; usage?: unknown };
+    let chunk: {
+      error?: { message?: string; code?: string };
+      choices?: { delta?: { content?: unknown } }[];
+      usage?: unknown;
+    };
     try {
       chunk = JSON.parse(data);
     } catch {
       return false;
     }
-    if (chunk.error) throw new ApiError(chunk.error.message || 'The model failed to answer.', response.status, chunk.error.code ?? null, null, facts.requestId);
+    if (chunk.error)
+      throw new ApiError(
+        chunk.error.message || 'The model failed to answer.',
+        response.status,
+        chunk.error.code ?? null,
+        null,
+        facts.requestId,
+      );
     const content = chunk.choices?.[0]?.delta?.content;
     if (typeof content === 'string' && content) onDelta(content);
     facts.usage = usageOf(chunk.usage) ?? facts.usage;
@@ -249,7 +282,11 @@ export async function streamChat(
 }
 
 /** A playground POST answered in JSON, with what the answer says of itself (its request id, the server's clock). */
-export async function playgroundJson<T>(path: string, body: unknown, signal: AbortSignal): Promise<{ body: T } & AnswerFacts> {
+export async function playgroundJson<T>(
+  path: string,
+  body: unknown,
+  signal: AbortSignal,
+): Promise<{ body: T } & AnswerFacts> {
   const response = await post(path, body, signal);
   const requestId = response.headers.get('x-request-id');
   let answer: T;
@@ -257,9 +294,20 @@ export async function playgroundJson<T>(path: string, body: unknown, signal: Abo
     answer = (await response.json()) as T;
   } catch (error) {
     if (isAbort(error)) throw error;
-    throw new ApiError('The server sent an answer the console cannot read.', response.status, 'bad_response', null, requestId);
+    throw new ApiError(
+      'The server sent an answer the console cannot read.',
+      response.status,
+      'bad_response',
+      null,
+      requestId,
+    );
   }
-  return { body: answer, requestId, date: response.headers.get('date'), usage: usageOf((answer as { usage?: unknown } | null)?.usage) };
+  return {
+    body: answer,
+    requestId,
+    date: response.headers.get('date'),
+    usage: usageOf((answer as { usage?: unknown } | null)?.usage),
+  };
 }
 
 /** What the playground's Speech tab sends: `POST /v1/audio/speech`'s body, audio answered as bytes. */
@@ -295,9 +343,16 @@ export async function speak(body: SpeechRequest, signal: AbortSignal): Promise<S
     bytes = await response.arrayBuffer();
   } catch (error) {
     if (isAbort(error)) throw error;
-    throw new ApiError('The audio stopped before its end: the model failed while it spoke.', response.status, 'stream_interrupted', null, requestId);
+    throw new ApiError(
+      'The audio stopped before its end: the model failed while it spoke.',
+      response.status,
+      'stream_interrupted',
+      null,
+      requestId,
+    );
   }
-  if (bytes.byteLength === 0) throw new ApiError('The server sent no audio.', response.status, 'bad_response', null, requestId);
+  if (bytes.byteLength === 0)
+    throw new ApiError('The server sent no audio.', response.status, 'bad_response', null, requestId);
   const type = (response.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
   if (body.response_format === 'pcm' || type === 'audio/pcm') return { audio: wavOfPcm(bytes), requestId, date };
   return { audio: new Blob([bytes], { type: type || 'application/octet-stream' }), requestId, date };

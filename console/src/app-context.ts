@@ -9,9 +9,14 @@ export interface AppState {
   refreshAccount: () => void;
   setAccount: (account: Account | null) => void;
   signOut: () => Promise<void>;
-  /** The person's teams (their own account first) with their role in each, as the switcher lists them; for an admin, every team's too. */
+  /**
+   * The person's teams (their own account first) with their role in each, as the switcher lists them; for an admin,
+   * every team's too.
+   */
   teams: TeamList | undefined;
-  /** The team the console works in (its calls send it as `x-team`); the person's own account until they pick another. */
+  /**
+   * The team the console works in (its calls send it as `x-team`); the person's own account until they pick another.
+   */
   team: Team | undefined;
   /** Works in another team from now on (remembered in this browser) and reads the page again. */
   switchTeam: (id: string) => void;

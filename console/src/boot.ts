@@ -7,12 +7,20 @@ import type { ConsoleBoot } from './types';
  * comes later (a sign-in, a retry) asks the API as before. Anything not of that shape is no boot data at all.
  */
 
-const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 function bootOf(value: unknown): ConsoleBoot | undefined {
-  if (!isObject(value) || !isObject(value.config) || !isObject(value.session) || typeof value.session.csrf_token !== 'string') return undefined;
+  if (
+    !isObject(value) ||
+    !isObject(value.config) ||
+    !isObject(value.session) ||
+    typeof value.session.csrf_token !== 'string'
+  )
+    return undefined;
   const { account } = value.session;
-  if (account !== null && !(isObject(account) && typeof account.id === 'string' && typeof account.role === 'string')) return undefined;
+  if (account !== null && !(isObject(account) && typeof account.id === 'string' && typeof account.role === 'string'))
+    return undefined;
   const { teams } = value;
   // Teams come with a signed-in session, and only then.
   if (account === null ? teams !== null : !(isObject(teams) && Array.isArray(teams.data))) return undefined;

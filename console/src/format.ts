@@ -5,8 +5,15 @@ const decimal = new Intl.NumberFormat(undefined, { maximumFractionDigits: 2 });
 const compact = new Intl.NumberFormat(undefined, { notation: 'compact', maximumFractionDigits: 1 });
 
 /** USD with at least cents and at most `digits` decimals (2–6), one formatter per count. */
-const dollars = Array.from({ length: 7 }, (_, digits) =>
-  new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: Math.max(2, digits) }),
+const dollars = Array.from(
+  { length: 7 },
+  (_, digits) =>
+    new Intl.NumberFormat(undefined, {
+      style: 'currency',
+      currency: 'USD',
+      minimumFractionDigits: 2,
+      maximumFractionDigits: Math.max(2, digits),
+    }),
 );
 
 /**
@@ -45,7 +52,12 @@ export function compactCount(n: number): string {
 }
 
 const dateFormat = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium' });
-const timeFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit', timeZoneName: 'short' });
+const timeFormat = new Intl.DateTimeFormat(undefined, {
+  hour: '2-digit',
+  minute: '2-digit',
+  second: '2-digit',
+  timeZoneName: 'short',
+});
 const dayFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', timeZone: 'UTC' });
 
 /** Unix seconds → a date. */
@@ -121,7 +133,10 @@ export function timeOfDay(ms: number): string {
   return timeFormat.format(new Date(ms));
 }
 
-/** Unix ms → the time to the second with the zone when it is today (a badge's "until 04:19:05 PM UTC"), else the date too. */
+/**
+ * Unix ms → the time to the second with the zone when it is today (a badge's "until 04:19:05 PM UTC"), else the date
+ * too.
+ */
 export function moment(ms: number | null | undefined): string {
   if (ms == null) return '—';
   return new Date(ms).toDateString() === new Date().toDateString() ? timeFormat.format(new Date(ms)) : stamp(ms, true);
@@ -141,7 +156,17 @@ export function requestTimeHalves(seconds: number): [string, string] {
   const parts = stampFormat(seconds * 1000, true).formatToParts(new Date(seconds * 1000));
   const at = parts.findIndex((part) => part.type === 'hour' || part.type === 'dayPeriod');
   if (at <= 0) return ['', parts.map((part) => part.value).join('')];
-  return [parts.slice(0, at).map((part) => part.value).join('').trimEnd(), parts.slice(at).map((part) => part.value).join('')];
+  return [
+    parts
+      .slice(0, at)
+      .map((part) => part.value)
+      .join('')
+      .trimEnd(),
+    parts
+      .slice(at)
+      .map((part) => part.value)
+      .join(''),
+  ];
 }
 
 /** Unix seconds → date and time to the second, with the zone (a request's details). */
@@ -150,9 +175,17 @@ export function fullTime(seconds: number | null | undefined): string {
 }
 
 const barClockFormat = new Intl.DateTimeFormat(undefined, { hour: '2-digit', minute: '2-digit' });
-const barDayClockFormat = new Intl.DateTimeFormat(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+const barDayClockFormat = new Intl.DateTimeFormat(undefined, {
+  month: 'short',
+  day: 'numeric',
+  hour: '2-digit',
+  minute: '2-digit',
+});
 
-/** A chart bar's start (unix seconds): a day for day bars, else the time, with the day when the range spans more than one. */
+/**
+ * A chart bar's start (unix seconds): a day for day bars, else the time, with the day when the range spans more than
+ * one.
+ */
 export function barLabel(seconds: number, bucketSeconds: number, manyDays: boolean): string {
   const when = new Date(seconds * 1000);
   if (bucketSeconds >= 86_400) return dayFormat.format(when);
@@ -163,7 +196,8 @@ export function barLabel(seconds: number, bucketSeconds: number, manyDays: boole
 export function duration(ms: number | null | undefined): string {
   if (ms == null) return '—';
   if (ms < 1000) return `${integer.format(ms)} ms`;
-  if (ms < 60_000) return `${new Intl.NumberFormat(undefined, { maximumFractionDigits: ms < 10_000 ? 2 : 1 }).format(ms / 1000)} s`;
+  if (ms < 60_000)
+    return `${new Intl.NumberFormat(undefined, { maximumFractionDigits: ms < 10_000 ? 2 : 1 }).format(ms / 1000)} s`;
   const minutes = Math.floor(ms / 60_000);
   return `${integer.format(minutes)} min ${Math.round((ms % 60_000) / 1000)} s`;
 }

@@ -115,7 +115,9 @@ if (boot) setCsrfToken(boot.session.csrf_token);
 function App() {
   const path = usePath();
   // Drawn from the boot data when the HTML brought it: the first page reads its own data in its first render's effects.
-  const [config, setConfig] = useState<ConsoleConfig | undefined>(boot && { ...boot.config, base_url: boot.config.base_url || location.origin });
+  const [config, setConfig] = useState<ConsoleConfig | undefined>(
+    boot && { ...boot.config, base_url: boot.config.base_url || location.origin },
+  );
   const [account, setAccount] = useState<Account | null | undefined>(boot?.session.account);
   const [bootError, setBootError] = useState<string | undefined>(undefined);
   const [attempt, setAttempt] = useState(0);
@@ -124,7 +126,10 @@ function App() {
   const [teamId, setTeamId] = useState(() => (boot?.session.account ? rememberedTeam(boot.session.account.id) : ''));
   /** Where a signed-out visit wanted to go: the sign-in leads there. */
   const wanted = useRef<string | undefined>(undefined);
-  /** The boot data's session and teams, not asked for again by the effects that read them on start (each takes its own once). */
+  /**
+   * The boot data's session and teams, not asked for again by the effects that read them on start (each takes its own
+   * once).
+   */
   const bootSession = useRef(!!boot);
   const bootTeams = useRef(boot?.session.account && boot.teams ? boot.session.account.id : undefined);
   /** Where a redirect leads (its path), set before it: no page the person went to, so nothing is read again for it. */
@@ -202,11 +207,18 @@ function App() {
     });
   }, [accountId, refreshTeams]);
 
-  const teamChoices = useMemo(() => (account && teams ? [ownTeam(account), ...switchableTeams(teams).filter((team) => team.id !== account.id)] : undefined), [account, teams]);
+  const teamChoices = useMemo(
+    () =>
+      account && teams
+        ? [ownTeam(account), ...switchableTeams(teams).filter((team) => team.id !== account.id)]
+        : undefined,
+    [account, teams],
+  );
   const team = teamChoices ? (teamChoices.find((choice) => choice.id === teamId) ?? teamChoices[0]) : undefined;
   // A remembered team the person is no longer in is forgotten.
   useEffect(() => {
-    if (accountId && teamChoices && teamId && !teamChoices.some((choice) => choice.id === teamId)) rememberTeam(accountId, '');
+    if (accountId && teamChoices && teamId && !teamChoices.some((choice) => choice.id === teamId))
+      rememberTeam(accountId, '');
   }, [accountId, teamChoices, teamId]);
   // Set while rendering, not in an effect: the pages below read their data in their own effects, which run first.
   setCurrentTeam(team && account && team.id !== account.id ? team.id : '');
@@ -222,7 +234,8 @@ function App() {
     try {
       const answer = await api<SignOutAnswer>('DELETE', '/session');
       setCsrfToken(answer.csrf_token);
-      // Signed in through the identity provider: its own session ends too, on its sign-out page, which sends the browser back here.
+      // Signed in through the identity provider: its own session ends too, on its sign-out page, which sends the
+      // browser back here.
       if (answer.end_session_url) {
         window.location.assign(answer.end_session_url);
         return;
@@ -258,7 +271,10 @@ function App() {
   }, [path]);
 
   const state = useMemo<AppState | null>(
-    () => (config && account !== undefined ? { config, account, refreshAccount, setAccount, signOut, teams, team, switchTeam, refreshTeams } : null),
+    () =>
+      config && account !== undefined
+        ? { config, account, refreshAccount, setAccount, signOut, teams, team, switchTeam, refreshTeams }
+        : null,
     [config, account, refreshAccount, signOut, teams, team, switchTeam, refreshTeams],
   );
 

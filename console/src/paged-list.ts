@@ -12,7 +12,10 @@ export interface PagedListReading<Page, Row> {
   rows: (page: Page) => Row[];
   /** Whether there are rows after this page. */
   hasMore: (page: Page) => boolean;
-  /** The query-string parameter that asks for the page after `page` (`rows`: every row loaded so far), or undefined when there is none to ask for. */
+  /**
+   * The query-string parameter that asks for the page after `page` (`rows`: every row loaded so far), or undefined when
+   * there is none to ask for.
+   */
   next: (page: Page, rows: Row[]) => string | undefined;
 }
 
@@ -36,7 +39,11 @@ export interface PagedList<Page, Row> {
   dismissMoreError: () => void;
 }
 
-export function usePagedList<Page, Row>(listPath: string, refreshes: number, reading: PagedListReading<Page, Row>): PagedList<Page, Row> {
+export function usePagedList<Page, Row>(
+  listPath: string,
+  refreshes: number,
+  reading: PagedListReading<Page, Row>,
+): PagedList<Page, Row> {
   const [loaded, setLoaded] = useState<Loaded<Page, Row> | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [more, setMore] = useState<{ busy: boolean; error?: string }>({ busy: false });
@@ -47,7 +54,8 @@ export function usePagedList<Page, Row>(listPath: string, refreshes: number, rea
     setMore({ busy: false });
     api<Page>('GET', listPath, undefined, { signal: controller.signal })
       .then((page) => {
-        if (!controller.signal.aborted) setLoaded({ path: listPath, rows: reading.rows(page), hasMore: reading.hasMore(page), page });
+        if (!controller.signal.aborted)
+          setLoaded({ path: listPath, rows: reading.rows(page), hasMore: reading.hasMore(page), page });
       })
       .catch((caught: unknown) => {
         if (!isAbort(caught) && !controller.signal.aborted) setError(messageOf(caught));
@@ -65,7 +73,11 @@ export function usePagedList<Page, Row>(listPath: string, refreshes: number, rea
     setMore({ busy: true });
     try {
       const page = await api<Page>('GET', `${listPath}&${next}`);
-      setLoaded((previous) => (previous?.path === listPath ? { path: listPath, rows: [...previous.rows, ...reading.rows(page)], hasMore: reading.hasMore(page), page } : previous));
+      setLoaded((previous) =>
+        previous?.path === listPath
+          ? { path: listPath, rows: [...previous.rows, ...reading.rows(page)], hasMore: reading.hasMore(page), page }
+          : previous,
+      );
       setMore({ busy: false });
     } catch (caught) {
       setMore({ busy: false, error: messageOf(caught) });

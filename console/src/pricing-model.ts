@@ -52,20 +52,27 @@ export function otherPrices(p: Prices | null): PriceLine[] {
   if (p.per_minute !== undefined) lines.push({ label: 'Audio', value: `${price(p.per_minute)} / minute` });
   if (p.per_second !== undefined) lines.push({ label: 'Video', value: `${price(p.per_second)} / second` });
   if (p.per_second_by_size) {
-    for (const [key, value] of Object.entries(p.per_second_by_size)) lines.push({ label: `Video ${size(key)}`, value: `${price(value)} / second` });
+    for (const [key, value] of Object.entries(p.per_second_by_size))
+      lines.push({ label: `Video ${size(key)}`, value: `${price(value)} / second` });
   }
-  if (p.cache_write_per_1m !== undefined) lines.push({ label: 'Cache write', value: `${price(p.cache_write_per_1m)} / 1M` });
-  if (p.audio_input_per_1m !== undefined) lines.push({ label: 'Audio in', value: `${price(p.audio_input_per_1m)} / 1M` });
-  if (p.cached_audio_input_per_1m !== undefined) lines.push({ label: 'Cached audio in', value: `${price(p.cached_audio_input_per_1m)} / 1M` });
-  if (p.audio_output_per_1m !== undefined) lines.push({ label: 'Audio out', value: `${price(p.audio_output_per_1m)} / 1M` });
-  if (p.per_1m_characters !== undefined) lines.push({ label: 'Speech', value: `${price(p.per_1m_characters)} / 1M characters` });
+  if (p.cache_write_per_1m !== undefined)
+    lines.push({ label: 'Cache write', value: `${price(p.cache_write_per_1m)} / 1M` });
+  if (p.audio_input_per_1m !== undefined)
+    lines.push({ label: 'Audio in', value: `${price(p.audio_input_per_1m)} / 1M` });
+  if (p.cached_audio_input_per_1m !== undefined)
+    lines.push({ label: 'Cached audio in', value: `${price(p.cached_audio_input_per_1m)} / 1M` });
+  if (p.audio_output_per_1m !== undefined)
+    lines.push({ label: 'Audio out', value: `${price(p.audio_output_per_1m)} / 1M` });
+  if (p.per_1m_characters !== undefined)
+    lines.push({ label: 'Speech', value: `${price(p.per_1m_characters)} / 1M characters` });
   if (p.long_context) {
     const lc = p.long_context;
     const parts = [
       lc.input_per_1m !== undefined ? `in ${price(lc.input_per_1m)}` : '',
       lc.output_per_1m !== undefined ? `out ${price(lc.output_per_1m)}` : '',
     ].filter(Boolean);
-    if (parts.length) lines.push({ label: `Over ${Math.round(lc.above_tokens / 1000)}K tokens`, value: `${parts.join(', ')} / 1M` });
+    if (parts.length)
+      lines.push({ label: `Over ${Math.round(lc.above_tokens / 1000)}K tokens`, value: `${parts.join(', ')} / 1M` });
   }
   return lines;
 }

@@ -29,14 +29,33 @@ export function rememberTeam(person: string, team: string): void {
 
 /** The person's own account as a team of one they own: what the console works in until the list of teams is read. */
 export function ownTeam(account: Account): Team {
-  return { id: account.id, object: 'team', kind: account.kind, name: account.name, email: account.email, role: 'owner', balance_usd: account.balance_usd };
+  return {
+    id: account.id,
+    object: 'team',
+    kind: account.kind,
+    name: account.name,
+    email: account.email,
+    role: 'owner',
+    balance_usd: account.balance_usd,
+  };
 }
 
-/** The teams the switcher offers: the person's own first, the teams they are in, and for an admin every other team (as its owner, which an admin is of all). */
+/**
+ * The teams the switcher offers: the person's own first, the teams they are in, and for an admin every other team (as
+ * its owner, which an admin is of all).
+ */
 export function switchableTeams(list: TeamList): Team[] {
   const others = (list.all_teams ?? [])
     .filter((team) => !list.data.some((mine) => mine.id === team.id))
-    .map((team): Team => ({ id: team.id, object: 'team', kind: 'team', name: team.name, email: '', role: 'owner', balance_usd: team.balance_usd }));
+    .map((team): Team => ({
+      id: team.id,
+      object: 'team',
+      kind: 'team',
+      name: team.name,
+      email: '',
+      role: 'owner',
+      balance_usd: team.balance_usd,
+    }));
   return [...list.data, ...others];
 }
 

@@ -6,5 +6,7 @@
 export function parseToolPatterns(text: string): string[] | string {
   const patterns = text.split(/[\s,]+/).filter((pattern) => pattern !== '');
   const bad = patterns.find((pattern) => pattern !== '*' && !/^[A-Za-z0-9_.*-]+\/[A-Za-z0-9_.*-]+$/.test(pattern));
-  return bad === undefined ? patterns : `"${bad}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.`;
+  return bad === undefined
+    ? patterns
+    : `"${bad}" is no tool pattern: write server/tool, e.g. notes/* or github/create_issue.`;
 }

@@ -1,6 +1,12 @@
 import type { AccountView, KeyView, OwnedKeyView } from '../../shared/console-api.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
-export { requestStatuses, type KeyUsageTotals, type RequestStatus, type RequestView, type UsageTotals } from '../../shared/money/usage.js';
+export {
+  requestStatuses,
+  type KeyUsageTotals,
+  type RequestStatus,
+  type RequestView,
+  type UsageTotals,
+} from '../../shared/money/usage.js';
 export type { AccountRole as Role } from '../../shared/accounts.js';
 export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batches/types.js';
 export type { BudgetPeriod } from '../../shared/money/budgets.js';
@@ -51,7 +57,8 @@ export type { ServiceTier };
 export type Account = AccountView;
 
 /** A key of either list: the admin's names its account too. */
-export type Key = KeyView & Partial<Pick<OwnedKeyView, 'account_email' | 'account_name' | 'account_kind' | 'account_cache_max_ttl_s'>>;
+export type Key = KeyView &
+  Partial<Pick<OwnedKeyView, 'account_email' | 'account_name' | 'account_kind' | 'account_cache_max_ttl_s'>>;
 
 export interface LongContextPrices {
   above_tokens: number;
@@ -77,7 +84,17 @@ export interface Prices {
   cached_audio_input_per_1m?: number;
 }
 
-export type Capability = 'chat' | 'reasoning' | 'completion' | 'embedding' | 'image' | 'video' | 'transcription' | 'speech' | 'realtime' | 'moderation';
+export type Capability =
+  | 'chat'
+  | 'reasoning'
+  | 'completion'
+  | 'embedding'
+  | 'image'
+  | 'video'
+  | 'transcription'
+  | 'speech'
+  | 'realtime'
+  | 'moderation';
 
 export interface PricedModel {
   id: string;
@@ -88,19 +105,27 @@ export interface PricedModel {
   input_modalities: string[];
   image_sizes?: string[];
   image_qualities?: string[];
-  /** Speech models: the `response_format`s it can be given, the voices it takes (absent: its vendor's), and what else it takes (`instructions`, `speed`, `sse`). */
+  /**
+   * Speech models: the `response_format`s it can be given, the voices it takes (absent: its vendor's), and what else it
+   * takes (`instructions`, `speed`, `sse`).
+   */
   speech_formats?: string[];
   speech_voices?: string[];
   speech_options?: string[];
   prices: Prices | null;
 }
 
-/** The tiers a request is served in (`service_tier`), first served first: the server's list, which the bundle does not import. */
+/**
+ * The tiers a request is served in (`service_tier`), first served first: the server's list, which the bundle does not
+ * import.
+ */
 export const serviceTiers = ['priority', 'default', 'flex'] as const satisfies readonly ServiceTier[];
 
-/** Each tier's token prices as a multiple of the listed ones, exact decimals (`GET /console/api/pricing`'s `service_tiers`). */
+/**
+ * Each tier's token prices as a multiple of the listed ones, exact decimals (`GET /console/api/pricing`'s
+ * `service_tiers`).
+ */
 export type TierMultiples = Record<ServiceTier, string>;
 
 /** The built-in account that keys made without one (and older keys) belong to: unlimited, never signed in to. */
 export const defaultAccountId = 'acct_default';
-

@@ -33,9 +33,11 @@ export const keyAccessScript = redisScript({
 
 // ---- the directory's fields: '' means none, as the billing scripts read them ----
 
-export const optionalNumber = (text: string | undefined): number | undefined => (text === undefined || text === '' ? undefined : Number(text));
+export const optionalNumber = (text: string | undefined): number | undefined =>
+  text === undefined || text === '' ? undefined : Number(text);
 /** A key's default cache TTL as its access carries it: left out where it sets none ('') or 0 (no default either). */
-export const cacheTtlOf = (text: string | null | undefined): number | undefined => optionalNumber(text ?? undefined) || undefined;
+export const cacheTtlOf = (text: string | null | undefined): number | undefined =>
+  optionalNumber(text ?? undefined) || undefined;
 
 /** A key's model allow-list from its JSON; one that cannot be read allows nothing rather than everything. */
 export function parseModels(text: string | undefined): readonly string[] | undefined {
@@ -49,8 +51,17 @@ export function parseModels(text: string | undefined): readonly string[] | undef
   return [];
 }
 
-/** The budgets that hold a key's requests, from the directory's fields ('<micros> <period>', '' none): the team's, the key's, its maker's cap. */
-function budgetsOf(keyId: string, team: string | undefined, key: string | undefined, maker: string | undefined, cap: string | undefined): BudgetInForce[] {
+/**
+ * The budgets that hold a key's requests, from the directory's fields ('<micros> <period>', '' none): the team's, the
+ * key's, its maker's cap.
+ */
+function budgetsOf(
+  keyId: string,
+  team: string | undefined,
+  key: string | undefined,
+  maker: string | undefined,
+  cap: string | undefined,
+): BudgetInForce[] {
   const budgets: BudgetInForce[] = [];
   const teamBudget = parseBudgetText(team);
   if (teamBudget) budgets.push({ scope: 'team', ...teamBudget });
@@ -61,8 +72,14 @@ function budgetsOf(keyId: string, team: string | undefined, key: string | undefi
   return budgets;
 }
 
-/** A key's access, 'disabled' (its account is), or undefined (unknown, revoked, its account deleted); expiry is the caller's to check. */
-export async function readKeyAccess(redis: Redis, which: { hash: string } | { keyId: string }): Promise<KeyAccess | 'disabled' | undefined> {
+/**
+ * A key's access, 'disabled' (its account is), or undefined (unknown, revoked, its account deleted); expiry is the
+ * caller's to check.
+ */
+export async function readKeyAccess(
+  redis: Redis,
+  which: { hash: string } | { keyId: string },
+): Promise<KeyAccess | 'disabled' | undefined> {
   const row = await keyAccessScript(redis, {
     hashes: apiKeyHashesKey,
     defaultAccount: accountKey(defaultAccountId),
@@ -76,7 +93,26 @@ export async function readKeyAccess(redis: Redis, which: { hash: string } | { ke
   });
   if (typeof row === 'number') return 'disabled';
   if (!row) return undefined;
-  const [keyId, accountId, limit, rpm, tpm, models, expires, weight, tiers, cacheTtl, cacheMaxTtl, keyBudget, teamBudget, makerCap, accountName, maker, mcpTools, teamMcpTools] = row;
+  const [
+    keyId,
+    accountId,
+    limit,
+    rpm,
+    tpm,
+    models,
+    expires,
+    weight,
+    tiers,
+    cacheTtl,
+    cacheMaxTtl,
+    keyBudget,
+    teamBudget,
+    makerCap,
+    accountName,
+    maker,
+    mcpTools,
+    teamMcpTools,
+  ] = row;
   const budgets = budgetsOf(keyId!, teamBudget, keyBudget, maker, makerCap);
   const optional: Omit<KeyAccess, 'keyId' | 'accountId'> = {
     weight: optionalNumber(weight),
@@ -95,12 +131,19 @@ export async function readKeyAccess(redis: Redis, which: { hash: string } | { ke
   };
   // Unset limits are left out rather than undefined, so an access reads (and compares) as what the key sets.
   const set = Object.entries(optional).filter(([, value]) => value !== undefined);
-  return { keyId: keyId!, accountId: accountId!, ...Object.fromEntries(set), ...(budgets.length > 0 ? { budgets, accountName: accountName ?? '' } : {}) };
+  return {
+    keyId: keyId!,
+    accountId: accountId!,
+    ...Object.fromEntries(set),
+    ...(budgets.length > 0 ? { budgets, accountName: accountName ?? '' } : {}),
+  };
 }
 
 /** What a key may do now, as admitted work reads it at each step. */
 export type AccessNow = { access: KeyAccess } | { refused: AccessRefusal };
-/** Why admitted work of a key stops: the key revoked (or unknown), its account disabled (or deleted), the key expired. */
+/**
+ * Why admitted work of a key stops: the key revoked (or unknown), its account disabled (or deleted), the key expired.
+ */
 export type AccessRefusal = 'revoked' | 'disabled' | 'expired';
 
 /** The longest a worker acts on what it read of a key without reading it again, whatever it heard. */
@@ -108,9 +151,13 @@ export const accessFreshMs = 500;
 
 /** The refusal's words, as the client of a stopped session or a batch's failed request reads them. */
 export function accessRefusalMessage(refusal: AccessRefusal): string {
-  if (refusal === 'disabled') return 'The account this API key belongs to is disabled. Ask an administrator to enable it.';
+  if (refusal === 'disabled')
+    return 'The account this API key belongs to is disabled. Ask an administrator to enable it.';
   if (refusal === 'expired') return 'The API key expired. Create a new key or extend this one.';
-  return 'The API key was revoked. Create keys in the console (/console), with `npm run keys -- create`, or with the admin API.';
+  return (
+    'The API key was revoked. Create keys in the console (/console), with `npm run keys -- create`, or with the ' +
+    'admin API.'
+  );
 }
 
 /** Whether the key may use the model now (an allow-list that names it, or none). */
@@ -120,7 +167,11 @@ export function mayUseModel(access: Pick<KeyAccess, 'models'>, model: string): b
 
 /** The 403 a key limited to other models gets, at the door or at a later step of its work. */
 export function modelNotAllowed(model: string): GatewayError {
-  return new GatewayError(403, `This API key may not use the model \`${model}\`.`, { type: 'invalid_request_error', code: 'model_not_allowed', param: 'model' });
+  return new GatewayError(403, `This API key may not use the model \`${model}\`.`, {
+    type: 'invalid_request_error',
+    code: 'model_not_allowed',
+    param: 'model',
+  });
 }
 
 /**
@@ -172,7 +223,9 @@ export class CurrentAccess {
     this.generation++;
     const accountId = message.startsWith('account:') ? message.slice('account:'.length) : undefined;
     if (accountId === undefined) this.entries.delete(message);
-    else for (const [keyId, entry] of this.entries) if (entry.accountId === accountId || entry.accountId === undefined) this.entries.delete(keyId);
+    else
+      for (const [keyId, entry] of this.entries)
+        if (entry.accountId === accountId || entry.accountId === undefined) this.entries.delete(keyId);
     for (const listener of this.listeners) listener(message);
   }
 

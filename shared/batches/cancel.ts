@@ -10,12 +10,19 @@ import type { BatchStatus } from './types.js';
  * last of them ends the batch (record.ts).
  */
 
-/** Asks a batch to stop: its status after (`canceling`; `ended` already, or at once for one still validating), or undefined for a batch that is gone. */
+/**
+ * Asks a batch to stop: its status after (`canceling`; `ended` already, or at once for one still validating), or
+ * undefined for a batch that is gone.
+ */
 export async function cancelBatch(redis: Redis, batchId: string): Promise<BatchStatus | undefined> {
-  return ((await cancelScript(redis, { batch: batchKey(batchId), nowMs: Date.now() })) ?? undefined) as BatchStatus | undefined;
+  return ((await cancelScript(redis, { batch: batchKey(batchId), nowMs: Date.now() })) ?? undefined) as
+    BatchStatus | undefined;
 }
 
 /** Cancels the batch when its intake died before storing every request (lua/abandoned.lua); true when it did. */
 export async function cancelAbandonedIntake(redis: Redis, batchId: string): Promise<boolean> {
-  return (await abandonedScript(redis, { batch: batchKey(batchId), intake: batchIntakeKey(batchId), nowMs: Date.now() })) === 1;
+  return (
+    (await abandonedScript(redis, { batch: batchKey(batchId), intake: batchIntakeKey(batchId), nowMs: Date.now() })) ===
+    1
+  );
 }

@@ -32,14 +32,23 @@ export async function createBatch(
   if (options.fromValidating) {
     // Started only if still validating (a cancel meanwhile ended it): its dialect's fields stay beside these.
     const pairs = Object.entries(fields).flatMap(([name, value]) => [name, value]);
-    const started = await startValidatedScript(redis, { batch: batchKey(batch.id), intake: batchIntakeKey(batch.id), ttlMs: ttl, intakeMs: options.intakeMs ?? 0, fields: pairs });
+    const started = await startValidatedScript(redis, {
+      batch: batchKey(batch.id),
+      intake: batchIntakeKey(batch.id),
+      ttlMs: ttl,
+      intakeMs: options.intakeMs ?? 0,
+      fields: pairs,
+    });
     if (started !== 1) return false;
   } else {
     const transaction = redis.multi().hset(batchKey(batch.id), fields).pexpire(batchKey(batch.id), ttl);
     if (options.intakeMs !== undefined) transaction.set(batchIntakeKey(batch.id), '1', 'PX', options.intakeMs);
     await transaction.exec();
   }
-  await inOneWrite(redis).zadd(accountBatchesKey(batch.accountId), batch.created, batch.id).zadd(openBatchesKey, batch.expires, batch.id).exec();
+  await inOneWrite(redis)
+    .zadd(accountBatchesKey(batch.accountId), batch.created, batch.id)
+    .zadd(openBatchesKey, batch.expires, batch.id)
+    .exec();
   return true;
 }
 
@@ -48,7 +57,14 @@ export async function createBatch(
  * `ttlMs`, in order: the window lets in only requests stored. `intakeMs`: the intake's lease renewed for that long
  * (see `createBatch`).
  */
-export async function storeBatchEntries(redis: Redis, batchId: string, from: number, entries: readonly string[], ttlMs: number, intakeMs?: number): Promise<void> {
+export async function storeBatchEntries(
+  redis: Redis,
+  batchId: string,
+  from: number,
+  entries: readonly string[],
+  ttlMs: number,
+  intakeMs?: number,
+): Promise<void> {
   const fields: Record<string, string> = {};
   entries.forEach((entry, offset) => (fields[from + offset] = entry));
   const transaction = redis

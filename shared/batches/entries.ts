@@ -32,13 +32,16 @@ function parseEntry(text: string): Partial<BatchEntry & RefusedEntry> | undefine
   }
 }
 
-const asJobEntry = (entry: Partial<BatchEntry & RefusedEntry> | undefined): BatchEntry | undefined => (typeof entry?.queue === 'string' && entry.data?.claim ? (entry as BatchEntry) : undefined);
+const asJobEntry = (entry: Partial<BatchEntry & RefusedEntry> | undefined): BatchEntry | undefined =>
+  typeof entry?.queue === 'string' && entry.data?.claim ? (entry as BatchEntry) : undefined;
 const asRefused = (entry: Partial<BatchEntry & RefusedEntry> | undefined): RefusedEntry['refused'] | undefined => {
   const refused = entry?.refused;
   return typeof refused?.customId === 'string' && typeof refused.result === 'string' ? refused : undefined;
 };
 
-/** An entry read once: the job to queue, or the refused request's result to record (neither: no entry to queue from). */
+/**
+ * An entry read once: the job to queue, or the refused request's result to record (neither: no entry to queue from).
+ */
 export function decodeEntry(text: string): { job?: BatchEntry; refused?: RefusedEntry['refused'] } {
   const parsed = parseEntry(text);
   const refused = asRefused(parsed);

@@ -25,16 +25,36 @@ export type NewBatch = Pick<BatchRecord, 'id' | 'accountId' | 'keyId' | 'created
 
 /** The fields every batch starts with: none of its requests recorded, every one processing. */
 export function openingFields(batch: NewBatch, status: BatchStatus): Record<string, string | number> {
-  return { id: batch.id, account: batch.accountId, key: batch.keyId, created: batch.created, expires: batch.expires, total: batch.total, status, processing: batch.total, succeeded: 0, errored: 0, canceled: 0, expired: 0, cost: 0 };
+  return {
+    id: batch.id,
+    account: batch.accountId,
+    key: batch.keyId,
+    created: batch.created,
+    expires: batch.expires,
+    total: batch.total,
+    status,
+    processing: batch.total,
+    succeeded: 0,
+    errored: 0,
+    canceled: 0,
+    expired: 0,
+    cost: 0,
+  };
 }
 
 /**
  * The fields a batch the engine runs starts with: its opening fields, its window (`window` queued at once, refilled
  * once `refill` of it is free), the models it uses, and whether an intake holds its lease.
  */
-export function runningFields(batch: NewBatch & { models?: readonly string[] }, window: number, refill: number, underIntake: boolean): Record<string, string | number> {
+export function runningFields(
+  batch: NewBatch & { models?: readonly string[] },
+  window: number,
+  refill: number,
+  underIntake: boolean,
+): Record<string, string | number> {
   // Each model once: a batch of 10,000 requests keeps the one to three it uses, not a model per request.
-  const models: Record<string, string> = batch.models === undefined ? {} : { models: JSON.stringify([...new Set(batch.models)].sort()) };
+  const models: Record<string, string> =
+    batch.models === undefined ? {} : { models: JSON.stringify([...new Set(batch.models)].sort()) };
   return {
     ...openingFields(batch, batch.total > 0 ? 'in_progress' : 'ended'),
     next: 0,
@@ -59,8 +79,15 @@ export function batchFromHash(row: Record<string, string>): BatchRecord | undefi
     created: number('created'),
     expires: number('expires'),
     total: number('total'),
-    status: row.status === 'validating' || row.status === 'canceling' || row.status === 'ended' ? row.status : 'in_progress',
-    counts: { processing: Math.max(0, number('processing')), succeeded: number('succeeded'), errored: number('errored'), canceled: number('canceled'), expired: number('expired') },
+    status:
+      row.status === 'validating' || row.status === 'canceling' || row.status === 'ended' ? row.status : 'in_progress',
+    counts: {
+      processing: Math.max(0, number('processing')),
+      succeeded: number('succeeded'),
+      errored: number('errored'),
+      canceled: number('canceled'),
+      expired: number('expired'),
+    },
     costMicros: number('cost'),
     tokens: { input: number('input_tokens'), cached: number('cached_tokens'), output: number('output_tokens') },
     dialect: dialectOf(row.id),

@@ -33,11 +33,33 @@ export { deleteBatch } from './delete.js';
 export { decodeBatchEntry, encodeBatchEntry, entryCustomId, type BatchEntry, type RefusedEntry } from './entries.js';
 export { batchField, openingFields } from './hash.js';
 export { batchRequestJobId, dialectOf, isBatchId, newBatchId, newOpenAIBatchId } from './ids.js';
-export { fillBatchWindow, queueBatchRequests, queueReleased, type BatchQueues, type QueuedRequests } from './queueing.js';
+export {
+  fillBatchWindow,
+  queueBatchRequests,
+  queueReleased,
+  type BatchQueues,
+  type QueuedRequests,
+} from './queueing.js';
 export { listBatches, listScanMost, openBatchCount, readBatch, seesBatch } from './read.js';
 export { cursorText, listEveryBatch, parseCursor, type AllBatchesCursor } from './list-all.js';
 export { batchRequestState, recordBatchResult, recordInBatch } from './record.js';
-export { openAIBatchErrorBody, openAIBatchResult, openAIRecordedResponse, readBatchResults, readResultEntry } from './results.js';
-export { batchOutcomes, type BatchBilled, type BatchDialect, type BatchJob, type BatchOutcome, type BatchRecord, type BatchResult, type BatchStatus, type OpenAIBatchStatus } from './types.js';
+export {
+  openAIBatchErrorBody,
+  openAIBatchResult,
+  openAIRecordedResponse,
+  readBatchResults,
+  readResultEntry,
+} from './results.js';
+export {
+  batchOutcomes,
+  type BatchBilled,
+  type BatchDialect,
+  type BatchJob,
+  type BatchOutcome,
+  type BatchRecord,
+  type BatchResult,
+  type BatchStatus,
+  type OpenAIBatchStatus,
+} from './types.js';
 export { batchView } from './view.js';
 export { pendingEntries, queuedIndices, releasedCount, releaseBatchRequests, type ReleasedRequest } from './window.js';

@@ -25,9 +25,12 @@ export function parseCursor(text: string): AllBatchesCursor | undefined {
 }
 
 /** Whether a listed batch (`created`, `id`) comes after the cursor, newest first. */
-const isAfter = (created: number, id: string, cursor: AllBatchesCursor | undefined) => !cursor || created < cursor.created || (created === cursor.created && id < cursor.id);
+const isAfter = (created: number, id: string, cursor: AllBatchesCursor | undefined) =>
+  !cursor || created < cursor.created || (created === cursor.created && id < cursor.id);
 
-/** The most rounds one page reads while batches gone from Redis (deleted, or past their results' time) leave it short. */
+/**
+ * The most rounds one page reads while batches gone from Redis (deleted, or past their results' time) leave it short.
+ */
 const roundsMost = 20;
 
 /**
@@ -35,11 +38,19 @@ const roundsMost = 20;
  * after it (undefined when there is none). Gone batches are dropped from their account's list as they are met, as
  * `listBatches` drops them.
  */
-export async function listEveryBatch(redis: Redis, accountIds: readonly string[], page: { limit: number; cursor?: AllBatchesCursor }): Promise<{ batches: BatchRecord[]; next: AllBatchesCursor | undefined }> {
+export async function listEveryBatch(
+  redis: Redis,
+  accountIds: readonly string[],
+  page: { limit: number; cursor?: AllBatchesCursor },
+): Promise<{ batches: BatchRecord[]; next: AllBatchesCursor | undefined }> {
   const found: BatchRecord[] = [];
   let cursor = page.cursor;
   let exhausted = false;
-  for (let round = 0; round < roundsMost && found.length <= page.limit && !exhausted && accountIds.length > 0; round++) {
+  for (
+    let round = 0;
+    round < roundsMost && found.length <= page.limit && !exhausted && accountIds.length > 0;
+    round++
+  ) {
     const want = page.limit + 1 - found.length;
     // Batches made in the cursor's very millisecond may sit before it in an account's list: read past them too.
     let ties: number[] = accountIds.map(() => 0);
@@ -52,7 +63,17 @@ export async function listEveryBatch(redis: Redis, accountIds: readonly string[]
       });
     }
     const reading = inOneWrite(redis);
-    accountIds.forEach((account, i) => reading.zrevrangebyscore(accountBatchesKey(account), cursor ? cursor.created : '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, want + ties[i]!));
+    accountIds.forEach((account, i) =>
+      reading.zrevrangebyscore(
+        accountBatchesKey(account),
+        cursor ? cursor.created : '+inf',
+        '-inf',
+        'WITHSCORES',
+        'LIMIT',
+        0,
+        want + ties[i]!,
+      ),
+    );
     const lists = ((await reading.exec()) ?? []).map(([error, flat]) => {
       if (error) throw error;
       return flat as string[];
@@ -97,6 +118,7 @@ export async function listEveryBatch(redis: Redis, accountIds: readonly string[]
     const last = batches.at(-1)!;
     return { batches, next: { created: last.created, id: last.id } };
   }
-  // Short of a page: the lists read through, or the rounds ran out among gone batches (the next page reads on from there).
+  // Short of a page: the lists read through, or the rounds ran out among gone batches (the next page reads on from
+  // there).
   return { batches, next: exhausted ? undefined : cursor };
 }

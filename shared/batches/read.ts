@@ -48,7 +48,8 @@ export async function listBatches(
   allowedModels?: readonly string[] | ((batch: BatchRecord) => boolean),
 ): Promise<{ batches: BatchRecord[]; hasMore: boolean }> {
   // The key's models (`seesBatch`), or a rule of the caller's (api/files/key-scope.ts: whose batches a key sees).
-  const sees = typeof allowedModels === 'function' ? allowedModels : (batch: BatchRecord) => seesBatch(allowedModels, batch);
+  const sees =
+    typeof allowedModels === 'function' ? allowedModels : (batch: BatchRecord) => seesBatch(allowedModels, batch);
   const key = accountBatchesKey(accountId);
   // Newest first, as Anthropic lists them: `after_id` pages toward older batches, `before_id` toward newer ones.
   const [[, total], [, after], [, before]] = (await inOneWrite(redis)
@@ -57,7 +58,8 @@ export async function listBatches(
     .zrevrank(key, page.beforeId ?? '')
     .exec()) as [[unknown, number], [unknown, number | null], [unknown, number | null]];
   const backward = page.beforeId !== undefined;
-  // The ranks still to read, nearest the cursor first; a cursor that is not (or no longer) listed has nothing beyond it.
+  // The ranks still to read, nearest the cursor first; a cursor that is not (or no longer) listed has nothing beyond
+  // it.
   let next = backward ? (before ?? 0) - 1 : page.afterId === undefined ? 0 : after === null ? total : after + 1;
   const left = () => (backward ? next + 1 : total - next);
   const found: BatchRecord[] = [];
@@ -67,7 +69,9 @@ export async function listBatches(
   let chunk = page.limit + 1;
   while (found.length <= page.limit && left() > 0 && scanned < listScanMost) {
     const size = Math.min(chunk, left(), listScanMost - scanned);
-    const ids = backward ? (await redis.zrevrange(key, next - size + 1, next)).reverse() : await redis.zrevrange(key, next, next + size - 1);
+    const ids = backward
+      ? (await redis.zrevrange(key, next - size + 1, next)).reverse()
+      : await redis.zrevrange(key, next, next + size - 1);
     next += backward ? -size : size;
     scanned += size;
     // A list that shrank under the read (a batch deleted meanwhile) has nothing more in this direction to trust.
@@ -81,7 +85,14 @@ export async function listBatches(
     });
     gone.push(...ids.filter((_, i) => !records[i]));
     // A dialect's list holds its own batches only (the console's, both): the others are passed as unseen ones are.
-    for (const record of records) if (record && found.length <= page.limit && sees(record) && (page.dialect === undefined || record.dialect === page.dialect)) found.push(record);
+    for (const record of records)
+      if (
+        record &&
+        found.length <= page.limit &&
+        sees(record) &&
+        (page.dialect === undefined || record.dialect === page.dialect)
+      )
+        found.push(record);
     // Many the key may not see: read further in larger steps.
     chunk = Math.min(listChunkMost, chunk * 2);
   }
@@ -99,6 +110,6 @@ export async function openBatchCount(redis: Redis, accountId: string, since = 0)
   const read = inOneWrite(redis);
   for (const id of ids) read.hget(batchKey(id), batchField.status);
   const statuses = ((await read.exec()) ?? []).map(([, status]) => status as string | null);
-  return statuses.filter((status) => status === 'validating' || status === 'in_progress' || status === 'canceling').length;
+  return statuses.filter((status) => status === 'validating' || status === 'in_progress' || status === 'canceling')
+    .length;
 }
-

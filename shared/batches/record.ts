@@ -15,9 +15,19 @@ import type { BatchBilled, BatchOutcome, BatchResult, BatchStatus } from './type
  * intake.
  */
 
-/** Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded already. One round trip. */
-export async function batchRequestState(redis: Redis, batchId: string, index: number): Promise<{ status: BatchStatus | undefined; recorded: boolean }> {
-  const [[, status], [, recorded]] = (await inOneWrite(redis).hget(batchKey(batchId), batchField.status).hexists(batchDoneKey(batchId), String(index)).exec()) as [[unknown, string | null], [unknown, number]];
+/**
+ * Where a worker stands with a batch's request: its batch's status (undefined: gone), and whether it is recorded
+ * already. One round trip.
+ */
+export async function batchRequestState(
+  redis: Redis,
+  batchId: string,
+  index: number,
+): Promise<{ status: BatchStatus | undefined; recorded: boolean }> {
+  const [[, status], [, recorded]] = (await inOneWrite(redis)
+    .hget(batchKey(batchId), batchField.status)
+    .hexists(batchDoneKey(batchId), String(index))
+    .exec()) as [[unknown, string | null], [unknown, number]];
   return { status: (status ?? undefined) as BatchStatus | undefined, recorded: recorded === 1 };
 }
 
@@ -25,7 +35,15 @@ export async function batchRequestState(redis: Redis, batchId: string, index: nu
  * Records a request's result once (lua/record.lua); resolves to whether this call recorded it. `result` may be its
  * JSON already (a message as the worker has it, not parsed to be written again). `billed`: what it was billed.
  */
-export async function recordBatchResult(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, billed: number | BatchBilled = 0): Promise<'recorded' | 'already' | 'gone'> {
+export async function recordBatchResult(
+  redis: Redis,
+  batchId: string,
+  index: number,
+  customId: string,
+  result: BatchResult | { type: BatchOutcome; json: string },
+  keepMs: number,
+  billed: number | BatchBilled = 0,
+): Promise<'recorded' | 'already' | 'gone'> {
   return (await recordInBatch(redis, batchId, index, customId, result, keepMs, billed)).state;
 }
 
@@ -33,7 +51,15 @@ export async function recordBatchResult(redis: Redis, batchId: string, index: nu
  * As `recordBatchResult`, and whether the batch's window now wants refilling (the caller asks the apis to) and
  * whether this result ended the batch. `billed`: its cost (µ$), or its cost and the tokens it was billed for.
  */
-export async function recordInBatch(redis: Redis, batchId: string, index: number, customId: string, result: BatchResult | { type: BatchOutcome; json: string }, keepMs: number, billed: number | BatchBilled = 0): Promise<{ state: 'recorded' | 'already' | 'gone'; refill: boolean; ended: boolean }> {
+export async function recordInBatch(
+  redis: Redis,
+  batchId: string,
+  index: number,
+  customId: string,
+  result: BatchResult | { type: BatchOutcome; json: string },
+  keepMs: number,
+  billed: number | BatchBilled = 0,
+): Promise<{ state: 'recorded' | 'already' | 'gone'; refill: boolean; ended: boolean }> {
   const line = 'json' in result ? result.json : JSON.stringify(result);
   const bill: BatchBilled = typeof billed === 'number' ? { costMicros: billed } : billed;
   const whole = (value: number | undefined) => Math.max(0, Math.round(value ?? 0));

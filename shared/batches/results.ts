@@ -21,7 +21,12 @@ export function readResultEntry(fields: readonly string[]): { customId: string; 
 }
 
 /** Up to `count` result lines after the stream entry `after` ('0' from the start), and the last entry read. */
-export async function readBatchResults(redis: Redis, batchId: string, after: string, count: number): Promise<{ lines: string[]; last: string | undefined }> {
+export async function readBatchResults(
+  redis: Redis,
+  batchId: string,
+  after: string,
+  count: number,
+): Promise<{ lines: string[]; last: string | undefined }> {
   const entries = await redis.xrange(batchResultsKey(batchId), after === '0' ? '-' : `(${after}`, '+', 'COUNT', count);
   const lines = entries.map(([, fields]) => {
     const { customId, result = 'null' } = readResultEntry(fields);
@@ -40,7 +45,12 @@ const openAIResultHead = (outcome: 'succeeded' | 'errored') => `{"type":"${outco
  * written again). api/batches/openai-finalize.ts copies the `response` into the output or error file
  * (`openAIRecordedResponse`).
  */
-export function openAIBatchResult(outcome: 'succeeded' | 'errored', status: number, requestId: string | null, bodyJson: string): string {
+export function openAIBatchResult(
+  outcome: 'succeeded' | 'errored',
+  status: number,
+  requestId: string | null,
+  bodyJson: string,
+): string {
   return `${openAIResultHead(outcome)}{"status_code":${status},"request_id":${JSON.stringify(requestId)},"body":${bodyJson}}}`;
 }
 
@@ -48,7 +58,9 @@ export function openAIBatchResult(outcome: 'succeeded' | 'errored', status: numb
  * An OpenAI batch's recorded result read back: its outcome and its `response`'s JSON as written
  * (`openAIBatchResult`); undefined for one its endpoint never answered (canceled, expired, lost on the way).
  */
-export function openAIRecordedResponse(result: string): { outcome: 'succeeded' | 'errored'; response: string } | undefined {
+export function openAIRecordedResponse(
+  result: string,
+): { outcome: 'succeeded' | 'errored'; response: string } | undefined {
   for (const outcome of ['succeeded', 'errored'] as const) {
     const head = openAIResultHead(outcome);
     if (result.startsWith(head)) return { outcome, response: result.slice(head.length, -1) };
@@ -56,8 +68,15 @@ export function openAIRecordedResponse(result: string): { outcome: 'succeeded' |
   return undefined;
 }
 
-/** An error as the body of an OpenAI batch's failed line: its endpoint's own error body (Anthropic's on `/v1/messages`, OpenAI's elsewhere). */
-export function openAIBatchErrorBody(error: { status: number; message: string; type: string; code: string | null; param: string | null }, endpoint: string): string {
-  if (endpoint === 'messages') return JSON.stringify({ type: 'error', error: { type: anthropicErrorType(error.status), message: error.message } });
+/**
+ * An error as the body of an OpenAI batch's failed line: its endpoint's own error body (Anthropic's on `/v1/messages`,
+ * OpenAI's elsewhere).
+ */
+export function openAIBatchErrorBody(
+  error: { status: number; message: string; type: string; code: string | null; param: string | null },
+  endpoint: string,
+): string {
+  if (endpoint === 'messages')
+    return JSON.stringify({ type: 'error', error: { type: anthropicErrorType(error.status), message: error.message } });
   return JSON.stringify({ error: { message: error.message, type: error.type, param: error.param, code: error.code } });
 }

@@ -7,16 +7,57 @@ import { as, luaFiles, redisScript } from '../redis-script.js';
 const files = (name: string) => luaFiles(import.meta.url, name);
 
 /** Records a request's result once, moves the counts, ends the batch or asks for a refill: `recordInBatch()`. */
-export const recordScript = redisScript({ name: 'batch_record', files: files('record'), keys: ['batch', 'done', 'results', 'pending', 'queued'], args: ['index', 'outcome', 'customId', 'result', 'nowMs', 'keepMs', 'costMicros', 'inputTokens', 'cachedTokens', 'outputTokens'], reply: as<[state: number, refill?: number]>() });
+export const recordScript = redisScript({
+  name: 'batch_record',
+  files: files('record'),
+  keys: ['batch', 'done', 'results', 'pending', 'queued'],
+  args: [
+    'index',
+    'outcome',
+    'customId',
+    'result',
+    'nowMs',
+    'keepMs',
+    'costMicros',
+    'inputTokens',
+    'cachedTokens',
+    'outputTokens',
+  ],
+  reply: as<[state: number, refill?: number]>(),
+});
 
 /** Lets the batch's next requests into its window: `releaseBatchRequests()`. */
-export const releaseScript = redisScript({ name: 'batch_release', files: files('release'), keys: ['batch', 'pending', 'queued'], args: ['nowMs'], reply: as<Array<number | string>>() });
+export const releaseScript = redisScript({
+  name: 'batch_release',
+  files: files('release'),
+  keys: ['batch', 'pending', 'queued'],
+  args: ['nowMs'],
+  reply: as<Array<number | string>>(),
+});
 
 /** Marks a cancel asked (ends at once a batch still validating): `cancelBatch()`. */
-export const cancelScript = redisScript({ name: 'batch_cancel', files: files('cancel'), keys: ['batch'], args: ['nowMs'], reply: as<string | null>() });
+export const cancelScript = redisScript({
+  name: 'batch_cancel',
+  files: files('cancel'),
+  keys: ['batch'],
+  args: ['nowMs'],
+  reply: as<string | null>(),
+});
 
 /** Starts on the engine a batch that was validating, unless a cancel ended it meanwhile: `createBatch()`. */
-export const startValidatedScript = redisScript({ name: 'batch_start_validated', files: files('start-validated'), keys: ['batch', 'intake'], args: ['ttlMs', 'intakeMs', 'fields'], reply: as<number>() });
+export const startValidatedScript = redisScript({
+  name: 'batch_start_validated',
+  files: files('start-validated'),
+  keys: ['batch', 'intake'],
+  args: ['ttlMs', 'intakeMs', 'fields'],
+  reply: as<number>(),
+});
 
 /** Cancels a batch whose intake died before storing every request: `cancelAbandonedIntake()`. */
-export const abandonedScript = redisScript({ name: 'batch_abandoned', files: files('abandoned'), keys: ['batch', 'intake'], args: ['nowMs'], reply: as<number>() });
+export const abandonedScript = redisScript({
+  name: 'batch_abandoned',
+  files: files('abandoned'),
+  keys: ['batch', 'intake'],
+  args: ['nowMs'],
+  reply: as<number>(),
+});

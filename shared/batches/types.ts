@@ -8,12 +8,15 @@
 // A type only (erased when compiled): nothing is imported at run time.
 import type { BudgetInForce } from '../money/budgets.js';
 
-/** `validating`: an OpenAI batch whose input file is being read; the engine has not started it (nothing is released). */
+/**
+ * `validating`: an OpenAI batch whose input file is being read; the engine has not started it (nothing is released).
+ */
 export type BatchStatus = 'validating' | 'in_progress' | 'canceling' | 'ended';
 /** Which API a batch was made with: Anthropic's (`msgbatch_…`) or OpenAI's (`batch_…`). */
 export type BatchDialect = 'anthropic' | 'openai';
 /** OpenAI's statuses of a batch made with `POST /v1/batches` (api/batches/openai-record.ts reads it off the record). */
-export type OpenAIBatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
+export type OpenAIBatchStatus =
+  'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
 
 export type BatchOutcome = 'succeeded' | 'errored' | 'canceled' | 'expired';
 export const batchOutcomes: readonly BatchOutcome[] = ['succeeded', 'errored', 'canceled', 'expired'];
@@ -63,7 +66,10 @@ export interface BatchJob {
    * worst case, and its key's spending limit and budgets as they were when the batch was made.
    */
   reserve: { micros: number; tokens: number; keyLimitMicros?: number; budgets?: readonly BudgetInForce[] };
-  /** The batch's API, which says how its results are written: absent for Anthropic's (jobs queued before OpenAI's existed too). */
+  /**
+   * The batch's API, which says how its results are written: absent for Anthropic's (jobs queued before OpenAI's
+   * existed too).
+   */
   dialect?: 'openai';
 }
 

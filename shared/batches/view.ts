@@ -8,7 +8,13 @@ export function batchView(batch: BatchRecord, resultsUrl: string): Record<string
     type: 'message_batch',
     // Never validating (only OpenAI's batches are, and Anthropic's paths do not serve them).
     processing_status: batch.status === 'validating' ? 'in_progress' : batch.status,
-    request_counts: { processing: batch.counts.processing, succeeded: batch.counts.succeeded, errored: batch.counts.errored, canceled: batch.counts.canceled, expired: batch.counts.expired },
+    request_counts: {
+      processing: batch.counts.processing,
+      succeeded: batch.counts.succeeded,
+      errored: batch.counts.errored,
+      canceled: batch.counts.canceled,
+      expired: batch.counts.expired,
+    },
     ended_at: time(batch.endedAt),
     created_at: time(batch.created),
     expires_at: time(batch.expires),

@@ -17,15 +17,26 @@ export interface ReleasedRequest {
 
 /** Fills a batch's window: the requests now to be queued (none once it is canceled, expired or all out). */
 export async function releaseBatchRequests(redis: Redis, batchId: string): Promise<ReleasedRequest[]> {
-  const flat = await releaseScript(redis, { batch: batchKey(batchId), pending: batchPendingKey(batchId), queued: batchQueuedKey(batchId), nowMs: Date.now() });
+  const flat = await releaseScript(redis, {
+    batch: batchKey(batchId),
+    pending: batchPendingKey(batchId),
+    queued: batchQueuedKey(batchId),
+    nowMs: Date.now(),
+  });
   const out: ReleasedRequest[] = [];
   for (let i = 0; i + 1 < flat.length; i += 2) out.push({ index: Number(flat[i]), entry: String(flat[i + 1]) });
   return out;
 }
 
 /** The requests of a batch queued (released) and not yet recorded, queued before `before` (epoch ms). */
-export async function queuedIndices(redis: Redis, batchId: string, before = Number.POSITIVE_INFINITY): Promise<number[]> {
-  return (await redis.zrangebyscore(batchQueuedKey(batchId), '-inf', Number.isFinite(before) ? `(${before}` : '+inf')).map(Number).sort((a, b) => a - b);
+export async function queuedIndices(
+  redis: Redis,
+  batchId: string,
+  before = Number.POSITIVE_INFINITY,
+): Promise<number[]> {
+  return (await redis.zrangebyscore(batchQueuedKey(batchId), '-inf', Number.isFinite(before) ? `(${before}` : '+inf'))
+    .map(Number)
+    .sort((a, b) => a - b);
 }
 
 /** How far the batch's window has reached: its requests from this index on were never queued. */

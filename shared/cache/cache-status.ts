@@ -28,7 +28,9 @@ export function hitStatus(ttlS: number): string {
   ]);
 }
 
-/** A request served the answer of an identical request's vendor call (its leader's): `Switchyard; fwd=miss; collapsed`. */
+/**
+ * A request served the answer of an identical request's vendor call (its leader's): `Switchyard; fwd=miss; collapsed`.
+ */
 export const collapsedStatus = cacheStatus([
   ['fwd', new Token('miss')],
   ['collapsed', true],

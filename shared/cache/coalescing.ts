@@ -28,17 +28,43 @@ export interface LeadOutcome {
 }
 
 /** Claims the lead of a request for a job (resolves to '') or names the job that holds it (`leadHolder`'s value). */
-export async function claimLead(redis: Redis, accountId: string, hash: string, holder: string, ttlMs: number): Promise<string> {
+export async function claimLead(
+  redis: Redis,
+  accountId: string,
+  hash: string,
+  holder: string,
+  ttlMs: number,
+): Promise<string> {
   return claimLeadScript(redis, { lead: cacheLeadKey(accountId, hash), holder, ttlMs: Math.max(1, ttlMs) });
 }
 
 /** A leading job ended (or was never queued): its lead mark goes, and its followers hear how it ended. */
-export async function announceOutcome(redis: Redis, accountId: string, hash: string, jobId: string, status: LeadOutcome['status'], costMicros?: number): Promise<void> {
-  const outcome: LeadOutcome = { account: accountId, hash, job: jobId, status, ...(costMicros !== undefined ? { cost: costMicros } : {}) };
-  await announceOutcomeScript(redis, { lead: cacheLeadKey(accountId, hash), jobId, channel: cacheOutcomesChannel, outcome: JSON.stringify(outcome) });
+export async function announceOutcome(
+  redis: Redis,
+  accountId: string,
+  hash: string,
+  jobId: string,
+  status: LeadOutcome['status'],
+  costMicros?: number,
+): Promise<void> {
+  const outcome: LeadOutcome = {
+    account: accountId,
+    hash,
+    job: jobId,
+    status,
+    ...(costMicros !== undefined ? { cost: costMicros } : {}),
+  };
+  await announceOutcomeScript(redis, {
+    lead: cacheLeadKey(accountId, hash),
+    jobId,
+    channel: cacheOutcomesChannel,
+    outcome: JSON.stringify(outcome),
+  });
 }
 
-/** The name a leader's answer is kept under for its followers alone, when it is not to be served later (`max-age=0`). */
+/**
+ * The name a leader's answer is kept under for its followers alone, when it is not to be served later (`max-age=0`).
+ */
 export function followersEntryName(hash: string, jobId: string): string {
   return `${hash}.${jobId}`;
 }
@@ -68,6 +94,8 @@ export function streamForm(request: EndpointRequest, stream: boolean): string | 
   // audio): an identical request waits for the answer to be stored, and is answered from it.
   if (request.endpoint === 'audio.speech') return request.payload.stream_format === 'sse' ? 'events' : undefined;
   if (request.endpoint !== 'chat.completions' && request.endpoint !== 'completions') return 'events';
-  const usage = (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options?.include_usage === true;
+  const usage =
+    (request.payload as { stream_options?: { include_usage?: boolean | null } | null }).stream_options
+      ?.include_usage === true;
   return usage ? 'chunks+usage' : 'chunks';
 }

@@ -17,7 +17,10 @@ export interface StoredEvent {
 export interface CacheableAnswer {
   /** The body a client that asked for no stream gets. */
   body: string;
-  /** The stream's events, without the usage chunk and the `[DONE]` trailer of OpenAI's streams (absent: no stream form, embeddings). */
+  /**
+   * The stream's events, without the usage chunk and the `[DONE]` trailer of OpenAI's streams (absent: no stream form,
+   * embeddings).
+   */
   events?: StoredEvent[];
   /** OpenAI's usage chunk, sent to a client that asked `stream_options.include_usage`. */
   usage?: string;
@@ -43,7 +46,10 @@ export interface CacheEntry extends CacheableAnswer {
 /** What the job of a request that opted in carries (`GatewayJobData.cache`). */
 export interface JobCachePlan {
   hash: string;
-  /** Milliseconds the answer is kept; 0: not stored for later requests (`max-age=0`: its call is only shared while it runs). */
+  /**
+   * Milliseconds the answer is kept; 0: not stored for later requests (`max-age=0`: its call is only shared while it
+   * runs).
+   */
   ttlMs: number;
   /**
    * Its job leads: it holds the request's lead mark, identical requests follow it, and it tells them how it ended.

@@ -28,7 +28,22 @@
 export { readCacheControl, type CacheDirective } from './cache-control.js';
 export { collapsedStatus, forwardedStatus, hitStatus } from './cache-status.js';
 export { cachedEndpoints } from './cached-endpoints.js';
-export { announceOutcome, claimLead, followersEntryName, leadHolder, readLeadHolder, streamForm, type LeadOutcome } from './coalescing.js';
-export { decodeEntry, encodeEntry, type CacheableAnswer, type CacheEntry, type JobCachePlan, type StoredEvent } from './entry.js';
+export {
+  announceOutcome,
+  claimLead,
+  followersEntryName,
+  leadHolder,
+  readLeadHolder,
+  streamForm,
+  type LeadOutcome,
+} from './coalescing.js';
+export {
+  decodeEntry,
+  encodeEntry,
+  type CacheableAnswer,
+  type CacheEntry,
+  type JobCachePlan,
+  type StoredEvent,
+} from './entry.js';
 export { canonicalJson, hashable, requestHash } from './request-hash.js';
 export { accountsWithEntries, purgeEntries, readEntry, storeEntry, type StoreLimits } from './store.js';

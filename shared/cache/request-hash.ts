@@ -14,12 +14,29 @@ import type { Endpoint, EndpointRequest } from '../endpoints.js';
  */
 const geminiEndpoints: ReadonlySet<Endpoint> = new Set(['gemini.generate', 'gemini.embed', 'gemini.batch_embed']);
 
-/** The endpoints whose requests carry uploads: an upload is in a request's hash by its bytes' digest, not its stored name. */
-const uploadEndpoints: ReadonlySet<Endpoint> = new Set(['images.edits', 'images.variations', 'audio.transcriptions', 'audio.translations']);
+/**
+ * The endpoints whose requests carry uploads: an upload is in a request's hash by its bytes' digest, not its stored
+ * name.
+ */
+const uploadEndpoints: ReadonlySet<Endpoint> = new Set([
+  'images.edits',
+  'images.variations',
+  'audio.transcriptions',
+  'audio.translations',
+]);
 
 /** Fields that do not change an answer: left out of a request's hash, so requests that differ only there share one. */
 const answerNeutral: Readonly<Record<string, ReadonlySet<string>>> = {
-  'chat.completions': new Set(['stream', 'stream_options', 'user', 'service_tier', 'metadata', 'store', 'safety_identifier', 'prompt_cache_key']),
+  'chat.completions': new Set([
+    'stream',
+    'stream_options',
+    'user',
+    'service_tier',
+    'metadata',
+    'store',
+    'safety_identifier',
+    'prompt_cache_key',
+  ]),
   completions: new Set(['stream', 'stream_options', 'user', 'service_tier']),
   embeddings: new Set(['user']),
   messages: new Set(['stream', 'metadata', 'service_tier']),
@@ -52,10 +69,13 @@ export function hashable(request: EndpointRequest): boolean {
   }
 }
 
-/** JSON with every object's keys in order: two requests that differ only in key order or spacing write the same text. */
+/**
+ * JSON with every object's keys in order: two requests that differ only in key order or spacing write the same text.
+ */
 export function canonicalJson(value: unknown): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null';
-  if (Array.isArray(value)) return `[${value.map((item) => canonicalJson(item === undefined ? null : item)).join(',')}]`;
+  if (Array.isArray(value))
+    return `[${value.map((item) => canonicalJson(item === undefined ? null : item)).join(',')}]`;
   const record = value as Record<string, unknown>;
   const keys = Object.keys(record)
     .filter((key) => record[key] !== undefined)
@@ -77,15 +97,28 @@ export function requestHash(request: EndpointRequest, modelId: string): string {
   };
   const form =
     request.endpoint === 'messages'
-      ? { ...kept(request.payload.anthropic as unknown as Record<string, unknown>), [betasField]: betaSet(request.payload.betas) }
+      ? {
+          ...kept(request.payload.anthropic as unknown as Record<string, unknown>),
+          [betasField]: betaSet(request.payload.betas),
+        }
       : request.endpoint === 'responses'
-        ? { chat: kept(request.payload.chat as unknown as Record<string, unknown>), shell: kept(request.payload.shell as unknown as Record<string, unknown>) }
+        ? {
+            chat: kept(request.payload.chat as unknown as Record<string, unknown>),
+            shell: kept(request.payload.shell as unknown as Record<string, unknown>),
+          }
         : geminiEndpoints.has(request.endpoint)
           ? kept((request.payload as { gemini: Record<string, unknown> }).gemini)
-        : uploadEndpoints.has(request.endpoint)
-          ? Object.fromEntries(Object.entries(kept(request.payload as Record<string, unknown>)).map(([key, value]) => [key, uploadContent(value)]))
-          : kept(request.payload as Record<string, unknown>);
-  return createHash('sha256').update(`${request.endpoint}\n${modelId}\n${canonicalJson(form)}`).digest('hex');
+          : uploadEndpoints.has(request.endpoint)
+            ? Object.fromEntries(
+                Object.entries(kept(request.payload as Record<string, unknown>)).map(([key, value]) => [
+                  key,
+                  uploadContent(value),
+                ]),
+              )
+            : kept(request.payload as Record<string, unknown>);
+  return createHash('sha256')
+    .update(`${request.endpoint}\n${modelId}\n${canonicalJson(form)}`)
+    .digest('hex');
 }
 
 /**
@@ -96,6 +129,13 @@ const betasField = ' anthropic-beta';
 
 /** The flags as a set: their order and spacing in the header change nothing; their spelling is kept as sent. */
 function betaSet(header: string | undefined): string[] | undefined {
-  const flags = [...new Set((header ?? '').split(',').map((flag) => flag.trim()).filter((flag) => flag !== ''))].sort();
+  const flags = [
+    ...new Set(
+      (header ?? '')
+        .split(',')
+        .map((flag) => flag.trim())
+        .filter((flag) => flag !== ''),
+    ),
+  ].sort();
   return flags.length > 0 ? flags : undefined;
 }

@@ -1,5 +1,12 @@
 import type { Redis } from 'ioredis';
-import { cacheBytesKey, cacheEntryKey, cacheIndexKey, cacheLeadKey, cacheMetaKey, cacheOutcomesChannel } from '../redis-keys.js';
+import {
+  cacheBytesKey,
+  cacheEntryKey,
+  cacheIndexKey,
+  cacheLeadKey,
+  cacheMetaKey,
+  cacheOutcomesChannel,
+} from '../redis-keys.js';
 import type { LeadOutcome } from './coalescing.js';
 import { decodeEntry, encodeEntry, type CacheEntry } from './entry.js';
 import { storeEntryScript } from './scripts.js';
@@ -22,14 +29,30 @@ export interface StoreLimits {
  * leads the request (`leader`), its lead mark is dropped and its followers told it is stored in the same script (the
  * mark shares the entries' hash tag): one round trip, not two.
  */
-export async function storeEntry(redis: Redis, accountId: string, keyId: string, hash: string, entry: CacheEntry, limits: StoreLimits, keepMs = 0, leader?: { jobId: string; name?: string }): Promise<number> {
+export async function storeEntry(
+  redis: Redis,
+  accountId: string,
+  keyId: string,
+  hash: string,
+  entry: CacheEntry,
+  limits: StoreLimits,
+  keepMs = 0,
+  leader?: { jobId: string; name?: string },
+): Promise<number> {
   const stored = await encodeEntry(entry);
   if (stored.length > limits.maxEntryBytes) return 0;
   const ttlMs = Math.max(1, entry.expires - Date.now(), keepMs);
   // An answer kept only for its followers is stored under a name of its own: the request's entry, which others may
   // have stored fresh, is left as it was.
   const name = leader?.name ?? hash;
-  const outcome: LeadOutcome = { account: accountId, hash, status: 'stored', cost: entry.costMicros, ...(leader ? { job: leader.jobId } : {}), ...(name !== hash ? { entry: name } : {}) };
+  const outcome: LeadOutcome = {
+    account: accountId,
+    hash,
+    status: 'stored',
+    cost: entry.costMicros,
+    ...(leader ? { job: leader.jobId } : {}),
+    ...(name !== hash ? { entry: name } : {}),
+  };
   await storeEntryScript(redis, {
     entry: cacheEntryKey(accountId, name),
     index: cacheIndexKey(accountId),
@@ -60,14 +83,26 @@ export async function readEntry(redis: Redis, accountId: string, hash: string): 
  * Removes an account's entries, all or those of one key or one model; resolves to how many went. The index names
  * every live entry with its key and model, so a purge reads the account's index only.
  */
-export async function purgeEntries(redis: Redis, accountId: string, filter: { keyId?: string; model?: string } = {}): Promise<number> {
+export async function purgeEntries(
+  redis: Redis,
+  accountId: string,
+  filter: { keyId?: string; model?: string } = {},
+): Promise<number> {
   const meta = await redis.hgetall(cacheMetaKey(accountId));
   let removed = 0;
   const batch = redis.multi();
   for (const [hash, value] of Object.entries(meta)) {
     const [size = '0', keyId, model] = value.split(' ');
-    if ((filter.keyId !== undefined && keyId !== filter.keyId) || (filter.model !== undefined && model !== filter.model)) continue;
-    batch.del(cacheEntryKey(accountId, hash)).hdel(cacheMetaKey(accountId), hash).zrem(cacheIndexKey(accountId), hash).decrby(cacheBytesKey(accountId), Number(size));
+    if (
+      (filter.keyId !== undefined && keyId !== filter.keyId) ||
+      (filter.model !== undefined && model !== filter.model)
+    )
+      continue;
+    batch
+      .del(cacheEntryKey(accountId, hash))
+      .hdel(cacheMetaKey(accountId), hash)
+      .zrem(cacheIndexKey(accountId), hash)
+      .decrby(cacheBytesKey(accountId), Number(size));
     removed += 1;
   }
   if (removed > 0) await batch.exec();

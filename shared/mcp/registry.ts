@@ -52,7 +52,10 @@ export class McpRegistry {
     return this.byName.get(name);
   }
 
-  /** Told each time the servers change (not at the first read), with what changed; answers a function that stops telling. */
+  /**
+   * Told each time the servers change (not at the first read), with what changed; answers a function that stops
+   * telling.
+   */
   onChange(listener: (change: McpServersChange) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
@@ -71,7 +74,8 @@ export class McpRegistry {
             failing = false;
           },
           (error: unknown) => {
-            if (!failing) this.deps.log.warn({ err: error }, 'could not read the MCP servers again; still serving those read last');
+            if (!failing)
+              this.deps.log.warn({ err: error }, 'could not read the MCP servers again; still serving those read last');
             failing = true;
           },
         )
@@ -111,7 +115,11 @@ export class McpRegistry {
     const added = await this.deps.added();
     const taken = new Set(this.deps.file.map((server) => server.name));
     const shadowed = added.filter((server) => taken.has(server.name));
-    if (shadowed.length > 0) this.deps.log.warn({ servers: shadowed.map((server) => server.name) }, 'MCP servers added by an admin share a name with the file\'s: the file\'s are served');
+    if (shadowed.length > 0)
+      this.deps.log.warn(
+        { servers: shadowed.map((server) => server.name) },
+        "MCP servers added by an admin share a name with the file's: the file's are served",
+      );
     const servers = [...this.deps.file, ...added.filter((server) => !taken.has(server.name))];
     this.version = version;
     const fingerprint = JSON.stringify(servers);
@@ -125,7 +133,9 @@ export class McpRegistry {
     const change: McpServersChange = {
       servers,
       added: servers.filter((server) => !was.has(server.name)),
-      changed: servers.filter((server) => was.has(server.name) && JSON.stringify(was.get(server.name)) !== JSON.stringify(server)),
+      changed: servers.filter(
+        (server) => was.has(server.name) && JSON.stringify(was.get(server.name)) !== JSON.stringify(server),
+      ),
       removed: [...was.values()].filter((server) => !this.byName.has(server.name)),
     };
     for (const listener of this.listeners) {

@@ -19,26 +19,29 @@ export const mcpServerNamePattern = /^(?!.*__)[a-z0-9][a-z0-9_-]{0,62}$/;
 const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** Dollars as a decimal string (or number), at most six places, as micro-dollars. */
-const price = z
-  .union([z.string(), z.number()])
-  .transform((value, ctx) => {
-    const text = typeof value === 'number' ? String(value) : value;
-    const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
-    if (!match) {
-      ctx.addIssue({ code: 'custom', message: 'must be dollars with at most six decimal places, e.g. "0.001"' });
-      return z.NEVER;
-    }
-    return Number(match[1]) * 1_000_000 + Number((match[2] ?? '').padEnd(6, '0'));
-  });
+const price = z.union([z.string(), z.number()]).transform((value, ctx) => {
+  const text = typeof value === 'number' ? String(value) : value;
+  const match = /^(\d{1,9})(?:\.(\d{1,6}))?$/.exec(text);
+  if (!match) {
+    ctx.addIssue({ code: 'custom', message: 'must be dollars with at most six decimal places, e.g. "0.001"' });
+    return z.NEVER;
+  }
+  return Number(match[1]) * 1_000_000 + Number((match[2] ?? '').padEnd(6, '0'));
+});
 
-const noLineBreak = z.string().max(8192).refine((value) => !/[\r\n\0]/.test(value), 'holds a line break');
+const noLineBreak = z
+  .string()
+  .max(8192)
+  .refine((value) => !/[\r\n\0]/.test(value), 'holds a line break');
 
 const httpUrl = z
   .string()
   .max(8192)
   .url()
   .refine((url) => /^https?:$/.test(new URL(url).protocol), 'must be an http or https URL');
-const headers = z.record(z.string().regex(headerName, 'is not an HTTP header name'), noLineBreak).refine((all) => Object.keys(all).length <= 64, 'at most 64 headers');
+const headers = z
+  .record(z.string().regex(headerName, 'is not an HTTP header name'), noLineBreak)
+  .refine((all) => Object.keys(all).length <= 64, 'at most 64 headers');
 const maxConcurrency = z.number().int().min(1).max(10_000);
 const timeoutMs = z.number().int().min(100).max(3_600_000);
 
@@ -51,7 +54,12 @@ const serverSchema = z
     /** A server the workers run themselves, speaking MCP on its standard input and output. */
     command: z.string().min(1).max(4096).optional(),
     args: z.array(z.string().max(8192)).max(256).optional(),
-    env: z.record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'is not an environment variable name'), z.string().max(65_536)).optional(),
+    env: z
+      .record(
+        z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'is not an environment variable name'),
+        z.string().max(65_536),
+      )
+      .optional(),
     cwd: z.string().min(1).max(4096).optional(),
     max_concurrency: maxConcurrency.default(20),
     timeout_ms: timeoutMs.default(60_000),
@@ -63,15 +71,27 @@ const serverSchema = z
   .strict()
   .superRefine((server, ctx) => {
     if ((server.url === undefined) === (server.command === undefined)) {
-      ctx.addIssue({ code: 'custom', message: 'needs either a url (a server reached over HTTP) or a command (one the workers run), not both' });
+      ctx.addIssue({
+        code: 'custom',
+        message: 'needs either a url (a server reached over HTTP) or a command (one the workers run), not both',
+      });
     }
     const httpOnly = (['transport', 'headers'] as const).filter((field) => server[field] !== undefined);
     const stdioOnly = (['args', 'env', 'cwd'] as const).filter((field) => server[field] !== undefined);
-    if (server.command !== undefined && httpOnly.length > 0) ctx.addIssue({ code: 'custom', path: [httpOnly[0]!], message: 'is for a server reached by its url, not a command' });
-    if (server.url !== undefined && stdioOnly.length > 0) ctx.addIssue({ code: 'custom', path: [stdioOnly[0]!], message: 'is for a server run by its command, not a url' });
+    if (server.command !== undefined && httpOnly.length > 0)
+      ctx.addIssue({
+        code: 'custom',
+        path: [httpOnly[0]!],
+        message: 'is for a server reached by its url, not a command',
+      });
+    if (server.url !== undefined && stdioOnly.length > 0)
+      ctx.addIssue({ code: 'custom', path: [stdioOnly[0]!], message: 'is for a server run by its command, not a url' });
   });
 
-/** What an admin may set of a server they add (the admin API, the console): one reached by URL; a command is the file's alone. */
+/**
+ * What an admin may set of a server they add (the admin API, the console): one reached by URL; a command is the file's
+ * alone.
+ */
 const adminServerFields = {
   url: httpUrl,
   transport: z.enum(['streamable-http', 'sse']),
@@ -86,22 +106,31 @@ const adminServerFields = {
 /** A body that names `command` (or its companions) is told why, not just that the field is unknown. */
 const fileOnly = z
   .unknown()
-  .refine(() => false, 'servers the workers run as a command are set by MCP_SERVERS_FILE only (an admin session must not start programs on the workers)')
+  .refine(
+    () => false,
+    'servers the workers run as a command are set by MCP_SERVERS_FILE only (an admin session must not start ' +
+      'programs on the workers)',
+  )
   .optional();
 const noCommand = { command: fileOnly, args: fileOnly, env: fileOnly, cwd: fileOnly };
 
 /** `POST /admin/mcp/servers`. */
 export const createMcpServerSchema = z.strictObject({
-    ...noCommand,
-    name: z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63, starting with a letter or digit'),
-    url: adminServerFields.url,
-    transport: adminServerFields.transport.default('streamable-http'),
-    headers: adminServerFields.headers.default({}),
-    max_concurrency: adminServerFields.max_concurrency.default(20),
-    timeout_ms: adminServerFields.timeout_ms.default(60_000),
-    price_per_call_usd: adminServerFields.price_per_call_usd.default(0),
-    keep_arguments: adminServerFields.keep_arguments.default(false),
-  });
+  ...noCommand,
+  name: z
+    .string()
+    .regex(
+      mcpServerNamePattern,
+      'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63, starting with a letter or digit',
+    ),
+  url: adminServerFields.url,
+  transport: adminServerFields.transport.default('streamable-http'),
+  headers: adminServerFields.headers.default({}),
+  max_concurrency: adminServerFields.max_concurrency.default(20),
+  timeout_ms: adminServerFields.timeout_ms.default(60_000),
+  price_per_call_usd: adminServerFields.price_per_call_usd.default(0),
+  keep_arguments: adminServerFields.keep_arguments.default(false),
+});
 export type CreateMcpServer = z.infer<typeof createMcpServerSchema>;
 
 /** `PATCH /admin/mcp/servers/{name}`: the fields given change; `headers` replaces them all. */
@@ -119,29 +148,42 @@ export const patchMcpServerSchema = z
   .refine((patch) => Object.keys(patch).length > 0, 'names nothing to change');
 export type PatchMcpServer = z.infer<typeof patchMcpServerSchema>;
 
-/** Whether a URL carries nothing that could be secret (no user, password, query or fragment): it may be kept unsealed. */
+/**
+ * Whether a URL carries nothing that could be secret (no user, password, query or fragment): it may be kept unsealed.
+ */
 export function urlHidesNothing(url: string): boolean {
   return shownUrl(url) === new URL(url).href || shownUrl(url) + '/' === new URL(url).href;
 }
 
 const fileSchema = z
   .object({
-    servers: z.record(z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63'), serverSchema),
+    servers: z.record(
+      z.string().regex(mcpServerNamePattern, 'must be lower-case letters, digits, `-` and `_` (no `__`), at most 63'),
+      serverSchema,
+    ),
   })
   .strict();
 
 export interface McpServer {
   name: string;
-  /** `file`: MCP_SERVERS_FILE, changed by deploying; `admin`: added by an admin (the admin API, the console), kept in the record. */
+  /**
+   * `file`: MCP_SERVERS_FILE, changed by deploying; `admin`: added by an admin (the admin API, the console), kept in
+   * the record.
+   */
   source: 'file' | 'admin';
-  /** Why the server cannot be reached now (its sealed secrets do not open with this SECRETS_KEY); its calls and checks fail with it. */
+  /**
+   * Why the server cannot be reached now (its sealed secrets do not open with this SECRETS_KEY); its calls and checks
+   * fail with it.
+   */
   unusable?: string;
   /** `stdio`: run by the workers (`command`); the others reached at `url`. */
   transport: 'streamable-http' | 'sse' | 'stdio';
   url?: string;
   /** Sent to the server with every request; never shown. */
   headers: Readonly<Record<string, string>>;
-  /** What the workers run for a stdio server: its program, arguments, the variables it gets besides a safe few, where. */
+  /**
+   * What the workers run for a stdio server: its program, arguments, the variables it gets besides a safe few, where.
+   */
   command?: { program: string; args: readonly string[]; env: Readonly<Record<string, string>>; cwd?: string };
   maxConcurrency: number;
   timeoutMs: number;
@@ -157,7 +199,9 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
   try {
     text = readFileSync(file, 'utf8');
   } catch (error) {
-    throw new Error(`MCP_SERVERS_FILE: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new Error(
+      `MCP_SERVERS_FILE: cannot read ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    );
   }
   let json: unknown;
   try {
@@ -177,7 +221,14 @@ export function loadMcpServers(file: string | undefined): McpServer[] {
     ...(server.url !== undefined ? { url: server.url } : {}),
     headers: server.headers ?? {},
     ...(server.command !== undefined
-      ? { command: { program: server.command, args: server.args ?? [], env: server.env ?? {}, ...(server.cwd !== undefined ? { cwd: server.cwd } : {}) } }
+      ? {
+          command: {
+            program: server.command,
+            args: server.args ?? [],
+            env: server.env ?? {},
+            ...(server.cwd !== undefined ? { cwd: server.cwd } : {}),
+          },
+        }
       : {}),
     maxConcurrency: server.max_concurrency,
     timeoutMs: server.timeout_ms,
@@ -226,7 +277,6 @@ export interface McpServerHealth {
   prompts?: McpListed[];
 }
 
-
 /** A server's URL as it may be shown: no user, password, query or fragment (any of which may carry a secret). */
 export function shownUrl(url: string): string {
   const parsed = new URL(url);
@@ -237,7 +287,9 @@ export function shownUrl(url: string): string {
 export interface McpServerView {
   object: 'mcp.server';
   name: string;
-  /** `file`: set by MCP_SERVERS_FILE (changed by deploying); `admin`: added by an admin, who may change or remove it. */
+  /**
+   * `file`: set by MCP_SERVERS_FILE (changed by deploying); `admin`: added by an admin, who may change or remove it.
+   */
   source: McpServer['source'];
   /** Where it is reached (without user, password, query or fragment); null for a server the workers run. */
   url: string | null;
@@ -253,7 +305,10 @@ export interface McpServerView {
   price_per_call_usd: string;
   /** Whether its calls' arguments are kept in the request log. */
   keep_arguments: boolean;
-  /** `ok`: the last check connected and listed its tools; `failing`: it did not (see `error`); `unchecked`: no check yet. */
+  /**
+   * `ok`: the last check connected and listed its tools; `failing`: it did not (see `error`); `unchecked`: no check
+   * yet.
+   */
   status: 'ok' | 'failing' | 'unchecked';
   /** Unix seconds of the last check. */
   checked_at: number | null;
@@ -271,7 +326,11 @@ export interface McpServerView {
   prompts: number | null;
 }
 
-export function serverView(server: McpServer, health: McpServerHealth | undefined, usd: (micros: number) => string): McpServerView {
+export function serverView(
+  server: McpServer,
+  health: McpServerHealth | undefined,
+  usd: (micros: number) => string,
+): McpServerView {
   return {
     object: 'mcp.server',
     name: server.name,
@@ -285,11 +344,13 @@ export function serverView(server: McpServer, health: McpServerHealth | undefine
     timeout_ms: server.timeoutMs,
     price_per_call_usd: usd(server.pricePerCallMicros),
     keep_arguments: server.keepArguments,
-    status: server.unusable !== undefined ? 'failing' : health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
+    status:
+      server.unusable !== undefined ? 'failing' : health === undefined ? 'unchecked' : health.ok ? 'ok' : 'failing',
     checked_at: health ? Math.floor(health.checkedAt / 1000) : null,
     latency_ms: health?.latencyMs ?? null,
     error: server.unusable ?? health?.error ?? null,
-    server_info: health?.serverName !== undefined ? { name: health.serverName, version: health.serverVersion ?? null } : null,
+    server_info:
+      health?.serverName !== undefined ? { name: health.serverName, version: health.serverVersion ?? null } : null,
     protocol_version: health?.protocolVersion ?? null,
     tools: health?.tools ?? [],
     tools_skipped: health?.toolsSkipped ?? 0,

@@ -71,7 +71,10 @@ export type McpCallError =
   | { type: 'mcp_tool_execution_error'; content: unknown[] }
   | { type: 'http_error'; code: number; message: string };
 
-/** What a call of the loop answered: its text (what the model reads) and its content as the server gave it, or its error. */
+/**
+ * What a call of the loop answered: its text (what the model reads) and its content as the server gave it, or its
+ * error.
+ */
 export interface McpCallOutcome {
   output: string;
   content: unknown[];

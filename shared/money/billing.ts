@@ -3,7 +3,17 @@ import type { UsageEntry } from './usage.js';
 import { budgetRefusal, budgetsArgument, type BudgetInForce } from './budgets.js';
 import { journalWrite } from '../redis-journal.js';
 import { chargeScript, releaseScript, reserveScript, settleScript } from './scripts.js';
-import { billingBuckets, billKey, deadlineMember, keyBillField, reservationDeadlinesKey, billingBucket, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
+import {
+  billingBuckets,
+  billKey,
+  deadlineMember,
+  keyBillField,
+  reservationDeadlinesKey,
+  billingBucket,
+  settledKey,
+  usageStreamKey,
+  alertStreamKey,
+} from '../redis-keys.js';
 
 /**
  * Admission and settlement, each one Redis script on the account's bucket
@@ -51,12 +61,17 @@ export type ReserveOutcome =
       budget?: BudgetInForce;
     };
 
-/** Why a reservation was refused: a rate of the key, its spending limit, the account's balance, a budget, or its access. */
+/**
+ * Why a reservation was refused: a rate of the key, its spending limit, the account's balance, a budget, or its access.
+ */
 export type RefusalReason = 'rpm' | 'tpm' | 'key_limit' | 'account_balance' | 'budget' | 'no_access';
 
 const reasons = { 1: 'rpm', 2: 'tpm', 3: 'key_limit', 4: 'account_balance', 5: 'no_access', 6: 'budget' } as const;
 
-/** What admission holds a key to: its own limits, or the gateway's defaults where it sets none, and the budgets that apply to it. */
+/**
+ * What admission holds a key to: its own limits, or the gateway's defaults where it sets none, and the budgets that
+ * apply to it.
+ */
 export interface KeyLimitsInForce {
   limitMicros?: number;
   rpm?: number;
@@ -65,7 +80,10 @@ export interface KeyLimitsInForce {
   budgets?: readonly BudgetInForce[];
 }
 
-/** A key's limits as admission applies them: its own (`limitMicros`, `rpm`, `tpm` as its access reads), else the gateway's default rates. */
+/**
+ * A key's limits as admission applies them: its own (`limitMicros`, `rpm`, `tpm` as its access reads), else the
+ * gateway's default rates.
+ */
 export function limitsInForce(
   access: KeyLimitsInForce,
   defaults: { defaultKeyRpm?: number | undefined; defaultKeyTpm?: number | undefined },
@@ -97,21 +115,32 @@ export function readCrossings(values: ReadonlyArray<number | string>): AlertCros
   const crossings: AlertCrossing[] = [];
   for (const value of values) {
     const [counter = '', percent, limit, spent] = String(value).split('|');
-    if (counter && percent !== undefined) crossings.push({ counter, percent: Number(percent), limitMicros: Number(limit), spentMicros: Number(spent) });
+    if (counter && percent !== undefined)
+      crossings.push({ counter, percent: Number(percent), limitMicros: Number(limit), spentMicros: Number(spent) });
   }
   return crossings;
 }
 
 /** The alert thresholds as the scripts take them (percent, comma list; '' sends none). */
-const thresholdsArgument = (policy: { alertThresholds?: readonly number[] }) => (policy.alertThresholds ?? []).join(',');
+const thresholdsArgument = (policy: { alertThresholds?: readonly number[] }) =>
+  (policy.alertThresholds ?? []).join(',');
 
-/** Why a reservation was refused for money (or access), as the client is told: the api's 429 (or 401), a batch's `errored` result. A budget's refusal says which budget (`budgetRefusal`). */
+/**
+ * Why a reservation was refused for money (or access), as the client is told: the api's 429 (or 401), a batch's
+ * `errored` result. A budget's refusal says which budget (`budgetRefusal`).
+ */
 export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_access'): string {
   switch (reason) {
     case 'key_limit':
-      return "You exceeded this API key's spending limit: the request could cost more than the key has left. Raise the key's limit_usd.";
+      return (
+        "You exceeded this API key's spending limit: the request could cost more than the key has left. Raise the " +
+        "key's limit_usd."
+      );
     case 'account_balance':
-      return "You exceeded your current quota: the request could cost more than the account's balance. Add credits to the account.";
+      return (
+        "You exceeded your current quota: the request could cost more than the account's balance. Add credits to " +
+        'the account.'
+      );
     default:
       return 'This API key no longer has access (its account was deleted or the key revoked).';
   }
@@ -122,7 +151,10 @@ export function moneyRefusal(reason: 'key_limit' | 'account_balance' | 'no_acces
  * loop's next turn): the budget that refused it, by its name, else the key's limit, the account's balance, or the
  * key's lost access.
  */
-export function refusedForMoney(outcome: { reason: RefusalReason; budget?: BudgetInForce | undefined }, teamName?: string): string {
+export function refusedForMoney(
+  outcome: { reason: RefusalReason; budget?: BudgetInForce | undefined },
+  teamName?: string,
+): string {
   switch (outcome.reason) {
     case 'budget':
       return outcome.budget ? budgetRefusal(outcome.budget, Date.now(), teamName) : moneyRefusal('account_balance');
@@ -135,8 +167,15 @@ export function refusedForMoney(outcome: { reason: RefusalReason; budget?: Budge
   }
 }
 
-/** The reservation script's keys and arguments, named: what `reserve()` sends, and the request's whole admission (shared/scheduling/admit-job.ts) too. */
-export function reserveInput(resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Parameters<typeof reserveScript>[1] {
+/**
+ * The reservation script's keys and arguments, named: what `reserve()` sends, and the request's whole admission
+ * (shared/scheduling/admit-job.ts) too.
+ */
+export function reserveInput(
+  resv: Reservation,
+  limits: KeyLimitsInForce,
+  now = Date.now(),
+): Parameters<typeof reserveScript>[1] {
   return {
     bill: billKey(resv.accountId),
     deadlines: reservationDeadlinesKey(billingBucket(resv.accountId)),
@@ -158,13 +197,28 @@ export function reserveInput(resv: Reservation, limits: KeyLimitsInForce, now = 
 }
 
 /** Checks rate limits and quota and reserves the worst case, in one round trip. */
-export async function reserve(redis: Redis, resv: Reservation, limits: KeyLimitsInForce, now = Date.now()): Promise<ReserveOutcome> {
+export async function reserve(
+  redis: Redis,
+  resv: Reservation,
+  limits: KeyLimitsInForce,
+  now = Date.now(),
+): Promise<ReserveOutcome> {
   return readOutcome(await reserveScript(redis, reserveInput(resv, limits, now)), limits.budgets ?? []);
 }
 
 /** A verdict of the admission rules (money.lua's `admit`) as the api reads it; `budgets` as they were sent. */
 export function readOutcome(result: ReadonlyArray<number | string>, budgets: readonly BudgetInForce[]): ReserveOutcome {
-  const [code, rl, rr, rs, tl, tr, ts, retry, over] = result.slice(0, 9).map(Number) as [number, number, number, number, number, number, number, number, number];
+  const [code, rl, rr, rs, tl, tr, ts, retry, over] = result.slice(0, 9).map(Number) as [
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+    number,
+  ];
   const requests = rl > 0 ? { limit: rl, remaining: Math.max(0, rr), resetMs: Math.max(0, rs) } : undefined;
   const tokens = tl > 0 ? { limit: tl, remaining: Math.max(0, tr), resetMs: Math.max(0, ts) } : undefined;
   const states = { ...(requests ? { requests } : {}), ...(tokens ? { tokens } : {}) };
@@ -173,7 +227,13 @@ export function readOutcome(result: ReadonlyArray<number | string>, budgets: rea
     return { ok: true, ...states, ...(alerts.length > 0 ? { alerts } : {}) };
   }
   const budget = code === 6 ? budgets[over - 1] : undefined;
-  return { ok: false, reason: reasons[code as keyof typeof reasons] ?? 'no_access', retryAfterMs: Math.max(0, retry), ...states, ...(budget ? { budget } : {}) };
+  return {
+    ok: false,
+    reason: reasons[code as keyof typeof reasons] ?? 'no_access',
+    retryAfterMs: Math.max(0, retry),
+    ...states,
+    ...(budget ? { budget } : {}),
+  };
 }
 
 /**
@@ -189,7 +249,14 @@ const chargeMarkMs = 60_000;
  * balance are checked against the price as a reservation's would be; admitted, the price is taken and the usage
  * entry appended, at most once per request id. Refused, nothing is written.
  */
-export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLimitsInForce, 'tpm'>, policy: SettlePolicy, now = Date.now(), keepSettledMs = chargeMarkMs): Promise<ReserveOutcome> {
+export async function charge(
+  redis: Redis,
+  usage: UsageEntry,
+  limits: Omit<KeyLimitsInForce, 'tpm'>,
+  policy: SettlePolicy,
+  now = Date.now(),
+  keepSettledMs = chargeMarkMs,
+): Promise<ReserveOutcome> {
   const result = await chargeScript(redis, {
     bill: billKey(usage.account_id),
     settled: settledKey(usage.account_id, usage.request_id),
@@ -209,19 +276,28 @@ export async function charge(redis: Redis, usage: UsageEntry, limits: Omit<KeyLi
     alertThresholds: thresholdsArgument(policy),
   });
   const outcome = readOutcome(result, limits.budgets ?? []);
-  // Charged (or charged before: a call the connection sent twice is `ok` both times; journaled twice, it changes nothing).
+  // Charged (or charged before: a call the connection sent twice is `ok` both times; journaled twice, it changes
+  // nothing).
   if (outcome.ok) journalSettlement(redis, usage, policy, keepSettledMs);
   return outcome;
 }
 
 export interface SettlePolicy {
-  /** At most this many usage entries wait in each bucket's stream for the record's writer (past it the oldest are dropped): an account's usage goes to one stream, so each holds the whole bound. */
+  /**
+   * At most this many usage entries wait in each bucket's stream for the record's writer (past it the oldest are
+   * dropped): an account's usage goes to one stream, so each holds the whole bound.
+   */
   bufferRecords: number;
-  /** Percent of a budget or limit whose first crossing by settled spend raises an alert (`ALERT_THRESHOLDS`); none: no alerts. */
+  /**
+   * Percent of a budget or limit whose first crossing by settled spend raises an alert (`ALERT_THRESHOLDS`); none: no
+   * alerts.
+   */
   alertThresholds?: readonly number[];
 }
 
-/** What a settlement did: whether it applied (a second one of a request id does not), and what the request had reserved. */
+/**
+ * What a settlement did: whether it applied (a second one of a request id does not), and what the request had reserved.
+ */
 export interface Settlement {
   applied: boolean;
   /** Micro-dollars the reservation had reserved; null when there was none left (released, or never made). */
@@ -237,7 +313,13 @@ export interface Settlement {
  * deadline no attempt of the job can run any more, so the mark needs to
  * outlive the deadline only (kept short: one mark per request adds up).
  */
-export async function settle(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now = Date.now(), keepSettledMs = 86_400_000): Promise<Settlement> {
+export async function settle(
+  redis: Redis,
+  usage: UsageEntry,
+  policy: SettlePolicy,
+  now = Date.now(),
+  keepSettledMs = 86_400_000,
+): Promise<Settlement> {
   const settlement = await settleOnce(redis, usage, policy, now, keepSettledMs);
   if (settlement.applied) journalSettlement(redis, usage, policy, keepSettledMs);
   return settlement;
@@ -252,7 +334,13 @@ export function journalSettlement(redis: Redis, usage: UsageEntry, policy: Settl
   journalWrite(redis, async (on) => (await settleOnce(on, usage, policy, Date.now(), keepSettledMs)).applied);
 }
 
-async function settleOnce(redis: Redis, usage: UsageEntry, policy: SettlePolicy, now: number, keepSettledMs: number): Promise<Settlement> {
+async function settleOnce(
+  redis: Redis,
+  usage: UsageEntry,
+  policy: SettlePolicy,
+  now: number,
+  keepSettledMs: number,
+): Promise<Settlement> {
   const [applied, reserved, ...crossings] = await settleScript(redis, {
     settled: settledKey(usage.account_id, usage.request_id),
     bill: billKey(usage.account_id),
@@ -271,10 +359,16 @@ async function settleOnce(redis: Redis, usage: UsageEntry, policy: SettlePolicy,
     deadlineMember: deadlineMember(usage.account_id, usage.request_id),
     alertThresholds: thresholdsArgument(policy),
   });
-  return { applied: Number(applied) === 1, reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null, alerts: readCrossings(crossings) };
+  return {
+    applied: Number(applied) === 1,
+    reservedMicros: Number(reserved) >= 0 ? Number(reserved) : null,
+    alerts: readCrossings(crossings),
+  };
 }
 
-/** Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran). */
+/**
+ * Gives back a reservation that nothing will settle (the request was refused after admission, or its job never ran).
+ */
 export async function releaseReservation(redis: Redis, accountId: string, requestId: string): Promise<boolean> {
   const released = await releaseScript(redis, {
     bill: billKey(accountId),
@@ -286,7 +380,10 @@ export async function releaseReservation(redis: Redis, accountId: string, reques
   return released === 1;
 }
 
-/** Releases every reservation past its deadline by more than `graceMs` (its job was lost with its api and worker), bucket by bucket. */
+/**
+ * Releases every reservation past its deadline by more than `graceMs` (its job was lost with its api and worker),
+ * bucket by bucket.
+ */
 export async function releaseExpiredReservations(redis: Redis, graceMs: number, now = Date.now()): Promise<number> {
   let released = 0;
   for (let bucket = 0; bucket < billingBuckets; bucket++) {
@@ -309,9 +406,19 @@ export interface BillState {
 }
 
 export async function readBill(redis: Redis, accountId: string): Promise<BillState | undefined> {
-  const [id, unlimited, balance, reserved] = await redis.hmget(billKey(accountId), 'id', 'unlimited', 'balance', 'reserved');
+  const [id, unlimited, balance, reserved] = await redis.hmget(
+    billKey(accountId),
+    'id',
+    'unlimited',
+    'balance',
+    'reserved',
+  );
   if (!id) return undefined;
-  return { ...(unlimited === '1' ? {} : { balanceMicros: Number(balance ?? 0) }), reservedMicros: Number(reserved ?? 0), unlimited: unlimited === '1' };
+  return {
+    ...(unlimited === '1' ? {} : { balanceMicros: Number(balance ?? 0) }),
+    reservedMicros: Number(reserved ?? 0),
+    unlimited: unlimited === '1',
+  };
 }
 
 /** A key's spend as Redis holds it now (undefined: the key has no bill, revoked or not loaded). */
@@ -323,7 +430,16 @@ export interface KeySpend {
 }
 
 export async function readKeySpend(redis: Redis, accountId: string, keyId: string): Promise<KeySpend | undefined> {
-  const [spent, reserved, used] = await redis.hmget(billKey(accountId), keyBillField(keyId, 'spent'), keyBillField(keyId, 'reserved'), keyBillField(keyId, 'used'));
+  const [spent, reserved, used] = await redis.hmget(
+    billKey(accountId),
+    keyBillField(keyId, 'spent'),
+    keyBillField(keyId, 'reserved'),
+    keyBillField(keyId, 'used'),
+  );
   if (spent === null) return undefined;
-  return { spentMicros: Number(spent), reservedMicros: Number(reserved ?? 0), ...(used ? { lastUsedAt: Number(used) } : {}) };
+  return {
+    spentMicros: Number(spent),
+    reservedMicros: Number(reserved ?? 0),
+    ...(used ? { lastUsedAt: Number(used) } : {}),
+  };
 }

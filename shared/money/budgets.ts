@@ -67,7 +67,10 @@ export function budgetsArgument(budgets: readonly BudgetInForce[], nowMs: number
 
 const periodAdjective = { day: 'daily', week: 'weekly', month: 'monthly' } as const;
 
-/** How a refusal names a budget: "the team's daily budget", "this API key's monthly budget", "your weekly cap in team X". */
+/**
+ * How a refusal names a budget: "the team's daily budget", "this API key's monthly budget", "your weekly cap in team
+ * X".
+ */
 export function describeBudget(budget: BudgetInForce, teamName?: string): string {
   const adjective = periodAdjective[budget.period];
   if (budget.scope === 'team') return `the team's ${adjective} budget`;
@@ -79,10 +82,15 @@ export function describeBudget(budget: BudgetInForce, teamName?: string): string
 export function budgetRefusal(budget: BudgetInForce, nowMs: number, teamName?: string): string {
   const resets = new Date(periodEnd(budget.period, nowMs) * 1000).toISOString();
   const usd = (budget.micros / 1_000_000).toFixed(2);
-  return `You exceeded ${describeBudget(budget, teamName)} ($${usd}): the request could cost more than is left of it this period. It resets at ${resets}.`;
+  return (
+    `You exceeded ${describeBudget(budget, teamName)} ($${usd}): the request could cost more than is left of it ` +
+    `this period. It resets at ${resets}.`
+  );
 }
 
-/** A budget as the directory keeps it (a key's or an account's `budget` field, a member cap field): '<micros> <period>'. */
+/**
+ * A budget as the directory keeps it (a key's or an account's `budget` field, a member cap field): '<micros> <period>'.
+ */
 export function budgetText(budget: { micros: number; period: BudgetPeriod } | null | undefined): string {
   return budget ? `${budget.micros} ${budget.period}` : '';
 }

@@ -22,14 +22,24 @@ function charged(prices: PriceList, modelId: string, mockAnswered: boolean, mock
  * a chat or Responses request at the dearest tier it may be billed at (`tiersBilledFor` its band: a flex one at the
  * default price, a priority one at the priority price), since the tier it is billed at is known only once served.
  */
-export function worstCase(config: VendorConfig, prices: PriceList, request: EndpointRequest, modelId: string, firstVendor: string | undefined, promptTokens: number): WorstCase {
+export function worstCase(
+  config: VendorConfig,
+  prices: PriceList,
+  request: EndpointRequest,
+  modelId: string,
+  firstVendor: string | undefined,
+  promptTokens: number,
+): WorstCase {
   // Before routing, the mock answers if it serves the model's first route or stands in for every vendor.
   return charged(prices, modelId, mockAnswers(config, firstVendor), config.mock.billed)
     ? prices.worstCaseMicros(modelId, request, promptTokens)
     : { micros: 0, tokens: promptTokens };
 }
 
-/** What a finished request costs: what it used at the prices of the tier that served it (`shared/scheduling/served-tier.ts`), or 0 when it is served free. */
+/**
+ * What a finished request costs: what it used at the prices of the tier that served it
+ * (`shared/scheduling/served-tier.ts`), or 0 when it is served free.
+ */
 export function actualCost(
   config: { mock: Pick<Config['mock'], 'billed'> },
   prices: PriceList,
@@ -39,5 +49,7 @@ export function actualCost(
   tier: ServiceTier | undefined,
 ): number {
   // A job that never reached a channel used nothing: its cost comes to 0 either way.
-  return charged(prices, modelId, channel !== undefined && isMockChannel(channel), config.mock.billed) ? prices.costMicros(modelId, metered, tier) : 0;
+  return charged(prices, modelId, channel !== undefined && isMockChannel(channel), config.mock.billed)
+    ? prices.costMicros(modelId, metered, tier)
+    : 0;
 }

@@ -3,7 +3,14 @@ import { z } from 'zod';
 import type { Catalog, CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
 import type { EndpointRequest } from '../endpoints.js';
-import { ratioText, servingTier, serviceTiers, unitPrices, type ServiceTier, type ServiceTierPrices } from '../scheduling/service-tier.js';
+import {
+  ratioText,
+  servingTier,
+  serviceTiers,
+  unitPrices,
+  type ServiceTier,
+  type ServiceTierPrices,
+} from '../scheduling/service-tier.js';
 import { mostSpeechSeconds, speechCharacters, speechFacts } from '../schemas/speech.js';
 
 /*
@@ -104,7 +111,10 @@ interface Compiled {
 }
 
 /** A reservation in micros, and the tokens it counts against a tokens-per-minute limit. */
-export interface WorstCase { micros: number; tokens: number }
+export interface WorstCase {
+  micros: number;
+  tokens: number;
+}
 
 type TokenPrices = { [K in keyof typeof tokenPriceFields]?: number | undefined };
 type Choice = 'cheapest' | 'priciest';
@@ -176,7 +186,10 @@ function whole(name: string, value: number | undefined): number {
   return value <= 0 ? 0 : Math.ceil(value);
 }
 
-/** Token rates with the fallbacks vendors bill by: cached/cache-write/audio input at the input price, audio output at the output price. */
+/**
+ * Token rates with the fallbacks vendors bill by: cached/cache-write/audio input at the input price, audio output at
+ * the output price.
+ */
 function compileRates(prices: TokenPrices, parent?: TokenPrices): TokenRates {
   const of = (key: keyof TokenPrices) => {
     const value = prices[key] ?? parent?.[key];
@@ -213,7 +226,8 @@ function compile(pricing: Pricing): Compiled {
 
 function pick(values: Iterable<number>, which: Choice): number | undefined {
   let chosen: number | undefined;
-  for (const value of values) if (chosen === undefined || (which === 'cheapest' ? value < chosen : value > chosen)) chosen = value;
+  for (const value of values)
+    if (chosen === undefined || (which === 'cheapest' ? value < chosen : value > chosen)) chosen = value;
   return chosen;
 }
 
@@ -227,15 +241,26 @@ function imageMicros(table: Map<string, number>, which: Choice, size?: string | 
   if (size) {
     const exact = (quality ? table.get(`${size}/${quality}`) : undefined) ?? table.get(size);
     if (exact !== undefined) return exact;
-    const chosen = pick([...table].filter(([key]) => key.startsWith(`${size}/`)).map(([, value]) => value), which);
+    const chosen = pick(
+      [...table].filter(([key]) => key.startsWith(`${size}/`)).map(([, value]) => value),
+      which,
+    );
     if (chosen !== undefined) return chosen;
   }
   return pick(table.values(), which) ?? 0;
 }
 
-/** The per-second video price for a size: its own price, else the model's, else (charge) the cheapest / (reservation) the priciest sized one. */
+/**
+ * The per-second video price for a size: its own price, else the model's, else (charge) the cheapest / (reservation)
+ * the priciest sized one.
+ */
 function videoMicros(price: Compiled, which: Choice, size?: string): number {
-  return (size ? price.perSecondBySize.get(size) : undefined) ?? price.perSecond ?? pick(price.perSecondBySize.values(), which) ?? 0;
+  return (
+    (size ? price.perSecondBySize.get(size) : undefined) ??
+    price.perSecond ??
+    pick(price.perSecondBySize.values(), which) ??
+    0
+  );
 }
 
 /** How many completions a legacy completions request asks for: `n` (or `best_of`, all billed) per prompt of a batch. */
@@ -276,15 +301,25 @@ export class PriceList {
   private readonly prices = new Map<string, { pricing: Pricing; compiled: Compiled }>();
 
   /** `overrides` replace a model's whole pricing (a field left out is no price), as `PRICING_FILE` does. */
-  constructor(models: Iterable<CatalogModel>, options: { overrides?: Readonly<Record<string, Pricing>>; markupPercent?: number; tierPrices?: ServiceTierPrices } = {}) {
+  constructor(
+    models: Iterable<CatalogModel>,
+    options: {
+      overrides?: Readonly<Record<string, Pricing>>;
+      markupPercent?: number;
+      tierPrices?: ServiceTierPrices;
+    } = {},
+  ) {
     const markup = options.markupPercent ?? 0;
-    if (!Number.isSafeInteger(markup) || markup < 0) throw new RangeError(`markup percent must be an integer ≥ 0, got ${markup}`);
+    if (!Number.isSafeInteger(markup) || markup < 0)
+      throw new RangeError(`markup percent must be an integer ≥ 0, got ${markup}`);
     this.markupPercent = markup;
     const tierPrices = options.tierPrices ?? unitPrices;
     for (const tier of serviceTiers) {
       const { numerator, denominator } = tierPrices[tier];
       if (!Number.isSafeInteger(numerator) || numerator < 0 || !Number.isSafeInteger(denominator) || denominator < 1) {
-        throw new RangeError(`the ${tier} tier's price multiple must be a ratio of integers ≥ 0, got ${numerator}/${denominator}`);
+        throw new RangeError(
+          `the ${tier} tier's price multiple must be a ratio of integers ≥ 0, got ${numerator}/${denominator}`,
+        );
       }
     }
     this.tierPrices = tierPrices;
@@ -304,8 +339,14 @@ export class PriceList {
     }
   }
 
-  /** The catalog's prices, `pricingFile`'s over them, `pricingMarkupPercent` and the tiers' `serviceTierPrices`. A bad file throws, naming it and the problem. */
-  static load(catalog: Catalog, config: Pick<Config, 'pricingFile' | 'pricingMarkupPercent'> & Partial<Pick<Config, 'serviceTierPrices'>>): PriceList {
+  /**
+   * The catalog's prices, `pricingFile`'s over them, `pricingMarkupPercent` and the tiers' `serviceTierPrices`. A bad
+   * file throws, naming it and the problem.
+   */
+  static load(
+    catalog: Catalog,
+    config: Pick<Config, 'pricingFile' | 'pricingMarkupPercent'> & Partial<Pick<Config, 'serviceTierPrices'>>,
+  ): PriceList {
     const markupPercent = config.pricingMarkupPercent;
     const tierPrices = config.serviceTierPrices ?? unitPrices;
     if (!config.pricingFile) return new PriceList(catalog.all(), { markupPercent, tierPrices });
@@ -314,7 +355,9 @@ export class PriceList {
     try {
       raw = JSON.parse(readFileSync(file, 'utf8'));
     } catch (error) {
-      throw new Error(`pricing file ${file}: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+      throw new Error(`pricing file ${file}: ${error instanceof Error ? error.message : String(error)}`, {
+        cause: error,
+      });
     }
     const parsed = pricingFileSchema.safeParse(raw);
     if (!parsed.success) throw new Error(`pricing file ${file}: ${z.prettifyError(parsed.error)}`);
@@ -338,26 +381,35 @@ export class PriceList {
    */
   listedPricing(modelId: string): Pricing {
     const factor = (100 + this.markupPercent) / 100;
-    // Rounded to a billionth of a dollar: enough for any per-token price, and free of float noise (0.30000000000000004).
+    // Rounded to a billionth of a dollar: enough for any per-token price, and free of float noise
+    // (0.30000000000000004).
     const marked = (usd: number) => Math.round(usd * factor * 1e9) / 1e9;
     const scale = (value: unknown, key: string): unknown => {
       if (typeof value === 'number') return key === 'above_tokens' ? value : marked(value);
-      if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scale(v, k)]));
+      if (value && typeof value === 'object')
+        return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, scale(v, k)]));
       return value;
     };
     return scale(this.pricing(modelId), '') as Pricing;
   }
 
-  /** Each tier's token prices as a multiple of the listed ones, as exact decimals (`{priority: '2', default: '1', flex: '0.5'}`). */
+  /**
+   * Each tier's token prices as a multiple of the listed ones, as exact decimals (`{priority: '2', default: '1', flex:
+   * '0.5'}`).
+   */
   tierMultiples(): Record<ServiceTier, string> {
-    return { priority: ratioText(this.tierPrices.priority), default: ratioText(this.tierPrices.default), flex: ratioText(this.tierPrices.flex) };
+    return {
+      priority: ratioText(this.tierPrices.priority),
+      default: ratioText(this.tierPrices.default),
+      flex: ratioText(this.tierPrices.flex),
+    };
   }
 
   /**
    * The exact charge for what a request used, in integer micros, markup
    * included. The token part is at the prices of the tier that served it
-   * (`tier`: the listed ones times its multiple, rounded up once, before the markup). Each component is ceil(quantity × price) in micros: tokens
-   * at micros per 1M, audio at micros per minute pro-rated per whole second,
+   * (`tier`: the listed ones times its multiple, rounded up once, before the markup). Each component is ceil(quantity ×
+   * price) in micros: tokens at micros per 1M, audio at micros per minute pro-rated per whole second,
    * video per whole second, images per image (an image without a size is
    * the model's `default_size`, the size the vendor then makes; without one
    * either, the cheapest). Subsets (cached, cache-write
@@ -389,7 +441,15 @@ export class PriceList {
       tokens(audioOut, rates.audioOutput);
     const cost =
       this.tiered(tokenCost, tier) +
-      (images === 0 ? 0 : images * imageMicros(price.perImage, 'cheapest', metered.imageSize ?? this.models.get(modelId)?.default_size, metered.imageQuality)) +
+      (images === 0
+        ? 0
+        : images *
+          imageMicros(
+            price.perImage,
+            'cheapest',
+            metered.imageSize ?? this.models.get(modelId)?.default_size,
+            metered.imageQuality,
+          )) +
       (audioSeconds === 0 ? 0 : mulCeilDiv(audioSeconds, price.perMinute ?? 0, 60)) +
       (videoSeconds === 0 ? 0 : videoSeconds * videoMicros(price, 'cheapest', metered.videoSize)) +
       (characters === 0 ? 0 : mulCeilDiv(characters, price.perMillionCharacters ?? 0, 1_000_000));
@@ -423,22 +483,31 @@ export class PriceList {
    * price, so no tier the worker bills (`shared/scheduling/served-tier.ts`) passes the
    * reservation.
    */
-  worstCaseMicros(modelId: string, request: EndpointRequest, promptTokens: number, maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS): WorstCase {
+  worstCaseMicros(
+    modelId: string,
+    request: EndpointRequest,
+    promptTokens: number,
+    maxAudioSeconds = DEFAULT_MAX_AUDIO_SECONDS,
+  ): WorstCase {
     const price = this.entry(modelId).compiled;
     const model = this.models.get(modelId);
     const modelMax = model?.max_output_tokens ?? 0;
     const prompt = whole('promptTokens', promptTokens);
-    // The prompt is priced as the most a vendor may count for it, which is more than our count (see reservedPromptTokens).
+    // The prompt is priced as the most a vendor may count for it, which is more than our count (see
+    // reservedPromptTokens).
     const billable = reservedPromptTokens(prompt);
     const rates = this.ratesFor(price, billable);
-    // Plus a micro: a charge rounds cached and uncached input apart, which can cost one more than rounding them together.
+    // Plus a micro: a charge rounds cached and uncached input apart, which can cost one more than rounding them
+    // together.
     const promptCost = mulCeilDiv(billable, rates.input, TOKENS_PER_PRICE) + (billable > 0 && rates.input > 0 ? 1 : 0);
     const upTo = (asked: number | null | undefined) => {
       const most = whole('max output tokens', asked ?? modelMax);
       return modelMax > 0 ? Math.min(most, modelMax) : most;
     };
     const generating = (maxOutput: number) => ({
-      micros: this.marked(this.worstTiered(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE), requestTier(request))),
+      micros: this.marked(
+        this.worstTiered(promptCost + mulCeilDiv(maxOutput, rates.output, TOKENS_PER_PRICE), requestTier(request)),
+      ),
       tokens: prompt + maxOutput,
     });
     const only = (cost: number) => ({ micros: this.marked(cost), tokens: prompt });
@@ -454,10 +523,13 @@ export class PriceList {
         return generating(upTo(request.payload.chat.max_completion_tokens));
       case 'gemini.generate':
         // `candidateCount` is chat's `n`: each candidate may write up to the limit.
-        return generating(upTo(request.payload.chat.max_completion_tokens) * whole('candidateCount', request.payload.chat.n ?? 1));
+        return generating(
+          upTo(request.payload.chat.max_completion_tokens) * whole('candidateCount', request.payload.chat.n ?? 1),
+        );
       case 'messages.count_tokens':
       case 'gemini.count_tokens':
-        // Counting is free at Anthropic and Gemini and local elsewhere: nothing is reserved, only the fair share's tokens.
+        // Counting is free at Anthropic and Gemini and local elsewhere: nothing is reserved, only the fair share's
+        // tokens.
         return only(0);
       case 'embeddings':
       case 'gemini.embed':
@@ -483,7 +555,10 @@ export class PriceList {
         const perSecond = model ? speechFacts(model).audioTokensPerSecond : 0;
         const audioTokens = Math.ceil(mostSpeechSeconds(characters, payload.speed) * perSecond);
         const characterCost = mulCeilDiv(characters, price.perMillionCharacters ?? 0, 1_000_000);
-        const tokenCost = audioTokens === 0 && rates.input === 0 ? 0 : promptCost + mulCeilDiv(audioTokens, rates.audioOutput, TOKENS_PER_PRICE);
+        const tokenCost =
+          audioTokens === 0 && rates.input === 0
+            ? 0
+            : promptCost + mulCeilDiv(audioTokens, rates.audioOutput, TOKENS_PER_PRICE);
         return { micros: this.marked(characterCost + tokenCost), tokens: prompt + audioTokens };
       }
       case 'videos': {

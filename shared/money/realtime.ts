@@ -1,7 +1,15 @@
 import type { Redis } from 'ioredis';
 import type { CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
-import { billKey, billingBucket, deadlineMember, reservationDeadlinesKey, settledKey, usageStreamKey, alertStreamKey } from '../redis-keys.js';
+import {
+  billKey,
+  billingBucket,
+  deadlineMember,
+  reservationDeadlinesKey,
+  settledKey,
+  usageStreamKey,
+  alertStreamKey,
+} from '../redis-keys.js';
 import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
 import { usdToMicros, type PriceList, type Pricing } from './pricing.js';
 import { realtimeReadmitScript, realtimeSettleScript } from './scripts.js';
@@ -24,7 +32,10 @@ import { budgetsArgument, type BudgetInForce } from './budgets.js';
 
 /** The context a response is taken to read when the catalog gives none (OpenAI's realtime models' window). */
 export const realtimeDefaultContextTokens = 32_000;
-/** The output a response is taken to write when the catalog gives none (OpenAI's `max_response_output_tokens` default, `inf`, capped as its models are). */
+/**
+ * The output a response is taken to write when the catalog gives none (OpenAI's `max_response_output_tokens` default,
+ * `inf`, capped as its models are).
+ */
 export const realtimeDefaultMaxOutputTokens = 4_096;
 
 /** One response's usage, split as it is priced. */
@@ -40,12 +51,18 @@ export interface RealtimeTokens {
 /** Totals as the usage row keeps them. */
 export function realtimeTotals(tokens: RealtimeTokens): { input: number; cached: number; output: number } {
   const cached = tokens.cachedTextInput + tokens.cachedAudioInput;
-  return { input: tokens.textInput + tokens.audioInput + cached, cached, output: tokens.textOutput + tokens.audioOutput };
+  return {
+    input: tokens.textInput + tokens.audioInput + cached,
+    cached,
+    output: tokens.textOutput + tokens.audioOutput,
+  };
 }
 
 const maxCount = 100_000_000;
-const count = (value: unknown): number => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.min(maxCount, Math.floor(value)) : 0);
-const object = (value: unknown): Record<string, unknown> => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {});
+const count = (value: unknown): number =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.min(maxCount, Math.floor(value)) : 0;
+const object = (value: unknown): Record<string, unknown> =>
+  value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
 
 /**
  * A `response.done`'s `response.usage` as OpenAI writes it, read defensively (a vendor's or a translator's numbers:
@@ -59,7 +76,10 @@ export function readRealtimeUsage(usage: unknown): RealtimeTokens {
   const output = object(u.output_token_details);
   const hasInputDetails = 'text_tokens' in input || 'audio_tokens' in input;
   const cachedAudio = count(cachedDetails.audio_tokens);
-  const cachedText = 'text_tokens' in cachedDetails || 'image_tokens' in cachedDetails ? count(cachedDetails.text_tokens) + count(cachedDetails.image_tokens) : Math.max(0, count(input.cached_tokens) - cachedAudio);
+  const cachedText =
+    'text_tokens' in cachedDetails || 'image_tokens' in cachedDetails
+      ? count(cachedDetails.text_tokens) + count(cachedDetails.image_tokens)
+      : Math.max(0, count(input.cached_tokens) - cachedAudio);
   const textAll = hasInputDetails ? count(input.text_tokens) + count(input.image_tokens) : count(u.input_tokens);
   const audioAll = count(input.audio_tokens);
   const hasOutputDetails = 'text_tokens' in output || 'audio_tokens' in output;
@@ -76,7 +96,14 @@ export function readRealtimeUsage(usage: unknown): RealtimeTokens {
 /** Micros per 1M tokens of each kind, an absent price falling back as the vendor's does. */
 type RealtimeRates = RealtimeTokens;
 /** Every kind of token a response is priced by. */
-const tokenKinds = ['textInput', 'cachedTextInput', 'audioInput', 'cachedAudioInput', 'textOutput', 'audioOutput'] as const satisfies ReadonlyArray<keyof RealtimeTokens>;
+const tokenKinds = [
+  'textInput',
+  'cachedTextInput',
+  'audioInput',
+  'cachedAudioInput',
+  'textOutput',
+  'audioOutput',
+] as const satisfies ReadonlyArray<keyof RealtimeTokens>;
 
 function realtimeRates(pricing: Pricing & { cached_audio_input_per_1m?: number }): RealtimeRates {
   const text = pricing.input_per_1m ?? 0;
@@ -117,7 +144,12 @@ export function realtimeResponseCostMicros(prices: PriceList, modelId: string, t
  * plain text and audio input, less what it was billed (`costMicros`, its `realtimeResponseCostMicros`). A Realtime
  * vendor bills no cache writes, so this is never below 0 at prices where a cached token is the cheaper.
  */
-export function realtimePromptCacheSavedMicros(prices: PriceList, modelId: string, tokens: RealtimeTokens, costMicros: number): number {
+export function realtimePromptCacheSavedMicros(
+  prices: PriceList,
+  modelId: string,
+  tokens: RealtimeTokens,
+  costMicros: number,
+): number {
   if (tokens.cachedTextInput + tokens.cachedAudioInput === 0) return 0;
   const uncached: RealtimeTokens = {
     ...tokens,
@@ -129,12 +161,22 @@ export function realtimePromptCacheSavedMicros(prices: PriceList, modelId: strin
   return realtimeResponseCostMicros(prices, modelId, uncached) - costMicros;
 }
 
-/** The most one response can cost: its context window at the dearest input price, its most output at the dearest output price. */
-export function realtimeResponseWorstCaseMicros(prices: PriceList, model: Pick<CatalogModel, 'id' | 'context_window' | 'max_output_tokens'>): number {
+/**
+ * The most one response can cost: its context window at the dearest input price, its most output at the dearest output
+ * price.
+ */
+export function realtimeResponseWorstCaseMicros(
+  prices: PriceList,
+  model: Pick<CatalogModel, 'id' | 'context_window' | 'max_output_tokens'>,
+): number {
   const rates = realtimeRates(prices.pricing(model.id));
   const context = model.context_window > 0 ? model.context_window : realtimeDefaultContextTokens;
   const output = model.max_output_tokens > 0 ? model.max_output_tokens : realtimeDefaultMaxOutputTokens;
-  return marked(prices, tokenMicros(context, Math.max(rates.textInput, rates.audioInput)) + tokenMicros(output, Math.max(rates.textOutput, rates.audioOutput)));
+  return marked(
+    prices,
+    tokenMicros(context, Math.max(rates.textInput, rates.audioInput)) +
+      tokenMicros(output, Math.max(rates.textOutput, rates.audioOutput)),
+  );
 }
 
 /** Audio the model speaks, as OpenAI counts it: a token each 50 ms (24 kHz pcm16: 2,400 bytes). */
@@ -167,29 +209,52 @@ export function realtimeUnfinishedResponse(
     textOutput: Math.min(maxCount, Math.max(0, Math.floor(output.text))),
     audioOutput: Math.min(maxCount, Math.max(0, Math.floor(output.audio))),
   };
-  return { tokens, costMicros: Math.min(realtimeResponseCostMicros(prices, model.id, tokens), realtimeResponseWorstCaseMicros(prices, model)) };
+  return {
+    tokens,
+    costMicros: Math.min(
+      realtimeResponseCostMicros(prices, model.id, tokens),
+      realtimeResponseWorstCaseMicros(prices, model),
+    ),
+  };
 }
 
 /** Whether a session's responses are charged: a priced model, not answered by the mock (unless MOCK_BILLING). */
-export function realtimeCharged(config: { mock: Pick<Config['mock'], 'billed'> }, prices: PriceList, modelId: string, mockAnswered: boolean): boolean {
+export function realtimeCharged(
+  config: { mock: Pick<Config['mock'], 'billed'> },
+  prices: PriceList,
+  modelId: string,
+  mockAnswered: boolean,
+): boolean {
   return prices.has(modelId) && (config.mock.billed || !mockAnswered);
 }
 
 /** What the api reserves at the upgrade for a session's first response (0 when its responses are free). */
 export function realtimeReservationMicros(config: VendorConfig, prices: PriceList, model: CatalogModel): number {
-  return realtimeCharged(config, prices, model.id, mockAnswers(config, model.routes[0]?.vendor)) ? realtimeResponseWorstCaseMicros(prices, model) : 0;
+  return realtimeCharged(config, prices, model.id, mockAnswers(config, model.routes[0]?.vendor))
+    ? realtimeResponseWorstCaseMicros(prices, model)
+    : 0;
 }
 
 /** As `realtimeReservationMicros`, once the session's channel is known (the worker's renewals). */
-export function realtimeChannelReservationMicros(config: { mock: Pick<Config['mock'], 'billed'> }, prices: PriceList, model: CatalogModel, channel: Pick<ChannelConfig, 'vendor' | 'protocol'>): number {
-  return realtimeCharged(config, prices, model.id, isMockChannel(channel)) ? realtimeResponseWorstCaseMicros(prices, model) : 0;
+export function realtimeChannelReservationMicros(
+  config: { mock: Pick<Config['mock'], 'billed'> },
+  prices: PriceList,
+  model: CatalogModel,
+  channel: Pick<ChannelConfig, 'vendor' | 'protocol'>,
+): number {
+  return realtimeCharged(config, prices, model.id, isMockChannel(channel))
+    ? realtimeResponseWorstCaseMicros(prices, model)
+    : 0;
 }
 
 /** What a response's settlement did. */
 export interface RealtimeSettlement {
   /** False when the response was settled before (the same `response.done` again). */
   applied: boolean;
-  /** Whether the next response is reserved: `held`, `refused` (the account, the key or a budget cannot cover it), or `none` asked. */
+  /**
+   * Whether the next response is reserved: `held`, `refused` (the account, the key or a budget cannot cover it), or
+   * `none` asked.
+   */
   next: 'held' | 'refused' | 'none';
   /** The budget that refused the next response, when one did. */
   refusedBy?: BudgetInForce;
@@ -235,12 +300,20 @@ export async function settleRealtimeResponse(
   });
   if (Number(applied) === 1) journalSettlement(redis, entry, policy, policy.keepSettledMs);
   const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
-  return { applied: Number(applied) === 1, next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none', ...(refusedBy ? { refusedBy } : {}), alerts: readCrossings(crossings) };
+  return {
+    applied: Number(applied) === 1,
+    next: Number(renewed) === 1 ? 'held' : Number(renewed) === 0 ? 'refused' : 'none',
+    ...(refusedBy ? { refusedBy } : {}),
+    alerts: readCrossings(crossings),
+  };
 }
 
 /** What admitting a session's reservation again under the limits in force now did. */
 export interface RealtimeReadmission {
-  /** `held`: reserved again; `refused`: not covered (nothing changed, the session must end); `none`: no reservation held. */
+  /**
+   * `held`: reserved again; `refused`: not covered (nothing changed, the session must end); `none`: no reservation
+   * held.
+   */
   verdict: 'held' | 'refused' | 'none';
   /** Why it was refused. */
   reason?: 'key_limit' | 'account_balance' | 'no_access' | 'budget';
@@ -278,7 +351,14 @@ export async function readmitRealtimeReservation(
   if (Number(verdict) === 1) return { verdict: 'held' };
   if (Number(verdict) === -1) return { verdict: 'none' };
   const refusedBy = Number(refusing) > 0 ? budgets[Number(refusing) - 1] : undefined;
-  const why = Number(reason) === 3 ? 'key_limit' : Number(reason) === 4 ? 'account_balance' : Number(reason) === 6 ? 'budget' : 'no_access';
+  const why =
+    Number(reason) === 3
+      ? 'key_limit'
+      : Number(reason) === 4
+        ? 'account_balance'
+        : Number(reason) === 6
+          ? 'budget'
+          : 'no_access';
   return { verdict: 'refused', reason: why, ...(refusedBy ? { refusedBy } : {}) };
 }
 
@@ -286,14 +366,37 @@ export async function readmitRealtimeReservation(
  * Moves the session's reservation's deadline on (the reservation sweep gives back one past its deadline by a minute):
  * a live session's stays held, a dead worker's is given back soon after it stops touching it.
  */
-export async function touchRealtimeReservation(redis: Redis, accountId: string, sessionRequestId: string, deadline: number): Promise<void> {
-  await redis.zadd(reservationDeadlinesKey(billingBucket(accountId)), 'XX', deadline, deadlineMember(accountId, sessionRequestId));
+export async function touchRealtimeReservation(
+  redis: Redis,
+  accountId: string,
+  sessionRequestId: string,
+  deadline: number,
+): Promise<void> {
+  await redis.zadd(
+    reservationDeadlinesKey(billingBucket(accountId)),
+    'XX',
+    deadline,
+    deadlineMember(accountId, sessionRequestId),
+  );
 }
 
 /**
  * The session's own row in the request log (`rollup`: its amounts are its responses', each settled and counted on
- * its own row, so the record's writer adds it to no total), appended to the account's usage stream as a settlement's entry.
+ * its own row, so the record's writer adds it to no total), appended to the account's usage stream as a settlement's
+ * entry.
  */
-export async function appendRealtimeSessionRow(redis: Redis, entry: UsageEntry & { rollup: true; responses: number }, bufferRecords: number): Promise<void> {
-  await redis.xadd(usageStreamKey(billingBucket(entry.account_id)), 'MAXLEN', '~', bufferRecords, '*', 'usage', JSON.stringify(entry));
+export async function appendRealtimeSessionRow(
+  redis: Redis,
+  entry: UsageEntry & { rollup: true; responses: number },
+  bufferRecords: number,
+): Promise<void> {
+  await redis.xadd(
+    usageStreamKey(billingBucket(entry.account_id)),
+    'MAXLEN',
+    '~',
+    bufferRecords,
+    '*',
+    'usage',
+    JSON.stringify(entry),
+  );
 }

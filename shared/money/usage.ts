@@ -12,7 +12,15 @@ import type { ServiceTier } from '../scheduling/service-tier.js';
  * `cache_write_tokens` are the parts of `input_tokens` the vendor read from its prompt cache and wrote to it, each
  * billed at its own price (`cached_input_per_1m`, `cache_write_per_1m`), so they are summed as the other amounts are.
  */
-export const usageAmounts = ['input_tokens', 'cached_tokens', 'cache_write_tokens', 'output_tokens', 'images', 'audio_seconds', 'video_seconds'] as const;
+export const usageAmounts = [
+  'input_tokens',
+  'cached_tokens',
+  'cache_write_tokens',
+  'output_tokens',
+  'images',
+  'audio_seconds',
+  'video_seconds',
+] as const;
 export type UsageAmounts = Record<(typeof usageAmounts)[number], number>;
 /** None of them: what a request that is not metered by amounts (a cache hit, a tool call) used. */
 export const noAmounts: Readonly<UsageAmounts> = Object.freeze({
@@ -57,7 +65,10 @@ export interface RunDetail {
   queue_ms?: number;
   /** The error the job ended with, when it failed. */
   error_code?: string | undefined;
-  /** That error's message (its first 500 characters): a batch request's, whose result says it, or a job's the api did not answer. */
+  /**
+   * That error's message (its first 500 characters): a batch request's, whose result says it, or a job's the api did
+   * not answer.
+   */
   error_message?: string | undefined;
   /** An MCP call's: the bytes of what was sent to the server (its arguments, as JSON) and of the answer relayed. */
   bytes_in?: number | undefined;
@@ -90,7 +101,10 @@ export interface UsageEntry extends UsageColumns, RunDetail {
   service_tier: ServiceTier;
   /** How the response cache took part, when it did. */
   cache?: CacheMark;
-  /** Integer micro-dollars the cache saved it: the stored answer's price less what this request was billed (0 or absent when none). */
+  /**
+   * Integer micro-dollars the cache saved it: the stored answer's price less what this request was billed (0 or absent
+   * when none).
+   */
   saved_micros?: number;
   /**
    * Integer micro-dollars the vendor's prompt cache saved it (not the gateway's response cache: `saved_micros`): what
@@ -101,7 +115,10 @@ export interface UsageEntry extends UsageColumns, RunDetail {
   prompt_cache_saved_micros?: number;
 }
 
-/** What the request log knows of how a request ran, each null until one of its halves says (the api's log event, the worker's settlement). */
+/**
+ * What the request log knows of how a request ran, each null until one of its halves says (the api's log event, the
+ * worker's settlement).
+ */
 export interface RequestLogColumns {
   answer_id: string | null;
   endpoint: string | null;
@@ -144,7 +161,10 @@ export interface RequestView extends UsageAmounts, RequestLogColumns {
   cache: CacheMark | null;
   /** Integer micro-dollars the cache saved it (0 when none). */
   saved_micros: number;
-  /** Integer micro-dollars the vendor's prompt cache saved it, signed (`UsageEntry.prompt_cache_saved_micros`; 0 when none). */
+  /**
+   * Integer micro-dollars the vendor's prompt cache saved it, signed (`UsageEntry.prompt_cache_saved_micros`; 0 when
+   * none).
+   */
   prompt_cache_saved_micros: number;
   /** How long its worker ran it, ms (a batch request's only timing); 0 until settled. */
   duration_ms: number;
@@ -162,7 +182,10 @@ export interface UsageTotals extends UsageAmounts {
   cost_usd: number;
   /** Integer micro-dollars the response cache saved these requests. */
   saved_micros: number;
-  /** Integer micro-dollars the vendor's prompt cache saved them, net (signed: cache writes dearer than input count against it). */
+  /**
+   * Integer micro-dollars the vendor's prompt cache saved them, net (signed: cache writes dearer than input count
+   * against it).
+   */
   prompt_cache_saved_micros: number;
 }
 

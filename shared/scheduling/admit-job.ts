@@ -1,6 +1,12 @@
 import { Backoffs, type JobsOptions, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
-import { readOutcome, reserveInput, type KeyLimitsInForce, type Reservation, type ReserveOutcome } from '../money/billing.js';
+import {
+  readOutcome,
+  reserveInput,
+  type KeyLimitsInForce,
+  type Reservation,
+  type ReserveOutcome,
+} from '../money/billing.js';
 import { reserveScript } from '../money/scripts.js';
 import { placeInput, type FairClaim, type Placed } from './fair-queue.js';
 import { admitScript, placeScript } from './scripts.js';
@@ -54,9 +60,13 @@ export async function admitJob(
   const now = Date.now();
   const reservation = spend ? reserveInput(spend.reservation, spend.limits, now) : undefined;
   const placement = placeInput(queue, job.id, claim, now);
-  // The arguments in the order each script reads them: the individual scripts' own declarations, so neither order is written twice.
-  const argumentsOf = (positional: ReturnType<typeof placeScript.positional>) => positional.slice(1 + Number(positional[0]));
-  const reserveArgs = reservation ? argumentsOf(reserveScript.positional(reservation)) : new Array<string>(reserveScript.args.length).fill('');
+  // The arguments in the order each script reads them: the individual scripts' own declarations, so neither order is
+  // written twice.
+  const argumentsOf = (positional: ReturnType<typeof placeScript.positional>) =>
+    positional.slice(1 + Number(positional[0]));
+  const reserveArgs = reservation
+    ? argumentsOf(reserveScript.positional(reservation))
+    : new Array<string>(reserveScript.args.length).fill('');
   const placeArgs = argumentsOf(placeScript.positional(placement));
   const keys = queue.keys;
   // Nothing reserved: the script reads none of the account's keys, and the queue's own stand in their places.

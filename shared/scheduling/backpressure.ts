@@ -46,10 +46,21 @@ interface LaneCounts {
   newcomers: number;
 }
 
-const emptyLane = (): LaneCounts => ({ byAccount: new Map(), weights: new Map(), added: new Map(), accounts: 0, weightSum: 0, newcomers: 0 });
+const emptyLane = (): LaneCounts => ({
+  byAccount: new Map(),
+  weights: new Map(),
+  added: new Map(),
+  accounts: 0,
+  weightSum: 0,
+  newcomers: 0,
+});
 
-/** A lane in the counts: a capability's shared lane (all its shards together), or a capped vendor's (every capability's). */
-const laneKey = (queue: QueueName | undefined, lane: string | undefined) => (lane === undefined ? `${queue}` : `@${lane}`);
+/**
+ * A lane in the counts: a capability's shared lane (all its shards together), or a capped vendor's (every
+ * capability's).
+ */
+const laneKey = (queue: QueueName | undefined, lane: string | undefined) =>
+  lane === undefined ? `${queue}` : `@${lane}`;
 /** A vendor lane's `queue` label in the metrics: `lane@openai`. */
 const laneLabel = (vendor: string) => `lane@${vendor}`;
 
@@ -60,7 +71,10 @@ const laneLabel = (vendor: string) => `lane@${vendor}`;
  */
 export class Backpressure {
   private readonly lanes = new Map<string, LaneCounts>();
-  /** Every state's count as last read, by capability and by vendor lane (`lane@openai`), for the metrics (read at scrape time: no Redis command of its own). */
+  /**
+   * Every state's count as last read, by capability and by vendor lane (`lane@openai`), for the metrics (read at scrape
+   * time: no Redis command of its own).
+   */
   private readonly depth = new Map<string, QueueDepth>();
   /** Waiting jobs by tier and account, likewise, for the metrics. */
   private readonly backlog = new Map<string, Array<[tier: string, account: string, waiting: number]>>();
@@ -94,7 +108,9 @@ export class Backpressure {
     for (const queue of this.otherLanes.values()) void queue.close().catch(() => undefined);
   }
 
-  /** The lanes stranded at the last check: jobs waiting, no server with a configured cap (`shared/scheduling/lanes.ts`). */
+  /**
+   * The lanes stranded at the last check: jobs waiting, no server with a configured cap (`shared/scheduling/lanes.ts`).
+   */
   stranded(): readonly StrandedLane[] {
     return this.strandedLanes;
   }
@@ -102,7 +118,10 @@ export class Backpressure {
   private async checkLanes(): Promise<void> {
     try {
       // Recorded again each time: a worker forgets a stranded lane it emptied, and this api may still route to it.
-      await knowLanes(this.redis, this.queues.laneQueues().map(([, queue]) => queue.name));
+      await knowLanes(
+        this.redis,
+        this.queues.laneQueues().map(([, queue]) => queue.name),
+      );
       const lanes = await readLanes(this.redis);
       const found: StrandedLane[] = [];
       for (const [name, server] of lanes) {
@@ -131,14 +150,16 @@ export class Backpressure {
     const own = counts.byAccount.get(accountId) ?? 0;
     const held = Math.max(0, own) + added;
     const limits: WaitingRoom = { room: this.limits[queue], floor: this.floor };
-    // Under the floor: in. Else its share of the room against the others' weights, kept added up (no walk over accounts).
+    // Under the floor: in. Else its share of the room against the others' weights, kept added up (no walk over
+    // accounts).
     if (held >= Math.min(limits.floor, limits.room)) {
       const counted = own > 0 || added > 0;
       const ownWeight = own > 0 ? (counts.weights.get(accountId) ?? 1) : added > 0 ? 1 : 0;
       const othersWeight = counts.weightSum + counts.newcomers - ownWeight;
       const others = counts.accounts + counts.newcomers - (counted ? 1 : 0);
       const share = accountShare(limits, weight, othersWeight);
-      if (held >= share) throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane}'s lane`, held, share, others);
+      if (held >= share)
+        throw shareExceeded(lane === undefined ? `the ${queue} queue` : `${lane}'s lane`, held, share, others);
     }
     if (own <= 0 && added === 0) counts.newcomers++;
     counts.added.set(accountId, added + 1);
@@ -151,7 +172,8 @@ export class Backpressure {
 
   /** Each queue's waiting jobs by tier and account, as last refreshed. */
   *backlogs(): Iterable<[queue: string, tier: string, account: string, waiting: number]> {
-    for (const [queue, rows] of this.backlog) for (const [tier, account, waiting] of rows) yield [queue, tier, account, waiting];
+    for (const [queue, rows] of this.backlog)
+      for (const [tier, account, waiting] of rows) yield [queue, tier, account, waiting];
   }
 
   /** Each capability's and each vendor lane's jobs by state, as last refreshed. */
@@ -163,8 +185,18 @@ export class Backpressure {
     try {
       // Each capability's shared lane (its shards together), and each capped vendor's lane, shared by every capability.
       const groups: Array<[label: string, key: string, queues: readonly Queue[]]> = [
-        ...[...this.queues.entries()].map(([name, shards]): [string, string, Queue[]] => [name, laneKey(name, undefined), shards]),
-        ...this.queues.laneQueues().map(([vendor, queue]): [string, string, Queue[]] => [laneLabel(vendor), laneKey(undefined, vendor), [queue]]),
+        ...[...this.queues.entries()].map(([name, shards]): [string, string, Queue[]] => [
+          name,
+          laneKey(name, undefined),
+          shards,
+        ]),
+        ...this.queues
+          .laneQueues()
+          .map(([vendor, queue]): [string, string, Queue[]] => [
+            laneLabel(vendor),
+            laneKey(undefined, vendor),
+            [queue],
+          ]),
       ];
       await Promise.all(
         groups.map(async ([label, key, queues]) => {
@@ -182,7 +214,8 @@ export class Backpressure {
           for (const { backlog, weights } of read) {
             for (const [account, weight] of weights) lane.weights.set(account, weight);
             for (const [tier, account, waiting] of backlog) {
-              // A batch's requests are not in the waiting room (they have limits of their own): shown, not admitted against.
+              // A batch's requests are not in the waiting room (they have limits of their own): shown, not admitted
+              // against.
               if (tier !== 'batch') lane.byAccount.set(account, (lane.byAccount.get(account) ?? 0) + waiting);
               const field = backlogField.encode(tier, account);
               const sum = byTierAndAccount.get(field);

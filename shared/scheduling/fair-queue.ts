@@ -61,7 +61,6 @@ export function costUnits(reservedTokens: number, weight: number): number {
   return Math.max(1, Math.ceil(Math.max(0, reservedTokens) / tokensPerUnit)) / clampWeight(weight);
 }
 
-
 export interface FairClaim {
   /** The account that pays: the unit of fairness. */
   accountId: string;
@@ -83,8 +82,16 @@ export interface Placed {
   behindOthers: boolean;
 }
 
-/** The placement script's keys and arguments, named: what `placeJob` sends, and the request's whole admission (admit-job.ts) too. */
-export function placeInput(queue: Queue, jobId: string, claim: FairClaim, now = Date.now()): Parameters<typeof placeScript>[1] {
+/**
+ * The placement script's keys and arguments, named: what `placeJob` sends, and the request's whole admission
+ * (admit-job.ts) too.
+ */
+export function placeInput(
+  queue: Queue,
+  jobId: string,
+  claim: FairClaim,
+  now = Date.now(),
+): Parameters<typeof placeScript>[1] {
   const weight = clampWeight(claim.weight);
   const cost = costUnits(claim.tokens, weight);
   const lead = claim.tier === 'priority' ? (claim.leadTokens ?? 0) / tokensPerUnit / weight : 0;
@@ -116,7 +123,14 @@ export async function placeJob(redis: Redis, queue: Queue, jobId: string, claim:
  * whose priority moves its band's virtual time to its tag), or removed before it ran (its account gets its cost back).
  */
 export async function leaveBacklog(redis: Redis, queueName: string, jobId: string, jobKey = ''): Promise<void> {
-  await leaveScript(redis, { fair: fairKeys(queueName), jobId, takenJobKey: jobKey, interactiveBandStart: bandStart('default'), flexBandStart: bandStart('flex'), bandWidth });
+  await leaveScript(redis, {
+    fair: fairKeys(queueName),
+    jobId,
+    takenJobKey: jobKey,
+    interactiveBandStart: bandStart('default'),
+    flexBandStart: bandStart('flex'),
+    bandWidth,
+  });
 }
 
 /** Removes a job that has not run yet, and uncounts it: whether it was removed (false: running, or gone already). */
@@ -155,15 +169,23 @@ export async function readBacklog(redis: Redis, queueName: string): Promise<Back
 }
 
 /** A queue's backlog and the weights of the accounts in it, in one round trip (admission reads both). */
-export async function readBacklogAndWeights(redis: Redis, queueName: string): Promise<{ backlog: BacklogRows; weights: Map<string, number> }> {
-  const [[, waiting], [, weights]] = (await inOneWrite(redis).hgetall(backlogKey(queueName)).hgetall(waitingWeightsKey(queueName)).exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
+export async function readBacklogAndWeights(
+  redis: Redis,
+  queueName: string,
+): Promise<{ backlog: BacklogRows; weights: Map<string, number> }> {
+  const [[, waiting], [, weights]] = (await inOneWrite(redis)
+    .hgetall(backlogKey(queueName))
+    .hgetall(waitingWeightsKey(queueName))
+    .exec()) as [[unknown, Record<string, string>], [unknown, Record<string, string>]];
   return {
     backlog: backlogRows(waiting ?? {}),
     weights: new Map(Object.entries(weights ?? {}).map(([account, weight]) => [account, Number(weight) || 1])),
   };
 }
 
-/** Jobs placed this recently may still be on their way to the queue (tagged, not yet added): the recount leaves them be. */
+/**
+ * Jobs placed this recently may still be on their way to the queue (tagged, not yet added): the recount leaves them be.
+ */
 const recountGraceMs = 10_000;
 const recountBatch = 200;
 
@@ -173,10 +195,20 @@ const recountBatch = 200;
  * length); O(backlog) in batches of 200, each a script of a few commands per job. Returns the jobs uncounted, or
  * undefined when another worker holds the interval.
  */
-export async function recount(redis: Redis, queue: Queue, intervalMs: number, graceMs = recountGraceMs): Promise<number | undefined> {
+export async function recount(
+  redis: Redis,
+  queue: Queue,
+  intervalMs: number,
+  graceMs = recountGraceMs,
+): Promise<number | undefined> {
   const locked = await redis.set(recountLockKey(queue.name), '1', 'PX', Math.max(1000, intervalMs - 100), 'NX');
   if (locked !== 'OK') return undefined;
-  const keys = { fair: fairKeys(queue.name), prioritized: queue.keys.prioritized!, delayed: queue.keys.delayed!, wait: queue.keys.wait! };
+  const keys = {
+    fair: fairKeys(queue.name),
+    prioritized: queue.keys.prioritized!,
+    delayed: queue.keys.delayed!,
+    wait: queue.keys.wait!,
+  };
   const membersKey = fairMembersKey(queue.name);
   let healed = 0;
   let cursor = '0';

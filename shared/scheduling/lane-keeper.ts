@@ -54,9 +54,14 @@ export class LaneKeeper {
   ) {}
 
   async start(): Promise<void> {
-    await this.findLegacyLanes().catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not look for lanes of the per-capability layout'));
+    await this.findLegacyLanes().catch((error: unknown) =>
+      this.deps.log.warn({ err: error }, 'could not look for lanes of the per-capability layout'),
+    );
     await this.sweep();
-    this.timer = setInterval(() => void (this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined))), laneHeartbeatMs);
+    this.timer = setInterval(
+      () => void (this.sweeping ??= this.sweep().finally(() => (this.sweeping = undefined))),
+      laneHeartbeatMs,
+    );
     this.timer.unref();
   }
 
@@ -77,7 +82,13 @@ export class LaneKeeper {
   async sweep(): Promise<void> {
     const { redis, log } = this.deps;
     try {
-      const stranded = [...this.draining.keys()].map((queue) => ({ queue, vendor: queue.slice(queue.indexOf('@') + 1, -1), cap: 0, rpm: 0, stranded: true }));
+      const stranded = [...this.draining.keys()].map((queue) => ({
+        queue,
+        vendor: queue.slice(queue.indexOf('@') + 1, -1),
+        cap: 0,
+        rpm: 0,
+        stranded: true,
+      }));
       await announceLanes(redis, [...this.deps.lanes, ...stranded]);
       const own = new Set(this.deps.lanes.map((lane) => lane.queue));
       for (const [name, server] of await readLanes(redis)) {
@@ -101,9 +112,15 @@ export class LaneKeeper {
         const queue = this.counter(name);
         await queue.removeGlobalConcurrency();
         await queue.removeGlobalRateLimit();
-        const concurrency = legacy ? Math.min(drainConcurrency, this.deps.config.concurrency[legacy]) : drainConcurrency;
+        const concurrency = legacy
+          ? Math.min(drainConcurrency, this.deps.config.concurrency[legacy])
+          : drainConcurrency;
         this.draining.set(name, { loop: this.deps.drain(name, concurrency), idleSweeps: 0 });
-        log.warn({ lane: name, waiting, concurrency }, 'a lane with jobs waiting has no server (its vendor\'s cap was removed, or is set on an api and not on the workers): draining it with no cap');
+        log.warn(
+          { lane: name, waiting, concurrency },
+          "a lane with jobs waiting has no server (its vendor's cap was removed, or is set on an api and not on " +
+            'the workers): draining it with no cap',
+        );
       }
     } catch (error) {
       log.warn({ err: error }, 'could not keep the lane registry');
@@ -128,7 +145,9 @@ export class LaneKeeper {
 
   /** The lanes of the per-capability layout that still hold jobs, made known so the sweep drains them. */
   private async findLegacyLanes(): Promise<void> {
-    const names = this.deps.config.workerQueues.flatMap((queue) => vendorDefinitions.map((vendor) => legacyLaneQueueName(queue, vendor.name)));
+    const names = this.deps.config.workerQueues.flatMap((queue) =>
+      vendorDefinitions.map((vendor) => legacyLaneQueueName(queue, vendor.name)),
+    );
     const holding: string[] = [];
     for (const name of names) {
       const queue = new Queue(name, { connection: this.deps.redis });

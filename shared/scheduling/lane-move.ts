@@ -23,7 +23,12 @@ export class LaneMoves {
 
   /** Whether a job about to call `vendor` belongs in that vendor's lane instead of where it is. */
   wanted(job: Job<GatewayJobData>, vendor: string): boolean {
-    return this.lanes.has(vendor) && laneVendor(job.queueName) !== vendor && (job.data.laneMoves ?? 0) === 0 && job.data.claim !== undefined;
+    return (
+      this.lanes.has(vendor) &&
+      laneVendor(job.queueName) !== vendor &&
+      (job.data.laneMoves ?? 0) === 0 &&
+      job.data.claim !== undefined
+    );
   }
 
   /** Queues the job in `vendor`'s lane (counted in its backlog, at its fair place); resolves to that queue's name. */
@@ -36,7 +41,11 @@ export class LaneMoves {
     // An async job's record says which lane holds it (`GET /v1/jobs`, cancels): it now names the new one, before
     // the job is there (a reader in between finds the job still active where it was, or waiting here).
     if (job.data.async) await this.relabel(id, vendor);
-    await queue.add(job.name, { ...job.data, laneMoves: (job.data.laneMoves ?? 0) + 1 }, { jobId: id, priority, attempts, backoff, removeOnComplete, removeOnFail });
+    await queue.add(
+      job.name,
+      { ...job.data, laneMoves: (job.data.laneMoves ?? 0) + 1 },
+      { jobId: id, priority, attempts, backoff, removeOnComplete, removeOnFail },
+    );
     return queue.name;
   }
 

@@ -42,7 +42,10 @@ export function cappedVendors(config: Pick<Config, 'vendors' | 'channelsFile'>):
     });
 }
 
-/** The lane a model's requests wait in: its first route's vendor when that vendor is capped, else the capability's shared lane. */
+/**
+ * The lane a model's requests wait in: its first route's vendor when that vendor is capped, else the capability's
+ * shared lane.
+ */
 export function laneOf(lanes: readonly string[], model: Pick<CatalogModel, 'routes'>): string | undefined {
   const vendor = model.routes[0]?.vendor;
   return vendor !== undefined && lanes.includes(vendor) ? vendor : undefined;
@@ -77,11 +80,17 @@ export const laneHeartbeatMs = 10_000;
 export const laneEntryMs = 3 * laneHeartbeatMs;
 
 /** A worker's word that it serves these lanes, for the next `laneEntryMs`. */
-export async function announceLanes(redis: Redis, lanes: ReadonlyArray<{ queue: string } & Omit<LaneServer, 'until'>>): Promise<void> {
+export async function announceLanes(
+  redis: Redis,
+  lanes: ReadonlyArray<{ queue: string } & Omit<LaneServer, 'until'>>,
+): Promise<void> {
   if (lanes.length === 0) return;
   const until = Date.now() + laneEntryMs;
   await inOneWrite(redis)
-    .hset(lanesServedKey, Object.fromEntries(lanes.map(({ queue, ...server }) => [queue, JSON.stringify({ ...server, until })])))
+    .hset(
+      lanesServedKey,
+      Object.fromEntries(lanes.map(({ queue, ...server }) => [queue, JSON.stringify({ ...server, until })])),
+    )
     .sadd(lanesKnownKey, ...lanes.map((lane) => lane.queue))
     .exec();
 }
@@ -93,7 +102,10 @@ export async function knowLanes(redis: Redis, queues: readonly string[]): Promis
 
 /** Every known lane with its server's entry (undefined: nobody serves it, or its entry ran out). */
 export async function readLanes(redis: Redis, now = Date.now()): Promise<Map<string, LaneServer | undefined>> {
-  const [[, known], [, served]] = (await inOneWrite(redis).smembers(lanesKnownKey).hgetall(lanesServedKey).exec()) as [[unknown, string[]], [unknown, Record<string, string>]];
+  const [[, known], [, served]] = (await inOneWrite(redis).smembers(lanesKnownKey).hgetall(lanesServedKey).exec()) as [
+    [unknown, string[]],
+    [unknown, Record<string, string>],
+  ];
   const lanes = new Map<string, LaneServer | undefined>();
   for (const queue of known ?? []) {
     let entry: LaneServer | undefined;
@@ -107,7 +119,9 @@ export async function readLanes(redis: Redis, now = Date.now()): Promise<Map<str
   return lanes;
 }
 
-/** A lane nobody serves, or served only to drain it, that still has jobs waiting: what `/readyz` and `/metrics` report. */
+/**
+ * A lane nobody serves, or served only to drain it, that still has jobs waiting: what `/readyz` and `/metrics` report.
+ */
 export interface StrandedLane {
   queue: string;
   waiting: number;

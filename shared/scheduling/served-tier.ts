@@ -50,7 +50,10 @@ export interface TierFacts {
   waitedMs: number;
   /** SERVICE_TIER_FLEX_MIN_WAIT_MS: the wait that earns flex where the vendor does not sell it. */
   flexMinWaitMs: number;
-  /** A Message Batch's request (`data.batch`): deferred work by its nature, served (and billed) as flex whatever its wait or its vendor's word. */
+  /**
+   * A Message Batch's request (`data.batch`): deferred work by its nature, served (and billed) as flex whatever its
+   * wait or its vendor's word.
+   */
   batch?: true;
 }
 

@@ -36,14 +36,18 @@ export const unitPrices: ServiceTierPrices = {
   flex: { numerator: 1, denominator: 1 },
 };
 
-/** A decimal as written (`0.5`, `2`, `1.25`) as the exact ratio it names, reduced (`0.5` is 1/2), with no float in between. */
+/**
+ * A decimal as written (`0.5`, `2`, `1.25`) as the exact ratio it names, reduced (`0.5` is 1/2), with no float in
+ * between.
+ */
 export function decimalRatio(text: string): Ratio {
   const match = /^(\d+)(?:\.(\d+))?$/.exec(text.trim());
   if (!match) throw new RangeError(`not a plain decimal: ${text}`);
   const places = match[2] ?? '';
   let numerator = Number(match[1]! + places);
   let denominator = 10 ** places.length;
-  if (!Number.isSafeInteger(numerator) || !Number.isSafeInteger(denominator)) throw new RangeError(`too many digits: ${text}`);
+  if (!Number.isSafeInteger(numerator) || !Number.isSafeInteger(denominator))
+    throw new RangeError(`too many digits: ${text}`);
   const divisor = gcd(numerator, denominator);
   numerator /= divisor;
   denominator /= divisor;

@@ -11,16 +11,24 @@ import type { ServiceTier } from './service-tier.js';
  * `default`) or refused 403 `service_tier_not_granted` (`refuse`). What it is then billed at and echoed as is the
  * tier it was served in (`shared/scheduling/served-tier.ts`).
  */
-export function grantedTier(asked: ServiceTier, access: Pick<KeyAccess, 'tiers'>, config: Pick<SchedulingConfig, 'tiersGranted' | 'tierNotGranted'>): ServiceTier {
+export function grantedTier(
+  asked: ServiceTier,
+  access: Pick<KeyAccess, 'tiers'>,
+  config: Pick<SchedulingConfig, 'tiersGranted' | 'tierNotGranted'>,
+): ServiceTier {
   if (asked === 'default') return asked;
   const granted = access.tiers ?? config.tiersGranted;
   if (granted.includes(asked)) return asked;
   if (config.tierNotGranted === 'refuse') {
-    throw new GatewayError(403, `This account may not use the ${asked} service tier; an admin grants it. Ask for another tier or none.`, {
-      type: 'invalid_request_error',
-      code: 'service_tier_not_granted',
-      param: 'service_tier',
-    });
+    throw new GatewayError(
+      403,
+      `This account may not use the ${asked} service tier; an admin grants it. Ask for another tier or none.`,
+      {
+        type: 'invalid_request_error',
+        code: 'service_tier_not_granted',
+        param: 'service_tier',
+      },
+    );
   }
   return 'default';
 }

@@ -26,16 +26,14 @@ import { vendorAcquireScript, vendorReleaseScript, vendorRenewScript } from './s
  * The scripts are lua/vendor-acquire.lua, vendor-release.lua and vendor-renew.lua (scripts.ts declares them).
  */
 
-
-
 export interface Lease {
   release(): Promise<void>;
 }
 
 const noLease: Lease = { release: async () => undefined };
 
-
-const pastDeadline = (vendor: string) => timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
+const pastDeadline = (vendor: string) =>
+  timeoutError(`The request waited for a free ${vendor} slot past its deadline (vendor limits are configured).`);
 
 /** A job of this process waiting for a vendor slot. */
 interface Waiter {
@@ -59,19 +57,22 @@ interface VendorLine {
 }
 
 export class VendorSlots {
-    private readonly limits = new Map<string, VendorLimits>();
+  private readonly limits = new Map<string, VendorLimits>();
   private readonly lines = new Map<string, VendorLine>();
   /** Without freed-slot messages (no subscriber wired), waiters fall back to short polls. */
   private hearsReleases = false;
 
   constructor(
     private readonly redis: Redis,
-    private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'> & Partial<Pick<Config, 'vendorPace'>>,
+    private readonly config: Pick<Config, 'vendors' | 'channelsFile' | 'vendorLeaseMs'> &
+      Partial<Pick<Config, 'vendorPace'>>,
     private readonly leaseMs = config.vendorLeaseMs,
-  ) {
-  }
+  ) {}
 
-  /** Called for each message on `slotFreedChannel` (the worker's subscriber forwards them): this process's line asks again at once. */
+  /**
+   * Called for each message on `slotFreedChannel` (the worker's subscriber forwards them): this process's line asks
+   * again at once.
+   */
   slotFreed(vendor: string): void {
     this.hearsReleases = true;
     this.lines.get(vendor)?.kick?.();
@@ -128,10 +129,13 @@ export class VendorSlots {
         reject(signal.reason ?? new GatewayError(499, 'aborted'));
       };
       // Its deadline holds wherever it stands in the line.
-      const timer = setTimeout(() => {
-        waiter.leave();
-        reject(pastDeadline(vendor));
-      }, Math.max(0, deadline - Date.now() - 5));
+      const timer = setTimeout(
+        () => {
+          waiter.leave();
+          reject(pastDeadline(vendor));
+        },
+        Math.max(0, deadline - Date.now() - 5),
+      );
       signal.addEventListener('abort', onAbort, { once: true });
       let at = line.waiters.length;
       while (at > 0 && line.waiters[at - 1]!.rank > rank) at -= 1;
@@ -154,7 +158,17 @@ export class VendorSlots {
         const head = line.waiters[0]!;
         let answer: [number, number, number, number];
         try {
-          answer = await vendorAcquireScript(this.redis, { inflight: concurrencyKey, rpmWindow: rpmKey, pace: paceKey, leaseId: head.leaseId, leaseMs: this.leaseMs, cap: maxConcurrency, rpm, paceFraction: pace, unpaced: head.unpaced ? 1 : 0 });
+          answer = await vendorAcquireScript(this.redis, {
+            inflight: concurrencyKey,
+            rpmWindow: rpmKey,
+            pace: paceKey,
+            leaseId: head.leaseId,
+            leaseMs: this.leaseMs,
+            cap: maxConcurrency,
+            rpm,
+            paceFraction: pace,
+            unpaced: head.unpaced ? 1 : 0,
+          });
         } catch (error) {
           if (line.waiters.includes(head)) {
             head.leave();
@@ -208,13 +222,27 @@ export class VendorSlots {
     });
   }
 
-  /** A held slot: renewed while the call runs, released once (idempotent: media jobs release as soon as the vendor is done, and the processor again at the end). */
-  private lease(vendor: string, leaseId: string, maxConcurrency: number, concurrencyKey: string, paceKey: string): Lease {
+  /**
+   * A held slot: renewed while the call runs, released once (idempotent: media jobs release as soon as the vendor is
+   * done, and the processor again at the end).
+   */
+  private lease(
+    vendor: string,
+    leaseId: string,
+    maxConcurrency: number,
+    concurrencyKey: string,
+    paceKey: string,
+  ): Lease {
     if (maxConcurrency > 0) vendorSlotHeld(vendor, 1);
     const startedAt = Date.now();
-    const renew = setInterval(() => {
-      vendorRenewScript(this.redis, { inflight: concurrencyKey, leaseId, leaseMs: this.leaseMs }).catch(() => undefined);
-    }, Math.max(100, Math.floor(this.leaseMs / 3)));
+    const renew = setInterval(
+      () => {
+        vendorRenewScript(this.redis, { inflight: concurrencyKey, leaseId, leaseMs: this.leaseMs }).catch(
+          () => undefined,
+        );
+      },
+      Math.max(100, Math.floor(this.leaseMs / 3)),
+    );
     renew.unref();
     let released = false;
     return {
@@ -224,8 +252,14 @@ export class VendorSlots {
         clearInterval(renew);
         if (maxConcurrency <= 0) return;
         vendorSlotHeld(vendor, -1);
-        // Issued in one turn: one write, the release before the announcement (a failed one is left to the lease's expiry).
-        const giveBack = vendorReleaseScript(this.redis, { inflight: concurrencyKey, pace: paceKey, leaseId, callMs: Date.now() - startedAt });
+        // Issued in one turn: one write, the release before the announcement (a failed one is left to the lease's
+        // expiry).
+        const giveBack = vendorReleaseScript(this.redis, {
+          inflight: concurrencyKey,
+          pace: paceKey,
+          leaseId,
+          callMs: Date.now() - startedAt,
+        });
         await Promise.all([giveBack.catch(() => 0), this.redis.publish(slotFreedChannel, vendor).catch(() => 0)]);
       },
     };

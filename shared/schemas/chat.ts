@@ -35,7 +35,10 @@ export const textPartSchema = z.looseObject({ type: z.literal('text'), text: z.s
 export const imageUrlPartSchema = z.looseObject({
   type: z.literal('image_url'),
   image_url: z.looseObject({
-    url: z.string().min(1).refine((url) => fetchableImageUrl.test(url), { message: 'expected an http(s) URL, a data: URL or a gs:// URI' }),
+    url: z
+      .string()
+      .min(1)
+      .refine((url) => fetchableImageUrl.test(url), { message: 'expected an http(s) URL, a data: URL or a gs:// URI' }),
     detail: z.enum(['auto', 'low', 'high']).optional(),
   }),
 });
@@ -53,7 +56,12 @@ export const filePartSchema = z.looseObject({
 });
 const refusalPartSchema = z.looseObject({ type: z.literal('refusal'), refusal: z.string() });
 
-const userPartSchema = z.discriminatedUnion('type', [textPartSchema, imageUrlPartSchema, inputAudioPartSchema, filePartSchema]);
+const userPartSchema = z.discriminatedUnion('type', [
+  textPartSchema,
+  imageUrlPartSchema,
+  inputAudioPartSchema,
+  filePartSchema,
+]);
 const textContent = z.union([z.string(), z.array(textPartSchema).min(1)]);
 
 export const toolCallSchema = z.looseObject({
@@ -63,7 +71,11 @@ export const toolCallSchema = z.looseObject({
 });
 
 const systemMessage = z.looseObject({ role: z.literal('system'), content: textContent, name: z.string().optional() });
-const developerMessage = z.looseObject({ role: z.literal('developer'), content: textContent, name: z.string().optional() });
+const developerMessage = z.looseObject({
+  role: z.literal('developer'),
+  content: textContent,
+  name: z.string().optional(),
+});
 const userMessage = z.looseObject({
   role: z.literal('user'),
   content: z.union([z.string(), z.array(userPartSchema).min(1)]),
@@ -72,7 +84,9 @@ const userMessage = z.looseObject({
 const assistantMessage = z
   .looseObject({
     role: z.literal('assistant'),
-    content: z.union([z.string(), z.array(z.discriminatedUnion('type', [textPartSchema, refusalPartSchema]))]).nullish(),
+    content: z
+      .union([z.string(), z.array(z.discriminatedUnion('type', [textPartSchema, refusalPartSchema]))])
+      .nullish(),
     refusal: z.string().nullish(),
     name: z.string().optional(),
     tool_calls: z.array(toolCallSchema).optional(),
@@ -83,7 +97,11 @@ const assistantMessage = z
     path: ['content'],
   });
 const toolMessage = z.looseObject({ role: z.literal('tool'), content: textContent, tool_call_id: z.string() });
-const functionMessage = z.looseObject({ role: z.literal('function'), content: z.string().nullable(), name: z.string() });
+const functionMessage = z.looseObject({
+  role: z.literal('function'),
+  content: z.string().nullable(),
+  name: z.string(),
+});
 
 export const chatMessageSchema = z.discriminatedUnion('role', [
   systemMessage,
@@ -151,11 +169,15 @@ export const chatCompletionRequestSchema = z.looseObject({
   tool_choice: toolChoiceSchema.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
   service_tier: requestedServiceTierSchema,
-  /** OpenAI's web search for chat: passed to OpenAI's search models, Anthropic's web search tool, Gemini's grounding. */
+  /**
+   * OpenAI's web search for chat: passed to OpenAI's search models, Anthropic's web search tool, Gemini's grounding.
+   */
   web_search_options: z
     .looseObject({
       search_context_size: z.enum(['low', 'medium', 'high']).nullish(),
-      user_location: z.looseObject({ type: z.literal('approximate'), approximate: z.looseObject({}).nullish() }).nullish(),
+      user_location: z
+        .looseObject({ type: z.literal('approximate'), approximate: z.looseObject({}).nullish() })
+        .nullish(),
     })
     .nullish(),
   functions: z.array(functionDefinitionSchema).min(1).max(128).nullish(),

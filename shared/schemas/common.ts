@@ -7,7 +7,8 @@ import { z } from 'zod';
  * reach the record or a query of it is this, so a NUL is a 400 naming its field, never a 500 or a usage entry the
  * record's writer cannot write.
  */
-export const storableText = () => z.string().refine((text) => !text.includes('\u0000'), 'must not contain a NUL character (\\u0000)');
+export const storableText = () =>
+  z.string().refine((text) => !text.includes('\u0000'), 'must not contain a NUL character (\\u0000)');
 /** A request's `model`: it reaches the request log. */
 export const modelSchema = storableText().min(1);
 
@@ -47,7 +48,8 @@ export const formNumber = () =>
   z.union([z.number(), z.string()]).transform((value, ctx) => {
     const number = typeof value === 'number' ? value : value.trim() === '' ? Number.NaN : Number(value);
     if (Number.isFinite(number)) return number;
-    const shown = typeof value === 'string' ? (value === '' ? 'an empty string' : `'${value.slice(0, 40)}'`) : String(value);
+    const shown =
+      typeof value === 'string' ? (value === '' ? 'an empty string' : `'${value.slice(0, 40)}'`) : String(value);
     ctx.addIssue({ code: 'custom', message: `expected a finite number, but got ${shown}` });
     return z.NEVER;
   });

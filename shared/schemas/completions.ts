@@ -18,7 +18,12 @@ import {
 export const completionRequestSchema = z.looseObject({
   model: modelSchema,
   // A batch is at most 2,048 prompts, as for embeddings: each becomes its own choice.
-  prompt: z.union([z.string(), boundedArray(z.string(), 1, 2048), tokenArraySchema, boundedArray(tokenArraySchema, 1, 2048)]),
+  prompt: z.union([
+    z.string(),
+    boundedArray(z.string(), 1, 2048),
+    tokenArraySchema,
+    boundedArray(tokenArraySchema, 1, 2048),
+  ]),
   suffix: z.string().nullish(),
   max_tokens: z.number().int().min(0).nullish(),
   temperature: temperatureSchema,

@@ -19,9 +19,19 @@ import { boundedArray } from './common.js';
 type Json = Record<string, unknown>;
 
 /** Values the client writes freely: their keys are data, not Gemini's fields. */
-const freeForm = new Set(['args', 'response', 'parametersJsonSchema', 'responseJsonSchema', 'example', 'default', 'labels', 'metadata']);
+const freeForm = new Set([
+  'args',
+  'response',
+  'parametersJsonSchema',
+  'responseJsonSchema',
+  'example',
+  'default',
+  'labels',
+  'metadata',
+]);
 
-const isRecord = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** `system_instruction` → `systemInstruction`. */
 function camelKey(key: string): string {
@@ -64,16 +74,34 @@ const camelCased = <T extends z.ZodType>(schema: T) => z.preprocess((body) => ca
  * Google's parser takes). Anything else is refused as Google refuses it, before a chat vendor is sent a data URL
  * it cannot read (or, for text, the garbage a lenient decoder makes of it). One linear scan, even of 50 MB.
  */
-const base64 = z.string().refine((data) => /^[A-Za-z0-9+/_-]*={0,2}$/.test(data) && data.replace(/=+$/, '').length % 4 !== 1, {
-  message: 'Base64 decoding failed: expected base64 (A-Z, a-z, 0-9 and + / or - _, = padding).',
-});
+const base64 = z
+  .string()
+  .refine((data) => /^[A-Za-z0-9+/_-]*={0,2}$/.test(data) && data.replace(/=+$/, '').length % 4 !== 1, {
+    message: 'Base64 decoding failed: expected base64 (A-Z, a-z, 0-9 and + / or - _, = padding).',
+  });
 const blob = z.looseObject({ mimeType: z.string().min(1), data: base64 });
 const fileData = z.looseObject({ mimeType: z.string().optional(), fileUri: z.string().min(1) });
-const functionCall = z.looseObject({ id: z.string().optional(), name: z.string().min(1), args: z.record(z.string(), z.unknown()).nullish() });
-const functionResponse = z.looseObject({ id: z.string().optional(), name: z.string().min(1), response: z.record(z.string(), z.unknown()).nullish() });
+const functionCall = z.looseObject({
+  id: z.string().optional(),
+  name: z.string().min(1),
+  args: z.record(z.string(), z.unknown()).nullish(),
+});
+const functionResponse = z.looseObject({
+  id: z.string().optional(),
+  name: z.string().min(1),
+  response: z.record(z.string(), z.unknown()).nullish(),
+});
 
 /** A part's data fields: Google's `data` oneof, of which a part holds one. */
-const partData = ['text', 'inlineData', 'fileData', 'functionCall', 'functionResponse', 'executableCode', 'codeExecutionResult'] as const;
+const partData = [
+  'text',
+  'inlineData',
+  'fileData',
+  'functionCall',
+  'functionResponse',
+  'executableCode',
+  'codeExecutionResult',
+] as const;
 
 /**
  * One part: text (a thought when `thought` is true), inline data, a file by URI, a function call or its response,
@@ -93,7 +121,10 @@ export const geminiPartSchema = z
   .superRefine((part, ctx) => {
     const held = partData.filter((field) => part[field] != null);
     if (held.length > 1) {
-      ctx.addIssue({ code: 'custom', message: `a part holds one of ${partData.join(', ')}; this one has ${held.join(' and ')}: send each in a part of its own.` });
+      ctx.addIssue({
+        code: 'custom',
+        message: `a part holds one of ${partData.join(', ')}; this one has ${held.join(' and ')}: send each in a part of its own.`,
+      });
     }
   });
 
@@ -127,9 +158,11 @@ export const geminiToolConfigSchema = z.looseObject({
 });
 
 /** `thinkingLevel` as the SDKs write it (`HIGH`) or in lower case, as Google's REST examples do: kept as written. */
-const thinkingLevel = z.string().refine((level) => /^(?:minimal|low|medium|high|thinking_level_unspecified)$/i.test(level), {
-  message: "expected one of 'MINIMAL', 'LOW', 'MEDIUM', 'HIGH'",
-});
+const thinkingLevel = z
+  .string()
+  .refine((level) => /^(?:minimal|low|medium|high|thinking_level_unspecified)$/i.test(level), {
+    message: "expected one of 'MINIMAL', 'LOW', 'MEDIUM', 'HIGH'",
+  });
 
 export const geminiGenerationConfigSchema = z.looseObject({
   temperature: z.number().min(0).max(2).nullish(),
@@ -186,7 +219,11 @@ export const geminiCountTokensRequestSchema = camelCased(
     })
     .superRefine((body, ctx) => {
       if ((body.contents === undefined) === (body.generateContentRequest === undefined)) {
-        ctx.addIssue({ code: 'custom', path: ['contents'], message: 'send either contents or generateContentRequest (one of the two)' });
+        ctx.addIssue({
+          code: 'custom',
+          path: ['contents'],
+          message: 'send either contents or generateContentRequest (one of the two)',
+        });
       }
     }),
 );

@@ -50,7 +50,9 @@ export const translationFieldsSchema = z.looseObject({
   temperature: formNumber().pipe(z.number().min(0).max(1)).optional(),
 });
 
-/** The text fields of `POST /v1/audio/transcriptions` (multipart): a translation's, with the language and the timings. */
+/**
+ * The text fields of `POST /v1/audio/transcriptions` (multipart): a translation's, with the language and the timings.
+ */
 export const transcriptionFieldsSchema = translationFieldsSchema.extend({
   language: z.string().min(2).max(16).optional(),
   'timestamp_granularities[]': z.array(z.enum(['word', 'segment'])).optional(),
@@ -60,6 +62,10 @@ export const transcriptionFieldsSchema = translationFieldsSchema.extend({
 export const videoRequestSchema = z.looseObject({
   model: modelSchema.default('sora-2'),
   prompt: z.string().min(1).max(32_000),
-  seconds: z.union([z.string(), z.number()]).transform(String).pipe(z.enum(['4', '8', '12'])).default('4'),
+  seconds: z
+    .union([z.string(), z.number()])
+    .transform(String)
+    .pipe(z.enum(['4', '8', '12']))
+    .default('4'),
   size: z.string().optional(),
 });

@@ -18,8 +18,16 @@ const textSource = z.looseObject({ type: z.literal('text'), media_type: z.string
 const fileSource = z.looseObject({ type: z.literal('file'), file_id: z.string() });
 const contentSource = z.looseObject({ type: z.literal('content'), content: z.unknown() });
 
-export const messagesTextBlockSchema = z.looseObject({ type: z.literal('text'), text: z.string(), cache_control: cacheControl });
-const imageBlock = z.looseObject({ type: z.literal('image'), source: z.discriminatedUnion('type', [base64Source, urlSource, fileSource]), cache_control: cacheControl });
+export const messagesTextBlockSchema = z.looseObject({
+  type: z.literal('text'),
+  text: z.string(),
+  cache_control: cacheControl,
+});
+const imageBlock = z.looseObject({
+  type: z.literal('image'),
+  source: z.discriminatedUnion('type', [base64Source, urlSource, fileSource]),
+  cache_control: cacheControl,
+});
 const documentBlock = z.looseObject({
   type: z.literal('document'),
   source: z.discriminatedUnion('type', [base64Source, urlSource, textSource, fileSource, contentSource]),
@@ -27,33 +35,79 @@ const documentBlock = z.looseObject({
   context: z.string().nullish(),
   cache_control: cacheControl,
 });
-const toolUseBlock = z.looseObject({ type: z.literal('tool_use'), id: z.string().min(1), name: z.string().min(1), input: z.unknown(), cache_control: cacheControl });
+const toolUseBlock = z.looseObject({
+  type: z.literal('tool_use'),
+  id: z.string().min(1),
+  name: z.string().min(1),
+  input: z.unknown(),
+  cache_control: cacheControl,
+});
 /** The block types this schema checks: one of these that fails its check is refused, not taken for another kind. */
-const knownBlockTypes = new Set(['text', 'image', 'document', 'tool_use', 'tool_result', 'thinking', 'redacted_thinking']);
-/** Blocks of types the gateway does not translate (server tool results, search results, containers…): kept for Anthropic, left out for other vendors. */
-const otherBlock = z.looseObject({ type: z.string().min(1).refine((type) => !knownBlockTypes.has(type), { message: 'is a known block type whose fields are wrong' }) });
+const knownBlockTypes = new Set([
+  'text',
+  'image',
+  'document',
+  'tool_use',
+  'tool_result',
+  'thinking',
+  'redacted_thinking',
+]);
+/**
+ * Blocks of types the gateway does not translate (server tool results, search results, containers…): kept for
+ * Anthropic, left out for other vendors.
+ */
+const otherBlock = z.looseObject({
+  type: z
+    .string()
+    .min(1)
+    .refine((type) => !knownBlockTypes.has(type), { message: 'is a known block type whose fields are wrong' }),
+});
 
 const toolResultBlock = z.looseObject({
   type: z.literal('tool_result'),
   tool_use_id: z.string().min(1),
-  content: z.union([z.string(), z.array(z.union([z.discriminatedUnion('type', [messagesTextBlockSchema, imageBlock, documentBlock]), otherBlock]))]).optional(),
+  content: z
+    .union([
+      z.string(),
+      z.array(
+        z.union([z.discriminatedUnion('type', [messagesTextBlockSchema, imageBlock, documentBlock]), otherBlock]),
+      ),
+    ])
+    .optional(),
   is_error: z.boolean().optional(),
   cache_control: cacheControl,
 });
-const thinkingBlock = z.looseObject({ type: z.literal('thinking'), thinking: z.string(), signature: z.string().optional() });
+const thinkingBlock = z.looseObject({
+  type: z.literal('thinking'),
+  thinking: z.string(),
+  signature: z.string().optional(),
+});
 const redactedThinkingBlock = z.looseObject({ type: z.literal('redacted_thinking'), data: z.string() });
 export const messagesContentBlockSchema = z.union([
-  z.discriminatedUnion('type', [messagesTextBlockSchema, imageBlock, documentBlock, toolUseBlock, toolResultBlock, thinkingBlock, redactedThinkingBlock]),
+  z.discriminatedUnion('type', [
+    messagesTextBlockSchema,
+    imageBlock,
+    documentBlock,
+    toolUseBlock,
+    toolResultBlock,
+    thinkingBlock,
+    redactedThinkingBlock,
+  ]),
   otherBlock,
 ]);
 
-/** `system` turns inside the conversation are Anthropic's mid-conversation system messages (a beta Claude Code uses). */
+/**
+ * `system` turns inside the conversation are Anthropic's mid-conversation system messages (a beta Claude Code uses).
+ */
 export const messagesMessageSchema = z.looseObject({
   role: z.enum(['user', 'assistant', 'system']),
   content: z.union([z.string(), boundedArray(messagesContentBlockSchema, 0, 100_000)]),
 });
 
-/** A client tool (`input_schema`), or a server tool Anthropic runs itself (a versioned `type` such as `web_search_20250305`). */
+/**
+ * A client tool (`input_schema`), or a server tool Anthropic runs itself (a versioned `type` such as
+ * `web_search_20250305`).
+ */
 export const messagesToolSchema = z.looseObject({
   type: z.string().nullish(),
   name: z.string().min(1).max(128),
@@ -63,7 +117,10 @@ export const messagesToolSchema = z.looseObject({
 });
 
 /** The MCP connector's toolset (`mcp-client-2025-11-20`): a server of `mcp_servers`, its tools turned on or off. */
-export const messagesMcpToolsetSchema = z.looseObject({ type: z.literal('mcp_toolset'), mcp_server_name: z.string().min(1).max(64) });
+export const messagesMcpToolsetSchema = z.looseObject({
+  type: z.literal('mcp_toolset'),
+  mcp_server_name: z.string().min(1).max(64),
+});
 
 /** A tool as a request lists it: a toolset of an MCP server, or a client or server tool. */
 const requestToolSchema = z.union([messagesMcpToolsetSchema, messagesToolSchema]);
@@ -71,7 +128,11 @@ const requestToolSchema = z.union([messagesMcpToolsetSchema, messagesToolSchema]
 export const messagesToolChoiceSchema = z.discriminatedUnion('type', [
   z.looseObject({ type: z.literal('auto'), disable_parallel_tool_use: z.boolean().optional() }),
   z.looseObject({ type: z.literal('any'), disable_parallel_tool_use: z.boolean().optional() }),
-  z.looseObject({ type: z.literal('tool'), name: z.string().min(1), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({
+    type: z.literal('tool'),
+    name: z.string().min(1),
+    disable_parallel_tool_use: z.boolean().optional(),
+  }),
   z.looseObject({ type: z.literal('none') }),
 ]);
 

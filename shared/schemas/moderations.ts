@@ -54,7 +54,10 @@ export const imageJudgedCategories: ReadonlySet<ModerationCategory> = new Set([
 const imageUrl = z
   .string()
   .min(1)
-  .refine((url) => /^https?:\/\/[^\s]+$/i.test(url.slice(0, 2048)) || /^data:image\/[a-z0-9.+-]+;base64,/i.test(url), 'must be an http(s) URL or a data:image/…;base64, URL');
+  .refine(
+    (url) => /^https?:\/\/[^\s]+$/i.test(url.slice(0, 2048)) || /^data:image\/[a-z0-9.+-]+;base64,/i.test(url),
+    'must be an http(s) URL or a data:image/…;base64, URL',
+  );
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 const imagePart = z.object({ type: z.literal('image_url'), image_url: z.object({ url: imageUrl }) });
@@ -87,15 +90,26 @@ function readInput(value: unknown, ctx: z.RefinementCtx): ModerationInput {
   if (typeof value[0] === 'string') {
     const other = value.findIndex((item) => typeof item !== 'string');
     if (other < 0) return value as string[];
-    ctx.addIssue({ code: 'invalid_type', expected: 'string', input: value[other], path: [other], message: 'a list of texts holds only strings' });
+    ctx.addIssue({
+      code: 'invalid_type',
+      expected: 'string',
+      input: value[other],
+      path: [other],
+      message: 'a list of texts holds only strings',
+    });
     return z.NEVER;
   }
   const read = parts.safeParse(value, { reportInput: true });
   if (read.success) {
     // Each part rebuilt with the spec's fields alone.
-    return read.data.map((item): ModerationPart => (item.type === 'text' ? { type: 'text', text: item.text } : { type: 'image_url', image_url: { url: item.image_url.url } }));
+    return read.data.map((item): ModerationPart =>
+      item.type === 'text'
+        ? { type: 'text', text: item.text }
+        : { type: 'image_url', image_url: { url: item.image_url.url } },
+    );
   }
-  for (const issue of read.error.issues) ctx.addIssue({ ...issue, path: issue.path } as Parameters<typeof ctx.addIssue>[0]);
+  for (const issue of read.error.issues)
+    ctx.addIssue({ ...issue, path: issue.path } as Parameters<typeof ctx.addIssue>[0]);
   return z.NEVER;
 }
 

@@ -29,7 +29,9 @@ const maxMetadataKeys = 16;
 /** At most 16 pairs; the count is checked before any pair is. */
 const metadataSchema = z
   .record(z.string(), z.unknown())
-  .refine((value) => Object.keys(value).length <= maxMetadataKeys, { message: `at most ${maxMetadataKeys} keys are allowed` })
+  .refine((value) => Object.keys(value).length <= maxMetadataKeys, {
+    message: `at most ${maxMetadataKeys} keys are allowed`,
+  })
   .pipe(z.record(z.string().max(64), z.string().max(512)));
 
 export const responsesRequestSchema = z.looseObject({

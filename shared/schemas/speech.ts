@@ -22,7 +22,9 @@ export const speechContentTypes: Readonly<Record<SpeechFormat, string>> = {
   pcm: 'audio/pcm',
 };
 
-/** The most characters `input` (and `instructions`) may have: counted in code points, as JSON Schema's maxLength counts. */
+/**
+ * The most characters `input` (and `instructions`) may have: counted in code points, as JSON Schema's maxLength counts.
+ */
 export const maxSpeechCharacters = 4096;
 
 /** Characters as OpenAI counts them for its limit and its bill: code points, not UTF-16 units. */
@@ -46,10 +48,19 @@ export function withinCharacters(text: string, most: number): boolean {
 }
 
 const speechText = (what: string, min = 0) =>
-  z.string().min(min).refine((text) => withinCharacters(text, maxSpeechCharacters), `${what} must be at most ${maxSpeechCharacters} characters`);
+  z
+    .string()
+    .min(min)
+    .refine(
+      (text) => withinCharacters(text, maxSpeechCharacters),
+      `${what} must be at most ${maxSpeechCharacters} characters`,
+    );
 
 /** A built-in voice by name, or a custom voice by its id (`{"id": "voice_1234"}`). */
-export const speechVoiceSchema = z.union([z.string().min(1).max(64), z.strictObject({ id: z.string().min(1).max(128) })]);
+export const speechVoiceSchema = z.union([
+  z.string().min(1).max(64),
+  z.strictObject({ id: z.string().min(1).max(128) }),
+]);
 export type SpeechVoice = z.infer<typeof speechVoiceSchema>;
 
 /** `CreateSpeechRequest`: fields the spec does not name are left out of the job (and of the vendor's request). */
@@ -77,7 +88,9 @@ export interface SpeechJob {
 /** Options a speech model may take beyond the text and a voice name (the catalog's `speech_options`). */
 export type SpeechOption = 'instructions' | 'speed' | 'sse' | 'custom_voice';
 
-/** What the catalog says of a speech model; its fields are optional extras of the entry (the catalog's schema is loose). */
+/**
+ * What the catalog says of a speech model; its fields are optional extras of the entry (the catalog's schema is loose).
+ */
 const speechFactsSchema = z.looseObject({
   /** The formats the model can be given (all six when absent). */
   speech_formats: z.array(z.enum(speechFormats)).min(1).optional(),

@@ -7,7 +7,16 @@ import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import type { RecordDb } from './database.js';
 import { writeAlerts } from './alerts.js';
-import { claimIdle, ensureGroup, isMissingGroup, Pause, readGroup, type GroupReader, type StreamEntry, type StreamReply } from './stream-group.js';
+import {
+  claimIdle,
+  ensureGroup,
+  isMissingGroup,
+  Pause,
+  readGroup,
+  type GroupReader,
+  type StreamEntry,
+  type StreamReply,
+} from './stream-group.js';
 
 /**
  * Moves budget alerts from Redis to the record and queues their delivery. A settlement that crosses a threshold
@@ -89,8 +98,18 @@ export class AlertWriter {
         await this.claimAbandoned();
         let read = 0;
         const replies: StreamReply[] = [];
-        if (oneServer) replies.push(await readGroup(this.reader, alertStreamKeys, alertStreamKeys.map(() => (history ? '0' : '>')), history ? undefined : this.blockMs));
-        else for (const stream of alertStreamKeys) replies.push(await readGroup(this.reader, [stream], [history ? '0' : '>']));
+        if (oneServer)
+          replies.push(
+            await readGroup(
+              this.reader,
+              alertStreamKeys,
+              alertStreamKeys.map(() => (history ? '0' : '>')),
+              history ? undefined : this.blockMs,
+            ),
+          );
+        else
+          for (const stream of alertStreamKeys)
+            replies.push(await readGroup(this.reader, [stream], [history ? '0' : '>']));
         for (const reply of replies) {
           for (const [stream, entries] of reply ?? []) {
             if (entries.length > 0) await this.write(stream, entries);
@@ -107,7 +126,10 @@ export class AlertWriter {
           continue;
         }
         backoff = Math.min(maxBackoffMs, Math.max(250, backoff * 2));
-        log.warn({ err: error, retryMs: backoff }, 'could not record budget alerts; they wait in Redis and are recorded again');
+        log.warn(
+          { err: error, retryMs: backoff },
+          'could not record budget alerts; they wait in Redis and are recorded again',
+        );
       }
     }
   }
@@ -135,16 +157,28 @@ export class AlertWriter {
     }
     const pending = await writeAlerts(record, alerts, delivery.webhook ? 'pending' : 'no_webhook');
     for (const alertId of pending) {
-      await queue.add('deliver', { alertId }, {
-        jobId: alertId,
-        attempts: delivery.attempts,
-        backoff: { type: 'exponential', delay: delivery.backoffMs },
-        removeOnComplete: { age: keepJobsS },
-        removeOnFail: { age: keepJobsS },
-      });
+      await queue.add(
+        'deliver',
+        { alertId },
+        {
+          jobId: alertId,
+          attempts: delivery.attempts,
+          backoff: { type: 'exponential', delay: delivery.backoffMs },
+          removeOnComplete: { age: keepJobsS },
+          removeOnFail: { age: keepJobsS },
+        },
+      );
     }
     const ids = entries.map(([id]) => id);
-    await redis.multi().xack(stream, alertGroup, ...ids).xdel(stream, ...ids).exec();
-    for (const alert of alerts) log.info({ alert: alert.id, spentMicros: alert.spentMicros, limitMicros: alert.limitMicros }, 'budget alert recorded');
+    await redis
+      .multi()
+      .xack(stream, alertGroup, ...ids)
+      .xdel(stream, ...ids)
+      .exec();
+    for (const alert of alerts)
+      log.info(
+        { alert: alert.id, spentMicros: alert.spentMicros, limitMicros: alert.limitMicros },
+        'budget alert recorded',
+      );
   }
 }

@@ -21,17 +21,28 @@ const namedAlerts = (record: RecordDb) =>
   record
     .selectFrom('alerts')
     .leftJoin('accounts', 'accounts.id', 'alerts.team_id')
-    .leftJoin('api_keys', (join) => join.onRef('api_keys.id', '=', 'alerts.scope_id').on('alerts.kind', 'in', ['key', 'key_lifetime']))
-    .leftJoin('accounts as member', (join) => join.onRef('member.id', '=', 'alerts.scope_id').on('alerts.kind', '=', 'member'))
+    .leftJoin('api_keys', (join) =>
+      join.onRef('api_keys.id', '=', 'alerts.scope_id').on('alerts.kind', 'in', ['key', 'key_lifetime']),
+    )
+    .leftJoin('accounts as member', (join) =>
+      join.onRef('member.id', '=', 'alerts.scope_id').on('alerts.kind', '=', 'member'),
+    )
     .selectAll('alerts')
-    .select((eb) => [eb.fn.coalesce('accounts.name', eb.val('')).as('team_name'), eb.fn.coalesce('api_keys.name', 'member.email', eb.val('')).as('scope_name')]);
+    .select((eb) => [
+      eb.fn.coalesce('accounts.name', eb.val('')).as('team_name'),
+      eb.fn.coalesce('api_keys.name', 'member.email', eb.val('')).as('scope_name'),
+    ]);
 
 /**
  * Inserts the alerts not written before (by id), each in `state` (`pending` when a webhook will be tried,
  * `no_webhook` when none is set). Returns the ids whose row is still `pending` — new or written before and not yet
  * delivered — for the caller to queue (a job queued twice is one job: its id is the alert's).
  */
-export async function writeAlerts(record: RecordDb, alerts: readonly Alert[], state: Extract<AlertState, 'pending' | 'no_webhook'>): Promise<string[]> {
+export async function writeAlerts(
+  record: RecordDb,
+  alerts: readonly Alert[],
+  state: Extract<AlertState, 'pending' | 'no_webhook'>,
+): Promise<string[]> {
   if (alerts.length === 0) return [];
   const unique = [...new Map(alerts.map((alert) => [alert.id, alert])).values()].sort((a, b) => (a.id < b.id ? -1 : 1));
   await record
@@ -60,7 +71,11 @@ export async function writeAlerts(record: RecordDb, alerts: readonly Alert[], st
   const pending = await record
     .selectFrom('alerts')
     .select('id')
-    .where('id', 'in', unique.map((alert) => alert.id))
+    .where(
+      'id',
+      'in',
+      unique.map((alert) => alert.id),
+    )
     .where('state', '=', 'pending')
     .execute();
   return pending.map((row) => row.id);
@@ -116,7 +131,9 @@ export async function listAlerts(record: RecordDb, options: ListAlertsOptions): 
   if (options.teamId !== undefined) query = query.where('alerts.team_id', '=', options.teamId);
   if (options.before !== undefined) {
     const before = options.before;
-    query = query.where(sql<boolean>`(alerts.created, alerts.id) < (select created, id from alerts where id = ${before})`);
+    query = query.where(
+      sql<boolean>`(alerts.created, alerts.id) < (select created, id from alerts where id = ${before})`,
+    );
   }
   return query.orderBy('alerts.created', 'desc').orderBy('alerts.id', 'desc').limit(options.limit).execute();
 }

@@ -24,7 +24,9 @@ import type { AuditLogTable, RecordDb, RecordTables } from './database.js';
 
 export { auditActions, type AuditAction } from '../../shared/audit-actions.js';
 
-/** Who acted when it was no signed-in person: the admin API's token, a command line, the gateway itself, nobody known. */
+/**
+ * Who acted when it was no signed-in person: the admin API's token, a command line, the gateway itself, nobody known.
+ */
 export type AuditActorKind = 'admin-token' | 'cli' | 'system' | 'anonymous';
 
 export interface AuditEntry {
@@ -111,11 +113,25 @@ export function canonicalJson(value: unknown): string {
 
 /** SHA-256 (hex) over the row's fields in a fixed order and its `prev_hash`. */
 export function auditRowHash(row: Omit<AuditRow, 'hash'>): string {
-  const fields = [row.id, row.time, row.actor, row.actor_email, row.team_id, row.action, row.target, row.ip, row.user_agent, row.before ?? null, row.after ?? null, row.prev_hash];
+  const fields = [
+    row.id,
+    row.time,
+    row.actor,
+    row.actor_email,
+    row.team_id,
+    row.action,
+    row.target,
+    row.ip,
+    row.user_agent,
+    row.before ?? null,
+    row.after ?? null,
+    row.prev_hash,
+  ];
   return createHash('sha256').update(canonicalJson(fields)).digest('hex');
 }
 
-const text = (value: string | null | undefined, max: number): string | null => (value === undefined || value === null || value === '' ? null : recordable(value.slice(0, max)));
+const text = (value: string | null | undefined, max: number): string | null =>
+  value === undefined || value === null || value === '' ? null : recordable(value.slice(0, max));
 
 // ---- appending ----
 
@@ -156,7 +172,12 @@ async function appendIn(tx: Recordable, entry: AuditEntry): Promise<AuditRow> {
   const hash = auditRowHash(row);
   await tx
     .insertInto('audit_log')
-    .values({ ...row, before: before === null ? null : JSON.stringify(before), after: after === null ? null : JSON.stringify(after), hash })
+    .values({
+      ...row,
+      before: before === null ? null : JSON.stringify(before),
+      after: after === null ? null : JSON.stringify(after),
+      hash,
+    })
     .execute();
   return { ...row, hash };
 }
@@ -167,8 +188,14 @@ export interface AuditRequest {
   get(field: string): string;
 }
 
-/** The who and from where of an entry, from a console or admin API request and its actor (a signed-in account, or `admin-token`). */
-export function auditSource(request: AuditRequest, actor: { id: string; email?: string } | AuditActorKind): Pick<AuditEntry, 'actor' | 'actorEmail' | 'ip' | 'userAgent'> {
+/**
+ * The who and from where of an entry, from a console or admin API request and its actor (a signed-in account, or
+ * `admin-token`).
+ */
+export function auditSource(
+  request: AuditRequest,
+  actor: { id: string; email?: string } | AuditActorKind,
+): Pick<AuditEntry, 'actor' | 'actorEmail' | 'ip' | 'userAgent'> {
   return {
     actor: typeof actor === 'string' ? actor : actor.id,
     actorEmail: typeof actor === 'string' ? null : actor.email || null,
@@ -227,7 +254,8 @@ export type AuditBreak =
   | { kind: 'inserted'; id: number }
   /**
    * The anchor the chain starts from (after row `id`) is not the one the latest `audit.pruned` row says its prune set:
-   * the oldest rows were deleted, and the anchor moved, by something other than a prune. `pruned` is that row (null: none).
+   * the oldest rows were deleted, and the anchor moved, by something other than a prune. `pruned` is that row (null:
+   * none).
    */
   | { kind: 'anchor'; id: number; pruned: number | null; reason: string };
 
@@ -251,9 +279,11 @@ export interface AuditVerdict {
 }
 
 function describeBreak(found: AuditBreak): AuditBreak & { message: string } {
-  if (found.kind === 'changed') return { ...found, message: `row ${found.id} was changed: its fields no longer give its hash` };
+  if (found.kind === 'changed')
+    return { ...found, message: `row ${found.id} was changed: its fields no longer give its hash` };
   if (found.kind === 'inserted') return { ...found, message: `row ${found.id} was inserted: the chain goes around it` };
-  if (found.kind === 'anchor') return { ...found, message: `the anchor after row ${found.id} was not set by a prune: ${found.reason}` };
+  if (found.kind === 'anchor')
+    return { ...found, message: `the anchor after row ${found.id} was not set by a prune: ${found.reason}` };
   return {
     ...found,
     message: `rows were deleted ${found.after === null ? 'at the start of the log' : `after row ${found.after}`}: row ${found.before} does not link to ${found.after === null ? 'the anchor' : `row ${found.after}`}`,
@@ -289,7 +319,15 @@ function auditRow(row: Selectable<AuditLogTable>): AuditRow {
 export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
   const anchor = (await readAnchor(record)) ?? null;
   let afterId = anchor?.id ?? 0;
-  const verdict: AuditVerdict = { intact: true, rows: 0, firstId: null, lastId: null, lastHash: anchor?.hash ?? genesisHash, anchor, anchorProof: null };
+  const verdict: AuditVerdict = {
+    intact: true,
+    rows: 0,
+    firstId: null,
+    lastId: null,
+    lastHash: anchor?.hash ?? genesisHash,
+    anchor,
+    anchorProof: null,
+  };
   // The newest `audit.pruned` row of the chain walked: what must name the anchor in force.
   let lastPrune: AuditRow | undefined;
   // The two rows before the one looked at, and the one looked at held back a row, to look one row ahead.
@@ -307,7 +345,9 @@ export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
     return { kind: 'deleted', after: previous?.id ?? null, before: row.id };
   };
   for (;;) {
-    const page = (await record.selectFrom('audit_log').selectAll().where('id', '>', afterId).orderBy('id').limit(pageRows).execute()).map(auditRow);
+    const page = (
+      await record.selectFrom('audit_log').selectAll().where('id', '>', afterId).orderBy('id').limit(pageRows).execute()
+    ).map(auditRow);
     for (const row of page) {
       if (pending) {
         const found = check(pending, row);
@@ -328,7 +368,8 @@ export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
     verdict.lastId = pending.id;
     verdict.lastHash = pending.hash;
   }
-  // The chain is whole from the anchor; the anchor itself must be a prune's, as the latest prune row (in that chain) says.
+  // The chain is whole from the anchor; the anchor itself must be a prune's, as the latest prune row (in that chain)
+  // says.
   if (anchor) {
     const proof = anchorProof(anchor, lastPrune);
     if (typeof proof === 'object') return fail(proof);
@@ -344,14 +385,22 @@ export async function verifyAudit(record: RecordDb): Promise<AuditVerdict> {
  * naming another anchor, is a break: the oldest rows were deleted and the anchor moved by something else.
  */
 function anchorProof(anchor: Anchor, pruned: AuditRow | undefined): 'full' | 'id-only' | AuditBreak {
-  const broken = (reason: string): AuditBreak => ({ kind: 'anchor', id: anchor.id, pruned: pruned?.id ?? null, reason });
+  const broken = (reason: string): AuditBreak => ({
+    kind: 'anchor',
+    id: anchor.id,
+    pruned: pruned?.id ?? null,
+    reason,
+  });
   if (!pruned) return broken('no audit.pruned row explains it (rows before it were deleted outside a prune)');
   const after = (pruned.after ?? {}) as Record<string, unknown>;
   if (after.through_id !== anchor.id) {
-    return broken(`the latest audit.pruned row ${pruned.id} names the anchor after row ${typeof after.through_id === 'number' ? after.through_id : 'none'}`);
+    return broken(
+      `the latest audit.pruned row ${pruned.id} names the anchor after row ${typeof after.through_id === 'number' ? after.through_id : 'none'}`,
+    );
   }
   if (after.anchor_sha256 === undefined) return 'id-only';
-  if (after.anchor_sha256 !== anchor.hash) return broken(`the latest audit.pruned row ${pruned.id} names another hash for row ${anchor.id}`);
+  if (after.anchor_sha256 !== anchor.hash)
+    return broken(`the latest audit.pruned row ${pruned.id} names another hash for row ${anchor.id}`);
   return 'full';
 }
 
@@ -373,9 +422,14 @@ export interface AuditFilter {
 function filtered(record: RecordDb, filter: AuditFilter) {
   let query = record.selectFrom('audit_log');
   if (filter.action !== undefined) query = query.where('action', '=', filter.action);
-  if (filter.actor !== undefined) query = query.where((eb) => eb.or([eb('actor', '=', filter.actor!), eb('actor_email', '=', filter.actor!)]));
+  if (filter.actor !== undefined)
+    query = query.where((eb) => eb.or([eb('actor', '=', filter.actor!), eb('actor_email', '=', filter.actor!)]));
   if (filter.teamId !== undefined) query = query.where('team_id', '=', filter.teamId);
-  if (filter.teamIds !== undefined) query = filter.teamIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('team_id', 'in', [...filter.teamIds]);
+  if (filter.teamIds !== undefined)
+    query =
+      filter.teamIds.length === 0
+        ? query.where(sql<boolean>`false`)
+        : query.where('team_id', 'in', [...filter.teamIds]);
   if (filter.since !== undefined) query = query.where('time', '>=', filter.since);
   if (filter.until !== undefined) query = query.where('time', '<', filter.until);
   return query;
@@ -390,20 +444,37 @@ export function decodeAuditCursor(cursor: string): number | undefined {
 }
 
 /** Newest first, `limit` at a time, before the row `cursor` names when given (ids follow the chain, so time). */
-export async function listAudit(record: RecordDb, filter: AuditFilter, limit: number, cursor?: number): Promise<AuditPage> {
+export async function listAudit(
+  record: RecordDb,
+  filter: AuditFilter,
+  limit: number,
+  cursor?: number,
+): Promise<AuditPage> {
   let query = filtered(record, filter).selectAll();
   if (cursor !== undefined) query = query.where('id', '<', cursor);
-  const rows = (await query.orderBy('id', 'desc').limit(limit + 1).execute()).map(auditRow);
+  const rows = (
+    await query
+      .orderBy('id', 'desc')
+      .limit(limit + 1)
+      .execute()
+  ).map(auditRow);
   const page = rows.slice(0, limit);
   const hasMore = rows.length > limit;
-  return { object: 'list', data: page, has_more: hasMore, next_cursor: hasMore && page.length > 0 ? encodeAuditCursor(page.at(-1)!.id) : null };
+  return {
+    object: 'list',
+    data: page,
+    has_more: hasMore,
+    next_cursor: hasMore && page.length > 0 ? encodeAuditCursor(page.at(-1)!.id) : null,
+  };
 }
 
 /** The rows a filter picks, oldest first, as JSON Lines (one row and its hashes a line), read a page at a time. */
 export async function* exportAudit(record: RecordDb, filter: AuditFilter = {}): AsyncGenerator<string> {
   let afterId = 0;
   for (;;) {
-    const page = (await filtered(record, filter).selectAll().where('id', '>', afterId).orderBy('id').limit(pageRows).execute()).map(auditRow);
+    const page = (
+      await filtered(record, filter).selectAll().where('id', '>', afterId).orderBy('id').limit(pageRows).execute()
+    ).map(auditRow);
     for (const row of page) yield `${JSON.stringify(row)}\n`;
     if (page.length < pageRows) return;
     afterId = page.at(-1)!.id;
@@ -427,23 +498,43 @@ export async function* exportAudit(record: RecordDb, filter: AuditFilter = {}): 
  * more than a few thousand rows writes several.
  * Returns the number of rows deleted.
  */
-export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'system' | 'cli' = 'system'): Promise<number> {
+export async function pruneAudit(
+  record: RecordDb,
+  olderThan: number,
+  actor: 'system' | 'cli' = 'system',
+): Promise<number> {
   let deleted = 0;
   for (;;) {
     const count = await record.transaction().execute(async (tx) => {
       await lockAuditChain(tx);
       const last = await tx
-        .selectFrom(tx.selectFrom('audit_log').select(['id', 'hash', 'time']).orderBy('id').limit(pruneBatch).as('oldest'))
+        .selectFrom(
+          tx.selectFrom('audit_log').select(['id', 'hash', 'time']).orderBy('id').limit(pruneBatch).as('oldest'),
+        )
         .select(['id', 'hash'])
         .where('time', '<', olderThan)
         .orderBy('id', 'desc')
         .limit(1)
         .executeTakeFirst();
       if (!last) return 0;
-      // Oldest rows only: a row kept older than one pruned would be cut off the chain, so the prefix stops at the first young row.
-      const young = await tx.selectFrom('audit_log').select('id').where('id', '<=', Number(last.id)).where('time', '>=', olderThan).orderBy('id').limit(1).executeTakeFirst();
+      // Oldest rows only: a row kept older than one pruned would be cut off the chain, so the prefix stops at the first
+      // young row.
+      const young = await tx
+        .selectFrom('audit_log')
+        .select('id')
+        .where('id', '<=', Number(last.id))
+        .where('time', '>=', olderThan)
+        .orderBy('id')
+        .limit(1)
+        .executeTakeFirst();
       const through = young
-        ? await tx.selectFrom('audit_log').select(['id', 'hash']).where('id', '<', Number(young.id)).orderBy('id', 'desc').limit(1).executeTakeFirst()
+        ? await tx
+            .selectFrom('audit_log')
+            .select(['id', 'hash'])
+            .where('id', '<', Number(young.id))
+            .orderBy('id', 'desc')
+            .limit(1)
+            .executeTakeFirst()
         : last;
       if (!through) return 0;
       await sql`select set_config('switchyard.audit_prune_through', ${String(through.id)}, true)`.execute(tx);
@@ -457,7 +548,11 @@ export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'sy
       const rows = Number(result.numDeletedRows);
       // The prune itself is a change the log keeps, committed with it: the anchor it set and how many rows went.
       // (`anchor_sha256`, not a name ending in `hash`: such a field is kept as `[redacted]`.)
-      await appendAudit(tx, { actor, action: 'audit.pruned', after: { rows, through_id: anchor.id, anchor_sha256: anchor.hash, older_than: olderThan } });
+      await appendAudit(tx, {
+        actor,
+        action: 'audit.pruned',
+        after: { rows, through_id: anchor.id, anchor_sha256: anchor.hash, older_than: olderThan },
+      });
       return rows;
     });
     deleted += count;
@@ -467,6 +562,11 @@ export async function pruneAudit(record: RecordDb, olderThan: number, actor: 'sy
 }
 
 /** Deletes the rows older than the retention, in days (the workers' housekeeping and `npm run audit -- prune`). */
-export function pruneAuditOlderThanDays(record: RecordDb, retentionDays: number, actor: 'system' | 'cli' = 'system', now = Date.now()): Promise<number> {
+export function pruneAuditOlderThanDays(
+  record: RecordDb,
+  retentionDays: number,
+  actor: 'system' | 'cli' = 'system',
+  now = Date.now(),
+): Promise<number> {
   return pruneAudit(record, now - retentionDays * 86_400_000, actor);
 }

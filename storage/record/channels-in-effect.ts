@@ -28,21 +28,39 @@ export function channelFacts(channels: ReadonlyMap<string, readonly ChannelConfi
   const facts: Record<string, ChannelFacts> = {};
   for (const list of channels.values()) {
     for (const channel of list) {
-      facts[channel.id] = { vendor: channel.vendor, base_url: channel.baseUrl, weight: channel.weight, mock: isMockChannel(channel) };
+      facts[channel.id] = {
+        vendor: channel.vendor,
+        base_url: channel.baseUrl,
+        weight: channel.weight,
+        mock: isMockChannel(channel),
+      };
     }
   }
   return facts;
 }
 
-/** Appends a `channel.updated` row when `facts` differ from the channels the record last saw; returns it, or undefined when nothing changed. */
-export async function recordChannelsInEffect(record: RecordDb, facts: Record<string, ChannelFacts>, now = Date.now()): Promise<AuditRow | undefined> {
+/**
+ * Appends a `channel.updated` row when `facts` differ from the channels the record last saw; returns it, or undefined
+ * when nothing changed.
+ */
+export async function recordChannelsInEffect(
+  record: RecordDb,
+  facts: Record<string, ChannelFacts>,
+  now = Date.now(),
+): Promise<AuditRow | undefined> {
   return record.transaction().execute(async (tx) => {
     await lockAuditChain(tx);
     const seen = await tx.selectFrom('record_meta').select('value').where('name', '=', snapshotName).executeTakeFirst();
     const before = seen ? (JSON.parse(seen.value) as Record<string, ChannelFacts>) : {};
     if (canonicalJson(before) === canonicalJson(facts)) return undefined;
     const changed = changedFields(before, facts);
-    const row = await appendAudit(tx, { actor: 'system', action: 'channel.updated', target: 'channels', time: now, ...changed });
+    const row = await appendAudit(tx, {
+      actor: 'system',
+      action: 'channel.updated',
+      target: 'channels',
+      time: now,
+      ...changed,
+    });
     await tx
       .insertInto('record_meta')
       .values({ name: snapshotName, value: JSON.stringify(facts) })

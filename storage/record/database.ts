@@ -33,9 +33,15 @@ export interface AccountsTable {
   playground_key: string | null;
   /** Its share of contended capacity (1–100, default 1): `shared/scheduling`. */
   weight: Generated<number>;
-  /** The service tiers an admin granted it, a comma list (`priority,default`); null: the configured default (SERVICE_TIERS_GRANTED). */
+  /**
+   * The service tiers an admin granted it, a comma list (`priority,default`); null: the configured default
+   * (SERVICE_TIERS_GRANTED).
+   */
   service_tiers: Generated<string | null>;
-  /** The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its own. */
+  /**
+   * The longest its answers stay in the response cache, seconds (an admin's cap); 0: never cached; null: no cap of its
+   * own.
+   */
   cache_max_ttl_s: Generated<number | null>;
   /** 'person' (someone who signs in; every account before teams) or 'team' (shared by the people in `team_members`). */
   kind: Generated<'person' | 'team'>;
@@ -45,7 +51,9 @@ export interface AccountsTable {
   /** A person signed in through OpenID Connect: its provider's issuer and its subject there. */
   oidc_issuer: Generated<string | null>;
   oidc_subject: Generated<string | null>;
-  /** The MCP tools its keys may use, a JSON list of `server/tool` patterns (shared/mcp/tool-rules.ts); null: every tool. */
+  /**
+   * The MCP tools its keys may use, a JSON list of `server/tool` patterns (shared/mcp/tool-rules.ts); null: every tool.
+   */
   mcp_tools: Generated<string | null>;
 }
 
@@ -91,14 +99,22 @@ export interface ApiKeysTable {
   admin_tpm: number | null;
   admin_models: string | null;
   admin_expires: number | null;
-  /** Its default response-cache TTL, seconds (a request without Cache-Control is cached as with `max-age=<it>`); null or 0: none. Not a limit: no `admin_` ceiling. */
+  /**
+   * Its default response-cache TTL, seconds (a request without Cache-Control is cached as with `max-age=<it>`); null or
+   * 0: none. Not a limit: no `admin_` ceiling.
+   */
   cache_ttl_s: Generated<number | null>;
-  /** The person (account id) who made it; null for keys made before teams (their account's own) and by the admin API. */
+  /**
+   * The person (account id) who made it; null for keys made before teams (their account's own) and by the admin API.
+   */
   created_by: Generated<string | null>;
   /** Its budget per `budget_period`, micros, beside the lifetime `limit_micros`; null: none. */
   budget_micros: Generated<number | null>;
   budget_period: Generated<BudgetPeriod | null>;
-  /** The MCP tools it may use within its account's, a JSON list of `server/tool` patterns; null: every tool its account allows. */
+  /**
+   * The MCP tools it may use within its account's, a JSON list of `server/tool` patterns; null: every tool its account
+   * allows.
+   */
   mcp_tools: Generated<string | null>;
 }
 
@@ -120,23 +136,34 @@ export interface UsageTable extends Omit<UsageColumns, 'cache_write_tokens'>, Re
   settled: Generated<boolean>;
   /** The tier that served it (priority, default or flex): its token prices were that tier's. */
   service_tier: Generated<string>;
-  /** How the response cache took part (`hit`, `miss`, `coalesced`, shared/money/usage.ts `cacheMarks`); null when it did not. */
+  /**
+   * How the response cache took part (`hit`, `miss`, `coalesced`, shared/money/usage.ts `cacheMarks`); null when it did
+   * not.
+   */
   cache: string | null;
   /** Integer micro-dollars the response cache saved the request (0 when none). */
   saved_micros: Generated<number>;
-  /** Integer micro-dollars the vendor's prompt cache saved the request, signed (0 when none, and on rows from before it was kept). */
+  /**
+   * Integer micro-dollars the vendor's prompt cache saved the request, signed (0 when none, and on rows from before it
+   * was kept).
+   */
   prompt_cache_saved_micros: Generated<number>;
 }
 
 /** One row per UTC day, account, key and model: the sums of its usage rows, one column per usage metric. */
-export type UsageDailyTable = { day: string; account_id: string; key_id: string; model: string } & Record<UsageMetric, number>;
+export type UsageDailyTable = { day: string; account_id: string; key_id: string; model: string } & Record<
+  UsageMetric,
+  number
+>;
 
 export interface RecordMetaTable {
   name: string;
   value: string;
 }
 
-/** One change, as the audit log keeps it (storage/record/audit-log.ts): append-only, chained by `prev_hash` and `hash`. */
+/**
+ * One change, as the audit log keeps it (storage/record/audit-log.ts): append-only, chained by `prev_hash` and `hash`.
+ */
 export interface AuditLogTable {
   id: Generated<number>;
   /** Unix milliseconds. */
@@ -181,7 +208,9 @@ export interface AlertsTable {
   delivered_at: number | null;
 }
 
-/** An upstream MCP server an admin added (storage/record/mcp-servers.ts; migration 0016_mcp_servers). Times in unix ms. */
+/**
+ * An upstream MCP server an admin added (storage/record/mcp-servers.ts; migration 0016_mcp_servers). Times in unix ms.
+ */
 export interface McpServersTable {
   name: string;
   /** Where it is reached, as it may be shown (no user, password, query or fragment). */
@@ -267,9 +296,10 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
         (client as { query: unknown }).query = (...args: unknown[]) => {
           const result = query(...args);
           // A statement's promise (Kysely's); a cursor or a callback's call is left as it is.
-          if (result instanceof Promise) return result.catch((error: unknown) => {
-            throw connectionLost(error) ? markUnreachable(error) : error;
-          });
+          if (result instanceof Promise)
+            return result.catch((error: unknown) => {
+              throw connectionLost(error) ? markUnreachable(error) : error;
+            });
           return result;
         };
       }
@@ -294,18 +324,33 @@ export async function openRecord(url: string, options: OpenRecordOptions = {}): 
 /** The pooled clients whose statements mark a lost connection (each once: a client is handed out many times). */
 const markedClients = new WeakSet<pg.PoolClient>();
 
-/** The errors of a connection lost under a statement, as `pg` and the socket give them (the server's answers have a SQLSTATE). */
-const lostConnection = /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable)/;
-const socketCodes = new Set(['ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTCONN']);
+/**
+ * The errors of a connection lost under a statement, as `pg` and the socket give them (the server's answers have a
+ * SQLSTATE).
+ */
+const lostConnection =
+  /^(Connection terminated|Client has encountered a connection error|Client was closed and is not queryable)/;
+const socketCodes = new Set([
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ECONNREFUSED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTCONN',
+]);
 
 function connectionLost(error: unknown): boolean {
   if (!error || typeof error !== 'object' || error instanceof pg.DatabaseError) return false;
   const { code, message } = error as { code?: unknown; message?: unknown };
-  return (typeof code === 'string' && socketCodes.has(code)) || (typeof message === 'string' && lostConnection.test(message));
+  return (
+    (typeof code === 'string' && socketCodes.has(code)) || (typeof message === 'string' && lostConnection.test(message))
+  );
 }
 
 function markUnreachable(error: unknown): unknown {
-  if (error && typeof error === 'object' && !(recordUnreachable in error)) Object.defineProperty(error, recordUnreachable, { value: true });
+  if (error && typeof error === 'object' && !(recordUnreachable in error))
+    Object.defineProperty(error, recordUnreachable, { value: true });
   return error;
 }
 

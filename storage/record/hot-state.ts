@@ -1,7 +1,27 @@
 import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { defaultAccountId, usageMetrics, type UsageMetric } from '../../shared/accounts.js';
-import { accountEmailsKey, accountKey, accountKeysKey, accountsIndexKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey, accessChangedChannel, billKey, keyBillField, keyBillFields, legacyUsageStreamKey, ledgerKey, recordEpochKey, recordLoadedKey, recordLoadingKey, usageDayKey, usageSetAsideKey, usageStreamKeys } from '../../shared/redis-keys.js';
+import {
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  accountsIndexKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+  accessChangedChannel,
+  billKey,
+  keyBillField,
+  keyBillFields,
+  legacyUsageStreamKey,
+  ledgerKey,
+  recordEpochKey,
+  recordLoadedKey,
+  recordLoadingKey,
+  usageDayKey,
+  usageSetAsideKey,
+  usageStreamKeys,
+} from '../../shared/redis-keys.js';
 import type { Logger } from '../../shared/logger.js';
 import { inOneWrite } from '../../shared/redis.js';
 import { as, luaFiles, redisScript } from '../../shared/redis-script.js';
@@ -50,7 +70,10 @@ const pipelineChunk = 1000;
 
 type PipelineCommand = (p: ReturnType<Redis['pipeline']>) => void;
 
-/** Sends commands a thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a Cluster. */
+/**
+ * Sends commands a thousand at a time; bills sit in other slots than the directory, which `together` sends apart on a
+ * Cluster.
+ */
 async function sendInChunks(redis: Redis, commands: readonly PipelineCommand[]): Promise<void> {
   for (let i = 0; i < commands.length; i += pipelineChunk) {
     const batch = inOneWrite(redis);
@@ -81,9 +104,15 @@ interface RecordStamp {
 }
 
 /** Why Redis's hot state is loaded anew from the record. */
-type Reload = { reason: 'missing' } | { reason: 'unstamped' | 'different' | 'cluster' | 'database' | 'restored'; from: Partial<RecordStamp> & { stamp: string } };
+type Reload =
+  | { reason: 'missing' }
+  | {
+      reason: 'unstamped' | 'different' | 'cluster' | 'database' | 'restored';
+      from: Partial<RecordStamp> & { stamp: string };
+    };
 
-const stampText = (stamp: Pick<RecordStamp, 'record' | 'system' | 'database'>) => `${stamp.record} ${stamp.system} ${stamp.database}`;
+const stampText = (stamp: Pick<RecordStamp, 'record' | 'system' | 'database'>) =>
+  `${stamp.record} ${stamp.system} ${stamp.database}`;
 
 function parseStamp(text: string, epoch: number): (Partial<RecordStamp> & { stamp: string }) | undefined {
   const [record, system, database, ...rest] = text.split(' ');
@@ -97,7 +126,9 @@ let systemReadable = true;
  * before it, what a comparison with Redis's must use, and after it, what Redis may be raised to).
  */
 async function readRecordStamp(record: RecordDb, raise: boolean): Promise<RecordStamp & { raised: number }> {
-  const change = raise ? sql`update record_identity set epoch = epoch + 1 returning id, epoch - 1 as before, epoch` : sql`select id, epoch as before, epoch from record_identity`;
+  const change = raise
+    ? sql`update record_identity set epoch = epoch + 1 returning id, epoch - 1 as before, epoch`
+    : sql`select id, epoch as before, epoch from record_identity`;
   // pg_control_system() is PostgreSQL's own (9.6 on); a server that refuses it still has the record's id and the oid.
   const system = systemReadable ? sql`(select system_identifier::text from pg_control_system())` : sql`'-'`;
   const query = sql<{ id: string; before: string | number; epoch: string | number; database: string; system: string }>`
@@ -113,17 +144,41 @@ async function readRecordStamp(record: RecordDb, raise: boolean): Promise<Record
   }
   const row = rows[0];
   if (!row) throw new Error('the record has no identity (record_identity is empty)');
-  return { record: row.id, system: row.system ?? '-', database: row.database, epoch: Number(row.before), raised: Number(row.epoch) };
+  return {
+    record: row.id,
+    system: row.system ?? '-',
+    database: row.database,
+    epoch: Number(row.before),
+    raised: Number(row.epoch),
+  };
 }
 
 /** Raises Redis's high-water mark, only while the hot state carries this record's stamp. */
-const raiseEpochScript = redisScript({ name: 'record_raise_epoch', files: luaFiles(import.meta.url, 'raise-epoch'), keys: ['loaded', 'epoch'], args: ['stamp', 'raised'], reply: as<number>() });
+const raiseEpochScript = redisScript({
+  name: 'record_raise_epoch',
+  files: luaFiles(import.meta.url, 'raise-epoch'),
+  keys: ['loaded', 'epoch'],
+  args: ['stamp', 'raised'],
+  reply: as<number>(),
+});
 
 /** Releases the loading lock, only if it is still this load's. */
-const releaseLoadLockScript = redisScript({ name: 'record_release_load_lock', files: luaFiles(import.meta.url, 'release-load-lock'), keys: ['lock'], args: ['token'], reply: as<number>() });
+const releaseLoadLockScript = redisScript({
+  name: 'record_release_load_lock',
+  files: luaFiles(import.meta.url, 'release-load-lock'),
+  keys: ['lock'],
+  args: ['token'],
+  reply: as<number>(),
+});
 
 /** Removes a revoked key's hash from the key hashes, only while it still names that key. */
-const unhashRevokedKeyScript = redisScript({ name: 'record_unhash_revoked_key', files: luaFiles(import.meta.url, 'unhash-revoked-key'), keys: ['hashes'], args: ['hash', 'keyId'], reply: as<number>() });
+const unhashRevokedKeyScript = redisScript({
+  name: 'record_unhash_revoked_key',
+  files: luaFiles(import.meta.url, 'unhash-revoked-key'),
+  keys: ['hashes'],
+  args: ['hash', 'keyId'],
+  reply: as<number>(),
+});
 
 export class HotState {
   private loading: Promise<boolean> | undefined;
@@ -147,8 +202,7 @@ export class HotState {
   async ensure(): Promise<boolean> {
     if (!this.checked) return this.check();
     if ((await this.redis.exists(recordLoadedKey)) === 1) return false;
-    this.loading ??= this.load({ reason: 'missing' })
-      .finally(() => (this.loading = undefined));
+    this.loading ??= this.load({ reason: 'missing' }).finally(() => (this.loading = undefined));
     return this.loading;
   }
 
@@ -161,19 +215,31 @@ export class HotState {
     return this.checking;
   }
 
-  /** Checks every `intervalMs` (a Redis flushed, or a record restored, under a running gateway is loaded again within it). */
+  /**
+   * Checks every `intervalMs` (a Redis flushed, or a record restored, under a running gateway is loaded again within
+   * it).
+   */
   watch(intervalMs: number): () => void {
     const timer = setInterval(() => {
-      this.check().catch((error: unknown) => this.log?.warn({ err: error }, 'could not check the hot state against the record'));
+      this.check().catch((error: unknown) =>
+        this.log?.warn({ err: error }, 'could not check the hot state against the record'),
+      );
     }, intervalMs);
     timer.unref();
     return () => clearInterval(timer);
   }
 
-  /** Raises the record's high-water mark and Redis's once more (a process that stops: what it wrote is behind the mark). */
+  /**
+   * Raises the record's high-water mark and Redis's once more (a process that stops: what it wrote is behind the mark).
+   */
   async mark(): Promise<void> {
     const now = await readRecordStamp(this.record, true);
-    await raiseEpochScript(this.redis, { loaded: recordLoadedKey, epoch: recordEpochKey, stamp: stampText(now), raised: now.raised });
+    await raiseEpochScript(this.redis, {
+      loaded: recordLoadedKey,
+      epoch: recordEpochKey,
+      stamp: stampText(now),
+      raised: now.raised,
+    });
   }
 
   private async compare(): Promise<boolean> {
@@ -186,7 +252,9 @@ export class HotState {
         this.foreign = text ?? undefined;
         this.log?.error(
           { redis: text, record: stampText(now) },
-          "Redis's hot state now comes from another record than this process's: another gateway on the same Redis uses another record. Stop it, or give each record its own Redis; this process does not load it back",
+          "Redis's hot state now comes from another record than this process's: another gateway on the same " +
+            'Redis uses another record. Stop it, or give each record its own Redis; this process does not load it ' +
+            'back',
         );
       }
       return false;
@@ -194,7 +262,13 @@ export class HotState {
     this.foreign = undefined;
     const loaded = verdict === 'ok' ? false : await this.load(verdict);
     this.checked = now;
-    if (!loaded) await raiseEpochScript(this.redis, { loaded: recordLoadedKey, epoch: recordEpochKey, stamp: stampText(now), raised: now.raised });
+    if (!loaded)
+      await raiseEpochScript(this.redis, {
+        loaded: recordLoadedKey,
+        epoch: recordEpochKey,
+        stamp: stampText(now),
+        raised: now.raised,
+      });
     return loaded;
   }
 
@@ -207,7 +281,10 @@ export class HotState {
     // Another stamp while this process's record is as it last found it: another process on another record wrote it.
     const mine = this.checked;
     if (mine && stampText(mine) === stampText(now) && now.epoch >= mine.epoch) return 'foreign';
-    return { reason: from.record !== now.record ? 'different' : from.system !== now.system ? 'cluster' : 'database', from };
+    return {
+      reason: from.record !== now.record ? 'different' : from.system !== now.system ? 'cluster' : 'database',
+      from,
+    };
   }
 
   /** True when this process loaded it; false when another process had (its stamp is the record's now). */
@@ -217,7 +294,8 @@ export class HotState {
     while ((await this.redis.set(recordLoadingKey, token, 'PX', lockMs, 'NX')) !== 'OK') {
       // Another process loads it: wait for its stamp.
       if (await this.current(why)) return true;
-      if (Date.now() > deadline) throw new Error('another process has been loading the hot state from the record for too long');
+      if (Date.now() > deadline)
+        throw new Error('another process has been loading the hot state from the record for too long');
       await new Promise((r) => setTimeout(r, 100));
     }
     try {
@@ -228,7 +306,8 @@ export class HotState {
       if (why.reason !== 'missing') {
         // Unmarked first: another process's first use waits for this load instead of reading a half-dropped state.
         await this.redis.del(recordLoadedKey);
-        // Without a stamp (an older version loaded it, most likely from this record) the usage waiting is kept: it is counted as a load counts it.
+        // Without a stamp (an older version loaded it, most likely from this record) the usage waiting is kept: it is
+        // counted as a load counts it.
         dropped = await dropHotState(this.redis, why.from.stamp, why.reason !== 'unstamped');
       }
       const imported = await importRedisOnce(this.redis, this.record);
@@ -238,7 +317,10 @@ export class HotState {
       const ms = Date.now() - started;
       const to = { record: now.record, system: now.system, database: now.database, epoch: now.raised };
       if (why.reason === 'missing') {
-        this.log?.info({ ...loaded, ...(imported ? { imported } : {}), record: to, ms }, 'loaded accounts and keys from the record into Redis');
+        this.log?.info(
+          { ...loaded, ...(imported ? { imported } : {}), record: to, ms },
+          'loaded accounts and keys from the record into Redis',
+        );
       } else {
         const { stamp: _, ...from } = why.from;
         this.log?.warn({ reason: why.reason, from, to, dropped, ...loaded, ms }, reloadMessages[why.reason]);
@@ -260,11 +342,21 @@ export class HotState {
 }
 
 const reloadMessages: Record<Exclude<Reload['reason'], 'missing'>, string> = {
-  unstamped: "Redis's hot state carried no record stamp (loaded by an older version): the record wins, accounts and keys loaded from it anew",
-  different: "Redis's hot state came from a different record: the record wins, Redis's accounts and keys were dropped and loaded from this one",
-  cluster: 'the record was restored or copied into another PostgreSQL cluster: the record wins, Redis\'s accounts and keys were dropped and loaded from it',
-  database: 'the record was restored or copied into another database: the record wins, Redis\'s accounts and keys were dropped and loaded from it',
-  restored: "the record was restored from a backup (its high-water mark is behind Redis's): the record wins, Redis's accounts and keys were dropped and loaded from it",
+  unstamped:
+    "Redis's hot state carried no record stamp (loaded by an older version): the record wins, accounts and keys " +
+    'loaded from it anew',
+  different:
+    "Redis's hot state came from a different record: the record wins, Redis's accounts and keys were dropped and " +
+    'loaded from this one',
+  cluster:
+    "the record was restored or copied into another PostgreSQL cluster: the record wins, Redis's accounts and " +
+    'keys were dropped and loaded from it',
+  database:
+    "the record was restored or copied into another database: the record wins, Redis's accounts and keys were " +
+    'dropped and loaded from it',
+  restored:
+    "the record was restored from a backup (its high-water mark is behind Redis's): the record wins, Redis's " +
+    'accounts and keys were dropped and loaded from it',
 };
 
 /**
@@ -272,7 +364,11 @@ const reloadMessages: Record<Exclude<Reload['reason'], 'missing'>, string> = {
  * with `setAside`, moves the usage entries waiting in the streams aside: they were settled on the other record's
  * timeline. Every api forgets the keys it cached of the accounts dropped.
  */
-async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean): Promise<{ accounts: number; keys: number; usage: number }> {
+async function dropHotState(
+  redis: Redis,
+  fromStamp: string,
+  setAside: boolean,
+): Promise<{ accounts: number; keys: number; usage: number }> {
   const accounts = await redis.zrange(accountsIndexKey, '0', '-1');
   const keys = await redis.smembers(apiKeyIdsKey);
   const commands: PipelineCommand[] = [];
@@ -286,11 +382,16 @@ async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean):
       const entries = await redis.xrange(stream, '-', '+', 'COUNT', 1000);
       if (entries.length === 0) break;
       const aside = inOneWrite(redis);
-      for (const [id, fields] of entries) aside.xadd(usageSetAsideKey, '*', 'record', fromStamp, 'stream', stream, 'id', id, ...fields);
+      for (const [id, fields] of entries)
+        aside.xadd(usageSetAsideKey, '*', 'record', fromStamp, 'stream', stream, 'id', id, ...fields);
       aside.expire(usageSetAsideKey, setAsideSeconds);
       for (const [error] of (await aside.exec()) ?? []) if (error) throw error;
       const ids = entries.map(([id]) => id);
-      await redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
+      await redis
+        .multi()
+        .xack(stream, usageGroup, ...ids)
+        .xdel(stream, ...ids)
+        .exec();
       usage += entries.length;
     }
   }
@@ -298,8 +399,10 @@ async function dropHotState(redis: Redis, fromStamp: string, setAside: boolean):
   return { accounts: accounts.length, keys: keys.length, usage };
 }
 
-
-/** How often a running process checks that Redis still holds the hot state of its record (a flushed Redis or a restored record is loaded again within it). */
+/**
+ * How often a running process checks that Redis still holds the hot state of its record (a flushed Redis or a restored
+ * record is loaded again within it).
+ */
 const hotStateCheckMs = 5_000;
 
 /**
@@ -307,8 +410,14 @@ const hotStateCheckMs = 5_000;
  * it if Redis lost it or holds another record's, checked again every few seconds. `close` raises the record's
  * high-water mark a last time, stops the checks and closes the record.
  */
-export async function openHotRecord(databaseUrl: string | undefined, redis: Redis, log: Logger, who: string): Promise<{ record: RecordDb; hot: HotState; close(): Promise<void> }> {
-  if (!databaseUrl) throw new Error(`${who} needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)`);
+export async function openHotRecord(
+  databaseUrl: string | undefined,
+  redis: Redis,
+  log: Logger,
+  who: string,
+): Promise<{ record: RecordDb; hot: HotState; close(): Promise<void> }> {
+  if (!databaseUrl)
+    throw new Error(`${who} needs the record: DATABASE_URL (bin/start.ts sets it to the embedded one when unset)`);
   const record = await openRecord(databaseUrl);
   const hot = new HotState(redis, record, log);
   await hot.check();
@@ -318,7 +427,11 @@ export async function openHotRecord(databaseUrl: string | undefined, redis: Redi
     hot,
     async close() {
       stopWatch();
-      await hot.mark().catch((error: unknown) => log.warn({ err: error }, "could not raise the record's high-water mark at the stop"));
+      await hot
+        .mark()
+        .catch((error: unknown) =>
+          log.warn({ err: error }, "could not raise the record's high-water mark at the stop"),
+        );
       await record.destroy();
     },
   };
@@ -380,11 +493,22 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
         .where('api_keys.revoked', 'is', null)
         .where('accounts.deleted', '=', false)
         .execute();
-      const revoked = await tx.selectFrom('api_keys').select(['id', 'hash', 'account_id']).where('revoked', 'is not', null).execute();
+      const revoked = await tx
+        .selectFrom('api_keys')
+        .select(['id', 'hash', 'account_id'])
+        .where('revoked', 'is not', null)
+        .execute();
       const deleted = await tx.selectFrom('accounts').select('id').where('deleted', '=', true).execute();
-      // Which ledger entry each balance includes, so a credit being applied meanwhile is counted once (account-store's credit).
+      // Which ledger entry each balance includes, so a credit being applied meanwhile is counted once (account-store's
+      // credit).
       const ledgerAt = new Map(
-        (await tx.selectFrom('ledger').select((eb) => ['account_id', eb.fn.max('id').as('at')]).groupBy('account_id').execute()).map((row) => [row.account_id, String(row.at)]),
+        (
+          await tx
+            .selectFrom('ledger')
+            .select((eb) => ['account_id', eb.fn.max('id').as('at')])
+            .groupBy('account_id')
+            .execute()
+        ).map((row) => [row.account_id, String(row.at)]),
       );
       // Usage settled in Redis but not yet in the record counts against the balance now.
       const written = new Set<string>();
@@ -392,7 +516,13 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       for (let i = 0; i < ids.length; i += 5000) {
         const chunk = ids.slice(i, i + 5000);
         // A row the api's log event made alone is not a settlement: its cost is still to come from the stream.
-        for (const row of await tx.selectFrom('usage').select('request_id').where('request_id', 'in', chunk).where('settled', '=', true).execute()) written.add(row.request_id);
+        for (const row of await tx
+          .selectFrom('usage')
+          .select('request_id')
+          .where('request_id', 'in', chunk)
+          .where('settled', '=', true)
+          .execute())
+          written.add(row.request_id);
       }
       const pendingAccounts = new Map<string, number>();
       const pendingKeys = new Map<string, number>();
@@ -402,8 +532,18 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
         pendingAccounts.set(row.account_id, (pendingAccounts.get(row.account_id) ?? 0) + row.cost_micros);
         pendingKeys.set(row.key_id, (pendingKeys.get(row.key_id) ?? 0) + row.cost_micros);
       }
-      const caps = await tx.selectFrom('team_members').select(['team_id', 'member_id', 'cap_micros', 'cap_period']).where('cap_micros', 'is not', null).execute();
-      const periodSpend = await readPeriodSpend(tx, accounts, keys, caps, buffered.filter((row) => !written.has(row.request_id) && !row.rollup));
+      const caps = await tx
+        .selectFrom('team_members')
+        .select(['team_id', 'member_id', 'cap_micros', 'cap_period'])
+        .where('cap_micros', 'is not', null)
+        .execute();
+      const periodSpend = await readPeriodSpend(
+        tx,
+        accounts,
+        keys,
+        caps,
+        buffered.filter((row) => !written.has(row.request_id) && !row.rollup),
+      );
       return { accounts, keys, revoked, deleted, ledgerAt, pendingAccounts, pendingKeys, caps, periodSpend };
     });
 
@@ -475,7 +615,10 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
       p.sadd(accountKeysKey(k.account_id), k.id);
     });
   }
-  for (const c of caps) commands.push((p) => p.hsetnx(accountKey(c.team_id), `cap:${c.member_id}`, budgetText(budgetOf(c.cap_micros, c.cap_period))));
+  for (const c of caps)
+    commands.push((p) =>
+      p.hsetnx(accountKey(c.team_id), `cap:${c.member_id}`, budgetText(budgetOf(c.cap_micros, c.cap_period))),
+    );
   // Each budget's spend this period, so a flush never starts a budget over; a counter Redis still holds is newer.
   for (const { accountId, counter, spent } of periodSpend) {
     commands.push((p) => {
@@ -485,7 +628,8 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
     });
   }
   await sendInChunks(redis, commands);
-  // A revoked key stays revoked, whatever a Redis restored from an old snapshot says: its hash first, then the rest of it.
+  // A revoked key stays revoked, whatever a Redis restored from an old snapshot says: its hash first, then the rest of
+  // it.
   await inChunks(revoked, (k) => unhashRevokedKeyScript(redis, { hashes: apiKeyHashesKey, hash: k.hash, keyId: k.id }));
   const dropped: PipelineCommand[] = [];
   for (const k of revoked) {
@@ -510,8 +654,15 @@ export async function loadHotState(redis: Redis, record: RecordDb): Promise<{ ac
  * sum of its ledger and its settled usage whatever makes the record's balance
  * equal to the one Redis held, to the micro-dollar.
  */
-export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{ accounts: number; keys: number; usage: number } | undefined> {
-  const done = await record.selectFrom('record_meta').select('value').where('name', '=', 'redis_import').executeTakeFirst();
+export async function importRedisOnce(
+  redis: Redis,
+  record: RecordDb,
+): Promise<{ accounts: number; keys: number; usage: number } | undefined> {
+  const done = await record
+    .selectFrom('record_meta')
+    .select('value')
+    .where('name', '=', 'redis_import')
+    .executeTakeFirst();
   if (done) return undefined;
   await ensureDefaultRecord(record);
   const accountIds = await redis.zrange(accountsIndexKey, '0', '-1');
@@ -536,7 +687,12 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
       const entries = ledger.map(([, fields]) => {
         const f = new Map<string, string>();
         for (let i = 0; i + 1 < fields.length; i += 2) f.set(fields[i]!, fields[i + 1]!);
-        return { amount: Number(f.get('amount') ?? 0), balance: Number(f.get('balance') ?? 0), note: f.get('note') ?? '', time: Number(f.get('time') ?? 0) };
+        return {
+          amount: Number(f.get('amount') ?? 0),
+          balance: Number(f.get('balance') ?? 0),
+          note: f.get('note') ?? '',
+          time: Number(f.get('time') ?? 0),
+        };
       });
       const credits = entries.reduce((sum, e) => sum + e.amount, 0);
       const unlimited = row.unlimited === '1';
@@ -565,7 +721,15 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
       if (entries.length > 0) {
         await tx
           .insertInto('ledger')
-          .values(entries.map((e) => ({ account_id: row.id!, amount_micros: e.amount, balance_micros: e.balance, note: e.note, time: e.time })))
+          .values(
+            entries.map((e) => ({
+              account_id: row.id!,
+              amount_micros: e.amount,
+              balance_micros: e.balance,
+              note: e.note,
+              time: e.time,
+            })),
+          )
           .execute();
       }
     }
@@ -597,17 +761,25 @@ export async function importRedisOnce(redis: Redis, record: RecordDb): Promise<{
         .execute();
       keys += inserted.length;
     }
-    // Usage entries as history: their cost is in the balances and spend above already, their sums in the day totals below.
+    // Usage entries as history: their cost is in the balances and spend above already, their sums in the day totals
+    // below.
     usage = await writeUsage(tx, await streamRows(redis, [legacyUsageStreamKey], streamIds), false);
     await importDayTotals(redis, tx as unknown as RecordDb);
-    await tx.insertInto('record_meta').values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) }).execute();
+    await tx
+      .insertInto('record_meta')
+      .values({ name: 'redis_import', value: JSON.stringify({ at: new Date().toISOString(), accounts, keys, usage }) })
+      .execute();
   });
-  // Imported, the records leave the stream: the writer must not count them again (nor count one the retention deleted since).
-  for (let i = 0; i < streamIds.length; i += 1000) await redis.xdel(legacyUsageStreamKey, ...streamIds.slice(i, i + 1000));
+  // Imported, the records leave the stream: the writer must not count them again (nor count one the retention deleted
+  // since).
+  for (let i = 0; i < streamIds.length; i += 1000)
+    await redis.xdel(legacyUsageStreamKey, ...streamIds.slice(i, i + 1000));
   return accounts + keys + usage > 0 ? { accounts, keys, usage } : undefined;
 }
 
-/** The gateway-wide day hashes (`usage-day:<day>`) into usage_daily, where the record has no totals for that day yet. */
+/**
+ * The gateway-wide day hashes (`usage-day:<day>`) into usage_daily, where the record has no totals for that day yet.
+ */
 async function importDayTotals(redis: Redis, tx: RecordDb): Promise<void> {
   const prefix = usageDayKey('');
   const days = new Set<string>();
@@ -637,6 +809,10 @@ async function importDayTotals(redis: Redis, tx: RecordDb): Promise<void> {
       if (!row) groups.set(id, (row = emptyDayRow(day, account, key, model)));
       row[metric] = Number(text) || 0;
     }
-    if (groups.size > 0) await tx.insertInto('usage_daily').values([...groups.values()]).execute();
+    if (groups.size > 0)
+      await tx
+        .insertInto('usage_daily')
+        .values([...groups.values()])
+        .execute();
   }
 }

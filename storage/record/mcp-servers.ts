@@ -1,4 +1,10 @@
-import { shownUrl, urlHidesNothing, type CreateMcpServer, type McpServer, type PatchMcpServer } from '../../shared/mcp/servers.js';
+import {
+  shownUrl,
+  urlHidesNothing,
+  type CreateMcpServer,
+  type McpServer,
+  type PatchMcpServer,
+} from '../../shared/mcp/servers.js';
 import type { Redis } from 'ioredis';
 import type { Config } from '../../shared/config.js';
 import type { Logger } from '../../shared/logger.js';
@@ -27,8 +33,10 @@ function seal(name: string, url: string, headers: Record<string, string>, box: S
   if (!box) {
     throw new Error(
       Object.keys(headers).length > 0
-        ? 'headers are kept only when the gateway has SECRETS_KEY (it seals them in the record); set it on every api and worker'
-        : 'a URL with a user, password, query or fragment is kept only when the gateway has SECRETS_KEY; set it, or give the URL without them',
+        ? 'headers are kept only when the gateway has SECRETS_KEY (it seals them in the record); set it on every ' +
+            'api and worker'
+        : 'a URL with a user, password, query or fragment is kept only when the gateway has SECRETS_KEY; set it, ' +
+            'or give the URL without them',
     );
   }
   return box.seal(JSON.stringify({ url, headers } satisfies Sealed), context(name));
@@ -47,13 +55,24 @@ export function serverOfRow(row: McpServersTable, box: SecretBox | undefined): M
   };
   if (row.secret === null) return { ...base, url: row.url, headers: {} };
   const names = JSON.parse(row.header_names) as string[];
-  if (!box) return { ...base, url: row.url, headers: {}, unusable: 'its URL and headers are sealed, and this gateway has no SECRETS_KEY to open them' };
+  if (!box)
+    return {
+      ...base,
+      url: row.url,
+      headers: {},
+      unusable: 'its URL and headers are sealed, and this gateway has no SECRETS_KEY to open them',
+    };
   try {
     const sealed = JSON.parse(box.open(row.secret, context(row.name))) as Sealed;
     return { ...base, url: sealed.url, headers: sealed.headers };
   } catch {
     // Shown by name (no value is known): the admin enters them again, or sets the key they were sealed with.
-    return { ...base, url: row.url, headers: Object.fromEntries(names.map((name) => [name, ''])), unusable: 'its URL and headers were sealed with another SECRETS_KEY: enter them again' };
+    return {
+      ...base,
+      url: row.url,
+      headers: Object.fromEntries(names.map((name) => [name, ''])),
+      unusable: 'its URL and headers were sealed with another SECRETS_KEY: enter them again',
+    };
   }
 }
 
@@ -66,7 +85,12 @@ export async function serverRow(record: RecordDb, name: string): Promise<McpServ
 }
 
 /** Adds a server; false when one of that name is there. Throws (a message for the admin) when it needs SECRETS_KEY. */
-export async function insertServer(record: RecordDb, server: CreateMcpServer, box: SecretBox | undefined, now = Date.now()): Promise<McpServersTable | undefined> {
+export async function insertServer(
+  record: RecordDb,
+  server: CreateMcpServer,
+  box: SecretBox | undefined,
+  now = Date.now(),
+): Promise<McpServersTable | undefined> {
   const row: McpServersTable = {
     name: server.name,
     url: shownUrl(server.url),
@@ -80,7 +104,12 @@ export async function insertServer(record: RecordDb, server: CreateMcpServer, bo
     created: now,
     updated: now,
   };
-  const inserted = await record.insertInto('mcp_servers').values(row).onConflict((conflict) => conflict.column('name').doNothing()).returningAll().executeTakeFirst();
+  const inserted = await record
+    .insertInto('mcp_servers')
+    .values(row)
+    .onConflict((conflict) => conflict.column('name').doNothing())
+    .returningAll()
+    .executeTakeFirst();
   return inserted;
 }
 
@@ -96,7 +125,12 @@ export async function updateServer(
   now = Date.now(),
 ): Promise<{ before: McpServersTable; after: McpServersTable } | undefined> {
   return record.transaction().execute(async (tx) => {
-    const before = await tx.selectFrom('mcp_servers').selectAll().where('name', '=', name).forUpdate().executeTakeFirst();
+    const before = await tx
+      .selectFrom('mcp_servers')
+      .selectAll()
+      .where('name', '=', name)
+      .forUpdate()
+      .executeTakeFirst();
     if (!before) return undefined;
     const changes: Partial<McpServersTable> = { updated: now };
     if (patch.url !== undefined || patch.headers !== undefined) {
@@ -115,7 +149,12 @@ export async function updateServer(
     if (patch.timeout_ms !== undefined) changes.timeout_ms = patch.timeout_ms;
     if (patch.price_per_call_usd !== undefined) changes.price_per_call_micros = patch.price_per_call_usd;
     if (patch.keep_arguments !== undefined) changes.keep_arguments = patch.keep_arguments;
-    const after = await tx.updateTable('mcp_servers').set(changes).where('name', '=', name).returningAll().executeTakeFirstOrThrow();
+    const after = await tx
+      .updateTable('mcp_servers')
+      .set(changes)
+      .where('name', '=', name)
+      .returningAll()
+      .executeTakeFirstOrThrow();
     return { before, after };
   });
 }

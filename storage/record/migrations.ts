@@ -15,7 +15,7 @@ const migrations: Record<string, Migration> = {
   '0001_record': {
     async up(db: Kysely<unknown>) {
       await db.transaction().execute(async (db) => {
-      await sql`
+        await sql`
         create table accounts (
           id text primary key,
           email text not null default '',
@@ -30,9 +30,11 @@ const migrations: Record<string, Migration> = {
           settled_micros bigint not null default 0,
           playground_key text
         )`.execute(db);
-      // An email names one live account, in any letter case.
-      await sql`create unique index accounts_email on accounts (lower(email)) where email <> '' and not deleted`.execute(db);
-      await sql`
+        // An email names one live account, in any letter case.
+        await sql`create unique index accounts_email on accounts (lower(email)) where email <> '' and not deleted`.execute(
+          db,
+        );
+        await sql`
         create table api_keys (
           id text primary key,
           account_id text not null references accounts (id),
@@ -49,8 +51,8 @@ const migrations: Record<string, Migration> = {
           last_used bigint,
           revoked bigint
         )`.execute(db);
-      await sql`create index api_keys_account on api_keys (account_id)`.execute(db);
-      await sql`
+        await sql`create index api_keys_account on api_keys (account_id)`.execute(db);
+        await sql`
         create table ledger (
           id bigserial primary key,
           account_id text not null references accounts (id),
@@ -59,8 +61,8 @@ const migrations: Record<string, Migration> = {
           note text not null default '',
           time bigint not null
         )`.execute(db);
-      await sql`create index ledger_account on ledger (account_id, id desc)`.execute(db);
-      await sql`
+        await sql`create index ledger_account on ledger (account_id, id desc)`.execute(db);
+        await sql`
         create table usage (
           request_id text primary key,
           account_id text not null,
@@ -78,10 +80,10 @@ const migrations: Record<string, Migration> = {
           created bigint not null,
           duration_ms integer not null default 0
         )`.execute(db);
-      await sql`create index usage_account_created on usage (account_id, created desc)`.execute(db);
-      // Retention deletes the oldest rows in small batches through this index.
-      await sql`create index usage_created on usage (created)`.execute(db);
-      await sql`
+        await sql`create index usage_account_created on usage (account_id, created desc)`.execute(db);
+        // Retention deletes the oldest rows in small batches through this index.
+        await sql`create index usage_created on usage (created)`.execute(db);
+        await sql`
         create table usage_daily (
           day date not null,
           account_id text not null,
@@ -97,8 +99,8 @@ const migrations: Record<string, Migration> = {
           cost_micros bigint not null default 0,
           primary key (account_id, day, key_id, model)
         )`.execute(db);
-      await sql`create index usage_daily_day on usage_daily (day)`.execute(db);
-      await sql`create table record_meta (name text primary key, value text not null)`.execute(db);
+        await sql`create index usage_daily_day on usage_daily (day)`.execute(db);
+        await sql`create table record_meta (name text primary key, value text not null)`.execute(db);
       });
     },
   },
@@ -159,14 +161,18 @@ const migrations: Record<string, Migration> = {
             epoch bigint not null default 0,
             created bigint not null
           )`.execute(db);
-        await sql`insert into record_identity (id, created) values (${`rec_${randomBytes(12).toString('hex')}`}, ${Math.floor(Date.now() / 1000)})`.execute(db);
+        await sql`insert into record_identity (id, created) values (${`rec_${randomBytes(12).toString('hex')}`}, ${Math.floor(Date.now() / 1000)})`.execute(
+          db,
+        );
       });
     },
   },
   // An account's share of contended capacity against the others' (shared/scheduling); set by an admin.
   '0005_account_weight': {
     async up(db: Kysely<unknown>) {
-      await sql`alter table accounts add column if not exists weight integer not null default 1 check (weight between 1 and 100)`.execute(db);
+      await sql`alter table accounts add column if not exists weight integer not null default 1 check (weight between 1 and 100)`.execute(
+        db,
+      );
     },
   },
   // The tier that served each request (`service_tier`: priority, default or flex), billed at its own prices. A constant
@@ -176,13 +182,16 @@ const migrations: Record<string, Migration> = {
       await sql`alter table usage add column if not exists service_tier text not null default 'default'`.execute(db);
     },
   },
-  // The service tiers an admin granted an account (shared/scheduling/service-tier.ts): a comma list in the tiers' order,
-  // `priority,default,flex` at most; NULL (every account before) is the configured default (SERVICE_TIERS_GRANTED).
+  // The service tiers an admin granted an account (shared/scheduling/service-tier.ts): a comma list in the tiers'
+  // order, `priority,default,flex` at most; NULL (every account before) is the configured default
+  // (SERVICE_TIERS_GRANTED).
   '0007_account_service_tiers': {
     async up(db: Kysely<unknown>) {
       await sql`
         alter table accounts add column if not exists service_tiers text
-          constraint accounts_service_tiers_check check (service_tiers ~ '^(priority|default|flex)(,(priority|default|flex))*$')`.execute(db);
+          constraint accounts_service_tiers_check check (service_tiers ~ '^(priority|default|flex)(,(priority|default|flex))*$')`.execute(
+        db,
+      );
     },
   },
   // How the response cache took part in each request (`cache`: hit, miss or coalesced; NULL, as every row before,
@@ -198,7 +207,9 @@ const migrations: Record<string, Migration> = {
             add column if not exists saved_micros bigint not null default 0`.execute(db);
         const checked = await sql`select 1 from pg_constraint where conname = 'usage_cache_check'`.execute(db);
         if (checked.rows.length === 0) {
-          await sql`alter table usage add constraint usage_cache_check check (cache in ('hit', 'miss', 'coalesced')) not valid`.execute(db);
+          await sql`alter table usage add constraint usage_cache_check check (cache in ('hit', 'miss', 'coalesced')) not valid`.execute(
+            db,
+          );
         }
         await sql`alter table usage_daily add column if not exists saved_micros bigint not null default 0`.execute(db);
       });
@@ -250,7 +261,9 @@ const migrations: Record<string, Migration> = {
               constraint accounts_budget_period_check check (budget_period in ('day', 'week', 'month')),
             add column if not exists oidc_issuer text,
             add column if not exists oidc_subject text`.execute(db);
-        await sql`create unique index if not exists accounts_oidc on accounts (oidc_issuer, oidc_subject) where oidc_subject is not null`.execute(db);
+        await sql`create unique index if not exists accounts_oidc on accounts (oidc_issuer, oidc_subject) where oidc_subject is not null`.execute(
+          db,
+        );
         await sql`
           alter table api_keys
             add column if not exists created_by text,
@@ -297,7 +310,9 @@ const migrations: Record<string, Migration> = {
             prev_hash text not null,
             hash text not null
           )`.execute(db);
-        await sql`create index if not exists audit_log_team on audit_log (team_id, id desc) where team_id is not null`.execute(db);
+        await sql`create index if not exists audit_log_team on audit_log (team_id, id desc) where team_id is not null`.execute(
+          db,
+        );
         await sql`create index if not exists audit_log_action on audit_log (action, id desc)`.execute(db);
         await sql`create index if not exists audit_log_time on audit_log (time)`.execute(db);
         await sql`
@@ -314,9 +329,13 @@ const migrations: Record<string, Migration> = {
           end
           $$`.execute(db);
         await sql`drop trigger if exists audit_log_append_only on audit_log`.execute(db);
-        await sql`create trigger audit_log_append_only before update or delete on audit_log for each row execute function audit_log_guard()`.execute(db);
+        await sql`create trigger audit_log_append_only before update or delete on audit_log for each row execute function audit_log_guard()`.execute(
+          db,
+        );
         await sql`drop trigger if exists audit_log_no_truncate on audit_log`.execute(db);
-        await sql`create trigger audit_log_no_truncate before truncate on audit_log for each statement execute function audit_log_guard()`.execute(db);
+        await sql`create trigger audit_log_no_truncate before truncate on audit_log for each statement execute function audit_log_guard()`.execute(
+          db,
+        );
       });
     },
   },
@@ -349,7 +368,8 @@ const migrations: Record<string, Migration> = {
       });
     },
   },
-  // The MCP tools a key and a team may use (shared/mcp/tool-rules.ts): a JSON list of `server/tool` patterns; null: every tool.
+  // The MCP tools a key and a team may use (shared/mcp/tool-rules.ts): a JSON list of `server/tool` patterns; null:
+  // every tool.
   '0014_mcp_tools': {
     async up(db: Kysely<unknown>) {
       await db.transaction().execute(async (db) => {
@@ -362,11 +382,14 @@ const migrations: Record<string, Migration> = {
   '0015_request_bytes': {
     async up(db: Kysely<unknown>) {
       await db.transaction().execute(async (db) => {
-        await sql`alter table usage add column if not exists bytes_in bigint, add column if not exists bytes_out bigint, add column if not exists arguments text`.execute(db);
+        await sql`alter table usage add column if not exists bytes_in bigint, add column if not exists bytes_out bigint, add column if not exists arguments text`.execute(
+          db,
+        );
       });
     },
   },
-  // Upstream MCP servers added by an admin (storage/record/mcp-servers.ts): a server's URL and headers sealed with SECRETS_KEY.
+  // Upstream MCP servers added by an admin (storage/record/mcp-servers.ts): a server's URL and headers sealed with
+  // SECRETS_KEY.
   '0016_mcp_servers': {
     async up(db: Kysely<unknown>) {
       await sql`create table if not exists mcp_servers (
@@ -384,10 +407,10 @@ const migrations: Record<string, Migration> = {
         )`.execute(db);
     },
   },
-  // What the vendor's prompt cache did for each request: the prompt tokens it wrote to that cache (`cache_write_tokens`,
-  // beside `cached_tokens`, those it read) and what that saved (`prompt_cache_saved_micros`, signed: a cache write is
-  // dearer than plain input), summed in the day totals too. A constant default: added without rewriting either table,
-  // and every row before reads 0 (nothing was kept of either).
+  // What the vendor's prompt cache did for each request: the prompt tokens it wrote to that cache
+  // (`cache_write_tokens`, beside `cached_tokens`, those it read) and what that saved (`prompt_cache_saved_micros`,
+  // signed: a cache write is dearer than plain input), summed in the day totals too. A constant default: added without
+  // rewriting either table, and every row before reads 0 (nothing was kept of either).
   '0017_prompt_cache_saving': {
     async up(db: Kysely<unknown>) {
       await db.transaction().execute(async (db) => {
@@ -414,7 +437,10 @@ export const requestLogIndexes: ReadonlyArray<readonly [string, string]> = [
   ['usage_log_answer', '(answer_id) where answer_id is not null'],
 ];
 
-/** Indexes the log's replace: by account (now with the tie-break), and by time (retention's deletes use usage_log_created). */
+/**
+ * Indexes the log's replace: by account (now with the tie-break), and by time (retention's deletes use
+ * usage_log_created).
+ */
 const retiredIndexes = ['usage_account_created', 'usage_created'];
 /** Held (without waiting) by the one process building the log's indexes. */
 const indexLockId = 0x5377_6c6f;
@@ -437,12 +463,14 @@ export async function ensureIndexes(db: Kysely<unknown>): Promise<void> {
   const retired = retiredIndexes.filter((name) => present.rows.some((row) => row.name === name));
   if (todo.length === 0 && retired.length === 0) return;
   await db.connection().execute(async (conn) => {
-    const locked = (await sql<{ locked: boolean }>`select pg_try_advisory_lock(${indexLockId}) as locked`.execute(conn)).rows[0]?.locked;
+    const locked = (await sql<{ locked: boolean }>`select pg_try_advisory_lock(${indexLockId}) as locked`.execute(conn))
+      .rows[0]?.locked;
     if (!locked) return;
     try {
       await sql`set statement_timeout = 0`.execute(conn);
       for (const [name, definition] of todo) {
-        if (present.rows.some((row) => row.name === name)) await sql.raw(`drop index concurrently if exists ${name}`).execute(conn);
+        if (present.rows.some((row) => row.name === name))
+          await sql.raw(`drop index concurrently if exists ${name}`).execute(conn);
         await sql.raw(`create index concurrently if not exists ${name} on usage ${definition}`).execute(conn);
       }
       for (const name of retired) await sql.raw(`drop index concurrently if exists ${name}`).execute(conn);
@@ -458,11 +486,19 @@ const provider: MigrationProvider = { getMigrations: async () => migrations };
 /** Applies every migration not applied yet; throws with the failing one's name. */
 export async function migrateRecord(db: Kysely<unknown>): Promise<void> {
   // Each migration opens its own transaction where it can have one: an index built CONCURRENTLY cannot.
-  const migrator = new Migrator({ db, provider, migrationTableName: 'record_migrations', migrationLockTableName: 'record_migrations_lock', disableTransactions: true });
+  const migrator = new Migrator({
+    db,
+    provider,
+    migrationTableName: 'record_migrations',
+    migrationLockTableName: 'record_migrations_lock',
+    disableTransactions: true,
+  });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === 'Error');
     // No migration failed: the record was not reached at all (bin/cli.ts's reachRecord says that first at start).
-    throw new Error(`${failed ? `the record's migration ${failed.migrationName} failed` : 'the record could not be migrated'}: ${error instanceof Error ? error.message : String(error)}`);
+    throw new Error(
+      `${failed ? `the record's migration ${failed.migrationName} failed` : 'the record could not be migrated'}: ${error instanceof Error ? error.message : String(error)}`,
+    );
   }
 }

@@ -2,7 +2,16 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { engineLayout, processAlive, readOwner, serverPid, signalUntilGone, stopServer, takeOwnerFile, type EngineLayout } from './embedded-engine.js';
+import {
+  engineLayout,
+  processAlive,
+  readOwner,
+  serverPid,
+  signalUntilGone,
+  stopServer,
+  takeOwnerFile,
+  type EngineLayout,
+} from './embedded-engine.js';
 
 /**
  * The embedded record's orphan watch: a small process of its own (its own
@@ -42,7 +51,10 @@ export function ensureOrphanWatch(layout: EngineLayout, graceMs = orphanGraceMs)
   try {
     // The server's pid goes along: the watch knows it even if DATA_DIR is removed before it first looks.
     const server = String(serverPid(layout) ?? 0);
-    const child = spawn(process.execPath, [...loader, thisFile, layout.dataDir, String(graceMs), server], { detached: true, stdio: ['ignore', log, log] });
+    const child = spawn(process.execPath, [...loader, thisFile, layout.dataDir, String(graceMs), server], {
+      detached: true,
+      stdio: ['ignore', log, log],
+    });
     child.unref();
     const temporary = `${layout.watchFile}.${process.pid}`;
     writeFileSync(temporary, String(child.pid), { mode: 0o600 });
@@ -74,7 +86,8 @@ function startedAt(pid: number): string | undefined {
 
 async function watch(layout: EngineLayout, graceMs: number, first: number): Promise<void> {
   let orphanSince: number | undefined;
-  let server: { pid: number; started: string | undefined } | undefined = first > 0 ? { pid: first, started: startedAt(first) } : undefined;
+  let server: { pid: number; started: string | undefined } | undefined =
+    first > 0 ? { pid: first, started: startedAt(first) } : undefined;
   let lastOwner = 0;
   const line = (what: string) => process.stdout.write(`${new Date().toISOString()} switchyard orphan watch: ${what}\n`);
   for (;;) {
@@ -93,12 +106,16 @@ async function watch(layout: EngineLayout, graceMs: number, first: number): Prom
     orphanSince ??= Date.now();
     if (Date.now() - orphanSince < graceMs) continue;
     if (pid === undefined) {
-      line(`the embedded record's owner (pid ${owner || 'none'}) is gone and its DATA_DIR with it: stopping the server (pid ${server.pid})`);
+      line(
+        `the embedded record's owner (pid ${owner || 'none'}) is gone and its DATA_DIR with it: stopping the server (pid ${server.pid})`,
+      );
       await stopRemoved(server.pid, server.started);
       return;
     }
     if (!claim(layout, owner)) continue;
-    line(`the embedded record's owner (pid ${owner || 'none'}) is gone and nobody took it over in ${graceMs / 1000} s: stopping the server`);
+    line(
+      `the embedded record's owner (pid ${owner || 'none'}) is gone and nobody took it over in ${graceMs / 1000} s: stopping the server`,
+    );
     try {
       await stopServer(layout, stopMs);
     } finally {

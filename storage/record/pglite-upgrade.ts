@@ -50,7 +50,11 @@ function pgliteKysely(db: PGlite): Kysely<unknown> {
   const client = {
     async query(text: string, params: unknown[] = []) {
       const result = await db.query<Record<string, unknown>>(text, params);
-      return { command: text.trim().split(/\s+/)[0]!.toUpperCase(), rowCount: result.affectedRows ?? result.rows.length, rows: result.rows };
+      return {
+        command: text.trim().split(/\s+/)[0]!.toUpperCase(),
+        rowCount: result.affectedRows ?? result.rows.length,
+        rows: result.rows,
+      };
     },
     release() {},
   };
@@ -84,9 +88,14 @@ export async function upgradeFromPglite(dataDir: string, url: string, log: Upgra
     const marked = await client.query(`select value from record_meta where name = $1`, [markName]);
     if (marked.rowCount === 0) {
       if ((await recordRows(client)) > 0) {
-        throw new Error(`${folder} holds an older embedded record, but the new one under ${join(dataDir, 'postgres')} is not empty: move one of them away`);
+        throw new Error(
+          `${folder} holds an older embedded record, but the new one under ${join(dataDir, 'postgres')} is not empty: move one of them away`,
+        );
       }
-      log.info({ from: folder }, `upgrading the embedded record: copying ${folder} (PGlite, from an older gateway) into PostgreSQL under ${join(dataDir, 'postgres')}`);
+      log.info(
+        { from: folder },
+        `upgrading the embedded record: copying ${folder} (PGlite, from an older gateway) into PostgreSQL under ${join(dataDir, 'postgres')}`,
+      );
       const source = new PGlite(folder);
       try {
         await source.waitReady;
@@ -94,9 +103,17 @@ export async function upgradeFromPglite(dataDir: string, url: string, log: Upgra
         await migrateRecord(kysely);
         await client.query('begin');
         const copied = await copyRecordTables(source as unknown as Queryable, client);
-        await client.query(`insert into record_meta (name, value) values ($1, $2)`, [markName, JSON.stringify({ at: new Date().toISOString(), copied })]);
+        await client.query(`insert into record_meta (name, value) values ($1, $2)`, [
+          markName,
+          JSON.stringify({ at: new Date().toISOString(), copied }),
+        ]);
         await client.query('commit');
-        log.info({ copied }, `upgraded the embedded record: ${Object.entries(copied).map(([table, n]) => `${n} ${table}`).join(', ')}`);
+        log.info(
+          { copied },
+          `upgraded the embedded record: ${Object.entries(copied)
+            .map(([table, n]) => `${n} ${table}`)
+            .join(', ')}`,
+        );
       } catch (error) {
         await client.query('rollback').catch(() => undefined);
         throw new Error(`the upgrade of ${folder} failed, nothing was changed: ${(error as Error).message}`);

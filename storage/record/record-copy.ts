@@ -88,11 +88,15 @@ export async function copyRecordTables(source: Queryable, target: Queryable): Pr
     let offset = 0;
     for (;;) {
       const { rows } = await source.query<{ batch: string; n: number | string }>(
-        `select coalesce(json_agg(t), '[]')::text as batch, count(*)::int as n from (select * from ${quote(table)} order by ${order} limit ${batchRows} offset ${offset}) t`,
+        `select coalesce(json_agg(t), '[]')::text as batch, count(*)::int as n from (select * from ` +
+          `${quote(table)} order by ${order} limit ${batchRows} offset ${offset}) t`,
       );
       const n = Number(rows[0]?.n ?? 0);
       if (n === 0) break;
-      await target.query(`insert into ${quote(table)} select * from json_populate_recordset(null::${quote(table)}, $1::json)`, [rows[0]!.batch]);
+      await target.query(
+        `insert into ${quote(table)} select * from json_populate_recordset(null::${quote(table)}, $1::json)`,
+        [rows[0]!.batch],
+      );
       offset += n;
       if (n < batchRows) break;
     }
@@ -106,7 +110,10 @@ export async function copyRecordTables(source: Queryable, target: Queryable): Pr
       and pg_get_serial_sequence(quote_ident(c.relname), a.attname) is not null`);
   for (const { tbl, col, seq } of sequences) {
     if (!(tbl in copied)) continue;
-    await target.query(`select setval($1::regclass, coalesce((select max(${quote(col)}) from ${quote(tbl)}), 0) + 1, false)`, [seq]);
+    await target.query(
+      `select setval($1::regclass, coalesce((select max(${quote(col)}) from ${quote(tbl)}), 0) + 1, false)`,
+      [seq],
+    );
   }
   return copied;
 }

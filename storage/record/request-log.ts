@@ -75,15 +75,27 @@ export function requestView(row: Selectable<UsageTable>): RequestView {
   };
 }
 
-/** The batch a request belongs to: its request id is its batch's id and its index there (`msgbatch_….7`, `batch_….7`). */
+/**
+ * The batch a request belongs to: its request id is its batch's id and its index there (`msgbatch_….7`, `batch_….7`).
+ */
 export function batchOfRequest(requestId: string): string | null {
   const dot = requestId.lastIndexOf('.');
-  return (requestId.startsWith('msgbatch_') || requestId.startsWith('batch_')) && dot > 0 ? requestId.slice(0, dot) : null;
+  return (requestId.startsWith('msgbatch_') || requestId.startsWith('batch_')) && dot > 0
+    ? requestId.slice(0, dot)
+    : null;
 }
 
-/** One request by its request id or its answer's id, only if `keyId` made it (undefined otherwise, as for an unknown id). */
+/**
+ * One request by its request id or its answer's id, only if `keyId` made it (undefined otherwise, as for an unknown
+ * id).
+ */
 export async function findRequest(db: RecordDb, id: string, keyId: string): Promise<RequestView | undefined> {
-  const byRequest = await db.selectFrom('usage').selectAll().where('request_id', '=', id).where('key_id', '=', keyId).executeTakeFirst();
+  const byRequest = await db
+    .selectFrom('usage')
+    .selectAll()
+    .where('request_id', '=', id)
+    .where('key_id', '=', keyId)
+    .executeTakeFirst();
   if (byRequest) return requestView(byRequest);
   const byAnswer = await db
     .selectFrom('usage')
@@ -113,7 +125,8 @@ export function filteredRequests(db: RecordDb, filter: RequestFilter) {
   let query = db.selectFrom('usage');
   if (filter.accountId !== undefined) query = query.where('account_id', '=', filter.accountId);
   if (filter.keyId !== undefined) query = query.where('key_id', '=', filter.keyId);
-  if (filter.keyIds !== undefined) query = filter.keyIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('key_id', 'in', filter.keyIds);
+  if (filter.keyIds !== undefined)
+    query = filter.keyIds.length === 0 ? query.where(sql<boolean>`false`) : query.where('key_id', 'in', filter.keyIds);
   if (filter.model !== undefined) query = query.where('model', '=', filter.model);
   if (filter.status !== undefined) query = query.where('status', '=', filter.status);
   if (filter.serviceTier !== undefined) query = query.where('service_tier', '=', filter.serviceTier);
@@ -126,12 +139,26 @@ export function filteredRequests(db: RecordDb, filter: RequestFilter) {
 }
 
 /** Newest first, `limit` at a time, after `cursor` when given. */
-export async function listRequests(db: RecordDb, filter: RequestFilter, limit: number, cursor?: { created: number; requestId: string }): Promise<RequestPage> {
+export async function listRequests(
+  db: RecordDb,
+  filter: RequestFilter,
+  limit: number,
+  cursor?: { created: number; requestId: string },
+): Promise<RequestPage> {
   let query = filteredRequests(db, filter).selectAll();
   if (cursor) query = query.where(sql<boolean>`(created, request_id) < (${cursor.created}, ${cursor.requestId})`);
-  const rows = await query.orderBy('created', 'desc').orderBy('request_id', 'desc').limit(limit + 1).execute();
+  const rows = await query
+    .orderBy('created', 'desc')
+    .orderBy('request_id', 'desc')
+    .limit(limit + 1)
+    .execute();
   const page = rows.slice(0, limit);
   const last = page.at(-1);
   const hasMore = rows.length > limit;
-  return { object: 'list', data: page.map(requestView), has_more: hasMore, next_cursor: hasMore && last ? encodeCursor(last.created, last.request_id) : null };
+  return {
+    object: 'list',
+    data: page.map(requestView),
+    has_more: hasMore,
+    next_cursor: hasMore && last ? encodeCursor(last.created, last.request_id) : null,
+  };
 }

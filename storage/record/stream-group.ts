@@ -11,7 +11,10 @@ import type { Redis } from 'ioredis';
 export type StreamEntry = [string, string[]];
 export type StreamReply = Array<[string, StreamEntry[]]> | null;
 
-/** Creates the group on each stream where it is missing (a new or flushed Redis), from the stream's start: nothing written before is skipped. */
+/**
+ * Creates the group on each stream where it is missing (a new or flushed Redis), from the stream's start: nothing
+ * written before is skipped.
+ */
 export async function ensureGroup(redis: Redis, streams: readonly string[], group: string): Promise<void> {
   for (const stream of streams) {
     try {
@@ -33,17 +36,39 @@ export interface GroupReader {
   count: number;
 }
 
-/** One XREADGROUP: `ids[i]` is `0` (this consumer's pending entries of `streams[i]`) or `>` (new ones); `blockMs` waits for new ones. */
-export function readGroup(reader: GroupReader, streams: readonly string[], ids: readonly string[], blockMs?: number): Promise<StreamReply> {
+/**
+ * One XREADGROUP: `ids[i]` is `0` (this consumer's pending entries of `streams[i]`) or `>` (new ones); `blockMs` waits
+ * for new ones.
+ */
+export function readGroup(
+  reader: GroupReader,
+  streams: readonly string[],
+  ids: readonly string[],
+  blockMs?: number,
+): Promise<StreamReply> {
   const { redis, group, consumer, count } = reader;
   const xreadgroup = redis.xreadgroup as unknown as (...args: Array<string | number>) => Promise<StreamReply>;
-  return xreadgroup.call(redis, 'GROUP', group, consumer, 'COUNT', count, ...(blockMs === undefined ? [] : ['BLOCK', blockMs]), 'STREAMS', ...streams, ...ids);
+  return xreadgroup.call(
+    redis,
+    'GROUP',
+    group,
+    consumer,
+    'COUNT',
+    count,
+    ...(blockMs === undefined ? [] : ['BLOCK', blockMs]),
+    'STREAMS',
+    ...streams,
+    ...ids,
+  );
 }
 
 /** Takes over (XAUTOCLAIM) up to `count` entries of `stream` another consumer has held unacknowledged for `idleMs`. */
 export async function claimIdle(reader: GroupReader, stream: string, idleMs: number): Promise<StreamEntry[]> {
   const { redis, group, consumer, count } = reader;
-  const claimed = (await redis.xautoclaim(stream, group, consumer, idleMs, '0-0', 'COUNT', count)) as [string, Array<StreamEntry | null>];
+  const claimed = (await redis.xautoclaim(stream, group, consumer, idleMs, '0-0', 'COUNT', count)) as [
+    string,
+    Array<StreamEntry | null>,
+  ];
   // An entry deleted since it was read comes back as null.
   return (claimed?.[1] ?? []).filter((entry): entry is StreamEntry => Array.isArray(entry));
 }

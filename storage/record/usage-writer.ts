@@ -3,12 +3,27 @@ import { sql, type Transaction } from 'kysely';
 import { usageMetrics, utcDay, type UsageMetric } from '../../shared/accounts.js';
 import { usageDeadLetterKey, usageStreamKeys } from '../../shared/redis-keys.js';
 import { pruneAuditOlderThanDays } from './audit-log.js';
-import { claimIdle, ensureGroup, isMissingGroup, Pause, readGroup, type GroupReader, type StreamEntry, type StreamReply } from './stream-group.js';
+import {
+  claimIdle,
+  ensureGroup,
+  isMissingGroup,
+  Pause,
+  readGroup,
+  type GroupReader,
+  type StreamEntry,
+  type StreamReply,
+} from './stream-group.js';
 import { isCluster } from '../../shared/redis.js';
 import type { Logger } from '../../shared/logger.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import type { RecordDb, RecordTables, UsageDailyTable, UsageTable } from './database.js';
-import { cacheMarks, requestStatuses, type CacheMark, type RequestStatus, type RunDetail } from '../../shared/money/usage.js';
+import {
+  cacheMarks,
+  requestStatuses,
+  type CacheMark,
+  type RequestStatus,
+  type RunDetail,
+} from '../../shared/money/usage.js';
 import { logField, loggedMessageChars, loggedText } from '../../shared/request-log.js';
 import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
 
@@ -74,26 +89,36 @@ const deadLetterAfterDefault = 5;
 const retentionBatch = 5_000;
 const retentionEveryMs = 3_600_000;
 
-
 const int = (value: unknown) => (Number.isFinite(Number(value)) ? Math.round(Number(value)) : 0);
 const num = (value: unknown) => (Number.isFinite(Number(value)) ? Number(value) : 0);
 const text = (value: unknown) => (typeof value === 'string' && value !== '' ? value.slice(0, 200) : null);
 /** An error's message as the log keeps it: its first 500 characters, without NUL (which the record cannot store). */
-const message = (value: unknown) => (typeof value === 'string' && value !== '' ? loggedText(value, loggedMessageChars) : null);
+const message = (value: unknown) =>
+  typeof value === 'string' && value !== '' ? loggedText(value, loggedMessageChars) : null;
 /** A tier as the record keeps it: one the gateway serves in, else (a record from before tiers) `default`. */
-const tier = (value: unknown): ServiceTier => (serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default');
-/** How the response cache took part, as the record keeps it: one of `cacheMarks`, else (none, or a value this code does not know) null. */
-const cacheMark = (value: unknown): CacheMark | null => (cacheMarks.includes(value as CacheMark) ? (value as CacheMark) : null);
+const tier = (value: unknown): ServiceTier =>
+  serviceTiers.includes(value as ServiceTier) ? (value as ServiceTier) : 'default';
+/**
+ * How the response cache took part, as the record keeps it: one of `cacheMarks`, else (none, or a value this code does
+ * not know) null.
+ */
+const cacheMark = (value: unknown): CacheMark | null =>
+  cacheMarks.includes(value as CacheMark) ? (value as CacheMark) : null;
 /** Micro-dollars the cache saved: a non-negative safe integer, else 0. */
-const savedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0);
+const savedMicros = (value: unknown): number =>
+  typeof value === 'number' && Number.isSafeInteger(value) && value >= 0 ? value : 0;
 /**
  * Micro-dollars the vendor's prompt cache saved: a safe integer, else 0 (an entry from before it was kept has none).
  * Signed, unlike the response cache's: a request that only wrote the cache paid more than plain input would have.
  */
-const promptCacheSavedMicros = (value: unknown): number => (typeof value === 'number' && Number.isSafeInteger(value) ? value : 0);
+const promptCacheSavedMicros = (value: unknown): number =>
+  typeof value === 'number' && Number.isSafeInteger(value) ? value : 0;
 /** The most of an MCP call's kept arguments written (characters). */
 const keptArgumentChars = 16_384;
-const count = (value: unknown) => (value === undefined || value === null || !Number.isFinite(Number(value)) ? null : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value)))));
+const count = (value: unknown) =>
+  value === undefined || value === null || !Number.isFinite(Number(value))
+    ? null
+    : Math.max(0, Math.min(2_147_483_647, Math.round(Number(value))));
 
 /**
  * Whether the record refused the data itself, so that written again it is refused again: SQLSTATE class 22 (a data
@@ -112,7 +137,10 @@ function entryJson(fields: readonly string[], name: string): Record<string, unkn
   if (index < 0 || index + 1 >= fields.length || index % 2 !== 0) return undefined;
   try {
     const parsed = JSON.parse(fields[index + 1]!) as unknown;
-    return parsed && typeof parsed === 'object' && typeof (parsed as { request_id?: unknown }).request_id === 'string' && (parsed as { request_id: string }).request_id !== ''
+    return parsed &&
+      typeof parsed === 'object' &&
+      typeof (parsed as { request_id?: unknown }).request_id === 'string' &&
+      (parsed as { request_id: string }).request_id !== ''
       ? (parsed as Record<string, unknown>)
       : undefined;
   } catch {
@@ -151,19 +179,25 @@ export function usageRow(fields: readonly string[]): UsageRow | undefined {
     queue_ms: count(parsed.queue_ms),
     bytes_in: count(parsed.bytes_in),
     bytes_out: count(parsed.bytes_out),
-    arguments: typeof parsed.arguments === 'string' && parsed.arguments !== '' ? loggedText(parsed.arguments, keptArgumentChars) : null,
+    arguments:
+      typeof parsed.arguments === 'string' && parsed.arguments !== ''
+        ? loggedText(parsed.arguments, keptArgumentChars)
+        : null,
     error_code: text(parsed.error_code),
     error_message: message(parsed.error_message),
     service_tier: tier(parsed.service_tier),
     cache: cacheMark(parsed.cache),
     saved_micros: savedMicros(parsed.saved_micros),
     prompt_cache_saved_micros: promptCacheSavedMicros(parsed.prompt_cache_saved_micros),
-    // A Realtime session's own row: its amounts are its responses', each settled on a row of its own (shared/money/realtime.ts).
+    // A Realtime session's own row: its amounts are its responses', each settled on a row of its own
+    // (shared/money/realtime.ts).
     ...(parsed.rollup === true ? { rollup: true } : {}),
   };
 }
 
-/** The api's log event (a stream entry's `log` field) as the columns it writes; undefined for an entry that is not one. */
+/**
+ * The api's log event (a stream entry's `log` field) as the columns it writes; undefined for an entry that is not one.
+ */
 export function logRow(fields: readonly string[]): LogRow | undefined {
   const parsed = entryJson(fields, logField);
   if (!parsed) return undefined;
@@ -182,7 +216,8 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
     latency_ms: count(parsed.latency_ms),
     ttft_ms: count(parsed.ttft_ms),
     created: int(parsed.created) || Math.floor(Date.now() / 1000),
-    // Known once the request was accepted (a refusal before that has none): the settlement's, when it comes, is the same.
+    // Known once the request was accepted (a refusal before that has none): the settlement's, when it comes, is the
+    // same.
     ...(parsed.service_tier !== undefined ? { service_tier: tier(parsed.service_tier) } : {}),
   };
 }
@@ -195,7 +230,10 @@ export function logRow(fields: readonly string[]): LogRow | undefined {
  * are (left out: no cache use, nothing saved); so are the vendor's prompt
  * cache's writes and saving (left out: none).
  */
-export type UsageRow = Omit<UsageTable, 'settled' | 'service_tier' | 'cache' | 'saved_micros' | PromptCacheColumn | LogOnly | UsageDetailColumn> &
+export type UsageRow = Omit<
+  UsageTable,
+  'settled' | 'service_tier' | 'cache' | 'saved_micros' | PromptCacheColumn | LogOnly | UsageDetailColumn
+> &
   Partial<Pick<UsageTable, UsageDetailColumn | LogOnly>> & {
     arrived?: number;
     service_tier?: ServiceTier;
@@ -210,7 +248,21 @@ type LogOnly = 'stream' | 'http_status' | 'latency_ms' | 'ttft_ms' | 'error_mess
 /** The worker's part of the request log, as the settlement's usage entry carries it. */
 type UsageDetailColumn = keyof RunDetail;
 /** What the api's log event writes. */
-export type LogRow = Pick<UsageTable, 'request_id' | 'account_id' | 'key_id' | 'model' | 'endpoint' | 'stream' | 'status' | 'http_status' | 'error_code' | 'latency_ms' | 'ttft_ms' | 'created'> & {
+export type LogRow = Pick<
+  UsageTable,
+  | 'request_id'
+  | 'account_id'
+  | 'key_id'
+  | 'model'
+  | 'endpoint'
+  | 'stream'
+  | 'status'
+  | 'http_status'
+  | 'error_code'
+  | 'latency_ms'
+  | 'ttft_ms'
+  | 'created'
+> & {
   service_tier?: ServiceTier;
   error_message?: string | null;
 };
@@ -264,10 +316,26 @@ export function mergeHalves(rows: readonly UsageRow[], logs: readonly LogRow[]):
  */
 export async function writeLog(tx: Transaction<RecordTables>, rows: readonly LogRow[]): Promise<number> {
   if (rows.length === 0) return 0;
-  const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+  const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) =>
+    a.request_id < b.request_id ? -1 : 1,
+  );
   const written = await tx
     .insertInto('usage')
-    .values(unique.map((row) => ({ ...row, settled: false, vendor: '', input_tokens: 0, cached_tokens: 0, output_tokens: 0, images: 0, audio_seconds: 0, video_seconds: 0, cost_micros: 0, duration_ms: 0 })))
+    .values(
+      unique.map((row) => ({
+        ...row,
+        settled: false,
+        vendor: '',
+        input_tokens: 0,
+        cached_tokens: 0,
+        output_tokens: 0,
+        images: 0,
+        audio_seconds: 0,
+        video_seconds: 0,
+        cost_micros: 0,
+        duration_ms: 0,
+      })),
+    )
     .onConflict((oc) =>
       oc.column('request_id').doUpdateSet((eb) => ({
         endpoint: eb.ref('excluded.endpoint'),
@@ -302,7 +370,13 @@ const usageWritingLock = 0x5377_7573;
 
 /** A day-totals row with every metric at 0. */
 export function emptyDayRow(day: string, account_id: string, key_id: string, model: string): UsageDailyTable {
-  return { day, account_id, key_id, model, ...(Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Record<UsageMetric, number>) };
+  return {
+    day,
+    account_id,
+    key_id,
+    model,
+    ...(Object.fromEntries(usageMetrics.map((m) => [m, 0])) as Record<UsageMetric, number>),
+  };
 }
 
 /**
@@ -311,15 +385,27 @@ export function emptyDayRow(day: string, account_id: string, key_id: string, mod
  * spend (`totals`: false when importing history whose totals are imported
  * apart). Returns how many were new.
  */
-export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly UsageRow[], totals = true): Promise<number> {
+export async function writeUsage(
+  tx: Transaction<RecordTables>,
+  rows: readonly UsageRow[],
+  totals = true,
+): Promise<number> {
   if (rows.length === 0) return 0;
   // One row per request id within the batch too (a record delivered twice in one read).
-  const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) => (a.request_id < b.request_id ? -1 : 1));
+  const unique = [...new Map(rows.map((row) => [row.request_id, row])).values()].sort((a, b) =>
+    a.request_id < b.request_id ? -1 : 1,
+  );
   // A new row, or the settlement of a row the api's log event made: returned (and counted) once, as
   // `settled` turns true; a settlement written before changes nothing.
   const inserted = await tx
     .insertInto('usage')
-    .values(unique.map(({ arrived, rollup: _rollup, ...row }) => ({ ...row, created: arrived ?? row.created, settled: true })))
+    .values(
+      unique.map(({ arrived, rollup: _rollup, ...row }) => ({
+        ...row,
+        created: arrived ?? row.created,
+        settled: true,
+      })),
+    )
     .onConflict((oc) =>
       oc
         .column('request_id')
@@ -404,19 +490,30 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
       .insertInto('usage_daily')
       .values(dayRows)
       .onConflict((oc) =>
-        oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet((eb) =>
-          Object.fromEntries(usageMetrics.map((m) => [m, eb(`usage_daily.${m}`, '+', eb.ref(`excluded.${m}`))])) as never,
-        ),
+        oc
+          .columns(['account_id', 'day', 'key_id', 'model'])
+          .doUpdateSet(
+            (eb) =>
+              Object.fromEntries(
+                usageMetrics.map((m) => [m, eb(`usage_daily.${m}`, '+', eb.ref(`excluded.${m}`))]),
+              ) as never,
+          ),
       )
       .execute();
   }
   if (accounts.size > 0) {
-    const values = sql.join([...accounts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, micros]) => sql`(${id}::text, ${micros}::bigint)`));
-    await sql`update accounts a set settled_micros = a.settled_micros + v.micros from (values ${values}) as v(id, micros) where a.id = v.id`.execute(tx);
+    const values = sql.join(
+      [...accounts].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, micros]) => sql`(${id}::text, ${micros}::bigint)`),
+    );
+    await sql`update accounts a set settled_micros = a.settled_micros + v.micros from (values ${values}) as v(id, micros) where a.id = v.id`.execute(
+      tx,
+    );
   }
   if (lastUsed.size > 0) {
     const values = sql.join(
-      [...lastUsed].sort(([a], [b]) => (a < b ? -1 : 1)).map(([id, last]) => sql`(${id}::text, ${keys.get(id) ?? 0}::bigint, ${last}::bigint)`),
+      [...lastUsed]
+        .sort(([a], [b]) => (a < b ? -1 : 1))
+        .map(([id, last]) => sql`(${id}::text, ${keys.get(id) ?? 0}::bigint, ${last}::bigint)`),
     );
     await sql`update api_keys k set spent_micros = k.spent_micros + v.micros, last_used = greatest(coalesce(k.last_used, 0), v.last)
       from (values ${values}) as v(id, micros, last) where k.id = v.id`.execute(tx);
@@ -424,7 +521,10 @@ export async function writeUsage(tx: Transaction<RecordTables>, rows: readonly U
   return fresh.size;
 }
 
-/** Creates each stream's consumer group if it is missing (a new or flushed Redis): from the stream's start, so nothing settled before is skipped. */
+/**
+ * Creates each stream's consumer group if it is missing (a new or flushed Redis): from the stream's start, so nothing
+ * settled before is skipped.
+ */
 export const ensureUsageGroup = (redis: Redis): Promise<void> => ensureGroup(redis, usageStreamKeys, usageGroup);
 
 export class UsageWriter {
@@ -439,7 +539,10 @@ export class UsageWriter {
   private readonly lingerMs: number;
   private readonly deadLetterAfter: number;
   private readonly retryMs: number;
-  /** Streams whose own pending entries are read (from id 0) before new ones: at the start, after a failure, and while one waits to be tried again. */
+  /**
+   * Streams whose own pending entries are read (from id 0) before new ones: at the start, after a failure, and while
+   * one waits to be tried again.
+   */
   private readonly pending = new Set(usageStreamKeys);
   /** When a stream's refused entries are next tried, alone (its new entries are read meanwhile). */
   private readonly retryAt = new Map<string, number>();
@@ -483,7 +586,8 @@ export class UsageWriter {
         let read = 0;
         const take = async (reply: StreamReply, fromHistory: ReadonlySet<string>) => {
           for (const [stream, entries] of reply ?? []) {
-            // A read of history is the try its refused entries waited for: what they are refused now sets the next wait.
+            // A read of history is the try its refused entries waited for: what they are refused now sets the next
+            // wait.
             if (fromHistory.has(stream)) this.retryAt.delete(stream);
             if (entries.length === 0) {
               if (fromHistory.has(stream)) pending.delete(stream);
@@ -495,7 +599,15 @@ export class UsageWriter {
         if (oneServer) {
           // A read of history (id 0) never blocks: only a read of new records waits.
           const fromHistory = new Set(usageStreamKeys.filter((s) => history(s, now)));
-          await take(await readGroup(this.reader, usageStreamKeys, usageStreamKeys.map((s) => (fromHistory.has(s) ? '0' : '>')), fromHistory.size === 0 ? this.blockMs : undefined), fromHistory);
+          await take(
+            await readGroup(
+              this.reader,
+              usageStreamKeys,
+              usageStreamKeys.map((s) => (fromHistory.has(s) ? '0' : '>')),
+              fromHistory.size === 0 ? this.blockMs : undefined,
+            ),
+            fromHistory,
+          );
         } else {
           for (const stream of usageStreamKeys) {
             const fromHistory = new Set(history(stream, now) ? [stream] : []);
@@ -503,8 +615,10 @@ export class UsageWriter {
           }
           if (read === 0 && this.running) await this.pause.for(this.blockMs);
         }
-        // Light traffic: let records gather rather than spend a transaction on each (the CPU it saves is the gateway's).
-        if (read > 0 && read < this.reader.count && pending.size === 0 && this.running) await this.pause.for(this.lingerMs);
+        // Light traffic: let records gather rather than spend a transaction on each (the CPU it saves is the
+        // gateway's).
+        if (read > 0 && read < this.reader.count && pending.size === 0 && this.running)
+          await this.pause.for(this.lingerMs);
         backoff = 0;
       } catch (error) {
         for (const stream of usageStreamKeys) pending.add(stream);
@@ -516,7 +630,10 @@ export class UsageWriter {
         }
         activeMetrics()?.usageWriteFailures.inc();
         backoff = Math.min(maxBackoffMs, Math.max(250, backoff * 2));
-        log.warn({ err: error, retryMs: backoff }, 'could not write usage to the record; it waits in Redis and is written again');
+        log.warn(
+          { err: error, retryMs: backoff },
+          'could not write usage to the record; it waits in Redis and is written again',
+        );
       }
     }
   }
@@ -560,13 +677,30 @@ export class UsageWriter {
       this.pending.add(stream);
       const waitMs = Math.min(maxBackoffMs, this.retryMs * 2 ** (tries - 1));
       this.retryAt.set(stream, Math.min(this.retryAt.get(stream) ?? Number.POSITIVE_INFINITY, Date.now() + waitMs));
-      log.warn({ ...named, retryMs: waitMs }, 'the record refused a usage entry; the rest of its batch is written, this one is tried again alone');
+      log.warn(
+        { ...named, retryMs: waitMs },
+        'the record refused a usage entry; the rest of its batch is written, this one is tried again alone',
+      );
       return;
     }
     const deadLetters = usageDeadLetterKey(stream);
     const results = await redis
       .multi()
-      .xadd(deadLetters, '*', ...fields, 'stream', stream, 'entry', id, 'tries', String(tries), 'error', reason, 'moved_at', String(Date.now()))
+      .xadd(
+        deadLetters,
+        '*',
+        ...fields,
+        'stream',
+        stream,
+        'entry',
+        id,
+        'tries',
+        String(tries),
+        'error',
+        reason,
+        'moved_at',
+        String(Date.now()),
+      )
       .xack(stream, usageGroup, id)
       .xdel(stream, id)
       .exec();
@@ -574,7 +708,11 @@ export class UsageWriter {
     if (!results || failed) throw failed ?? new Error('the move to the dead-letter stream was not run');
     this.refusals.delete(entryKey);
     activeMetrics()?.usageDeadLetters.inc();
-    log.error({ ...named, deadLetters }, `a usage entry the record refused ${tries} times was moved to its dead-letter stream; nothing else waits for it (docs/operating.md says how to write it again)`);
+    log.error(
+      { ...named, deadLetters },
+      `a usage entry the record refused ${tries} times was moved to its dead-letter stream; nothing else waits ` +
+        `for it (docs/operating.md says how to write it again)`,
+    );
   }
 
   /** Writes entries in one transaction and only then acknowledges and deletes them. */
@@ -597,7 +735,11 @@ export class UsageWriter {
       return settled;
     });
     const ids = entries.map(([id]) => id);
-    await this.options.redis.multi().xack(stream, usageGroup, ...ids).xdel(stream, ...ids).exec();
+    await this.options.redis
+      .multi()
+      .xack(stream, usageGroup, ...ids)
+      .xdel(stream, ...ids)
+      .exec();
     if (this.refusals.size > 0) for (const id of ids) this.refusals.delete(`${stream} ${id}`);
     activeMetrics()?.usageWritten.inc(written);
   }
@@ -621,7 +763,8 @@ export class UsageWriter {
       void deleteOldUsage(this.options.record, this.options.retentionDays).catch((error: unknown) =>
         this.options.log.warn({ err: error }, 'could not delete usage rows past their retention'),
       );
-      // The audit log's retention rides on the same hourly round: each prune takes the chain's lock, so workers pruning at once take turns.
+      // The audit log's retention rides on the same hourly round: each prune takes the chain's lock, so workers pruning
+      // at once take turns.
       if (this.options.auditRetentionDays) {
         void pruneAuditOlderThanDays(this.options.record, this.options.auditRetentionDays).catch((error: unknown) =>
           this.options.log.warn({ err: error }, 'could not prune audit log rows past their retention'),
@@ -640,7 +783,10 @@ export async function deleteOldUsage(record: RecordDb, retentionDays: number, no
   const cutoff = Math.floor(now / 1000) - retentionDays * 86_400;
   let deleted = 0;
   for (;;) {
-    const result = await sql`delete from usage where request_id in (select request_id from usage where created < ${cutoff} limit ${retentionBatch})`.execute(record);
+    const result =
+      await sql`delete from usage where request_id in (select request_id from usage where created < ${cutoff} limit ${retentionBatch})`.execute(
+        record,
+      );
     const count = Number(result.numAffectedRows ?? 0);
     deleted += count;
     if (count < retentionBatch) return deleted;

@@ -36,7 +36,11 @@ const probeEmail = 'probe@console-budgets.browser.test';
 const teamName = 'Evaluation and benchmarks';
 const keyName = 'benchmark runner';
 // Offline the mock answers gpt-4o at gpt-4o's prices; one output token, so what is reserved is what is billed.
-const ask: OpenAI.ChatCompletionCreateParamsNonStreaming = { model: 'gpt-4o', messages: [{ role: 'user', content: 'How far is the moon?' }], max_tokens: 1 };
+const ask: OpenAI.ChatCompletionCreateParamsNonStreaming = {
+  model: 'gpt-4o',
+  messages: [{ role: 'user', content: 'How far is the moon?' }],
+  max_tokens: 1,
+};
 const cached = { headers: { 'cache-control': 'max-age=600' } };
 const desktop = { width: 1280, height: 800 };
 const phone = { width: 390, height: 844 };
@@ -98,7 +102,10 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     assert.equal((await adminApi('POST', `/admin/accounts/${teamId}/credits`, { amount_usd: 10 })).status, 200);
     // The price of one `ask`, read from a key of the probe's own account once it settled.
     assert.equal((await adminApi('POST', `/admin/accounts/${ids[3]}/credits`, { amount_usd: 10 })).status, 200);
-    const probe = (await (await adminApi('POST', '/admin/keys', { name: 'probe', account_id: ids[3] })).json()) as { id: string; key: string };
+    const probe = (await (await adminApi('POST', '/admin/keys', { name: 'probe', account_id: ids[3] })).json()) as {
+      id: string;
+      key: string;
+    };
     await gateway.client(probe.key).chat.completions.create(ask);
     await waitFor(
       async () => {
@@ -118,12 +125,16 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     redis?.disconnect();
   });
 
-  const rowOf = (page: Page, table: string, text: string) => page.getByRole('table', { name: table }).locator('tbody tr').filter({ hasText: text });
+  const rowOf = (page: Page, table: string, text: string) =>
+    page.getByRole('table', { name: table }).locator('tbody tr').filter({ hasText: text });
   /** Signs in and works in the team with the switcher, waiting for the page drawn afresh in it. */
   const enterTeam = async (page: Page, email: string, role: string) => {
     await signIn(page, email, password);
     await page.getByRole('combobox', { name: 'Team', exact: true }).selectOption({ label: `${teamName} · ${role}` });
-    await page.waitForFunction((prefix) => Object.keys(localStorage).some((key) => key.startsWith(prefix)), 'switchyard.team.');
+    await page.waitForFunction(
+      (prefix) => Object.keys(localStorage).some((key) => key.startsWith(prefix)),
+      'switchyard.team.',
+    );
   };
   const openBudgets = async (page: Page) => {
     await page.goto('/console/budgets');
@@ -170,7 +181,10 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     await dialog.getByLabel('Amount (USD)').fill(usd(2 * cost));
     await dialog.getByLabel('Period').selectOption('day');
     await dialog.getByRole('button', { name: 'Save cap' }).click();
-    await page.getByRole('status').filter({ hasText: `${memberEmail} may spend` }).waitFor();
+    await page
+      .getByRole('status')
+      .filter({ hasText: `${memberEmail} may spend` })
+      .waitFor();
     assert.match(await row.innerText(), /per day/);
     assert.equal(await rowOf(page, 'Members’ caps', viewerEmail).getByText('None').count(), 1, 'the viewer has no cap');
     // A cap given and taken back: the viewer's, from its dialog.
@@ -179,17 +193,31 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     const viewerDialog = page.getByRole('dialog', { name: `Cap for ${viewerEmail}` });
     await viewerDialog.getByLabel('Amount (USD)').fill('1');
     await viewerDialog.getByRole('button', { name: 'Save cap' }).click();
-    await page.getByRole('status').filter({ hasText: `${viewerEmail} may spend $1.00 per month` }).waitFor();
+    await page
+      .getByRole('status')
+      .filter({ hasText: `${viewerEmail} may spend $1.00 per month` })
+      .waitFor();
     await viewerRow.getByRole('button', { name: `Edit the cap of ${viewerEmail}` }).click();
     await viewerDialog.getByRole('button', { name: 'Remove the cap' }).click();
-    await page.getByRole('status').filter({ hasText: `${viewerEmail} has no cap now.` }).waitFor();
+    await page
+      .getByRole('status')
+      .filter({ hasText: `${viewerEmail} has no cap now.` })
+      .waitFor();
     assert.equal(await viewerRow.getByText('None').count(), 1, 'the viewer has no cap again');
 
     // Read again from the server: the record, not the page's note of what it sent.
     const answer = await page.request.get(`/console/api/teams/${teamId}/budget`);
     assert.equal(answer.status(), 200, await answer.text());
-    const budget = (await answer.json()) as { budget_usd: number; budget_period: string; budget_resets_at: string; members: Array<{ id: string; cap_usd: number | null; cap_period: string | null }> };
-    assert.deepEqual(budget.members.find((m) => m.id === memberId), { ...budget.members.find((m) => m.id === memberId), cap_usd: (2 * cost) / 1_000_000, cap_period: 'day' });
+    const budget = (await answer.json()) as {
+      budget_usd: number;
+      budget_period: string;
+      budget_resets_at: string;
+      members: Array<{ id: string; cap_usd: number | null; cap_period: string | null }>;
+    };
+    assert.deepEqual(
+      budget.members.find((m) => m.id === memberId),
+      { ...budget.members.find((m) => m.id === memberId), cap_usd: (2 * cost) / 1_000_000, cap_period: 'day' },
+    );
     assert.equal(budget.budget_usd, (10 * cost) / 1_000_000);
     assert.equal(budget.budget_period, 'month');
     assert.equal(budget.budget_resets_at, nextMonth());
@@ -198,74 +226,83 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
     await closeClean(context, 'owner');
   });
 
-  it('the member makes a key with a budget on the Keys page, changes its period, and spends it through the SDK until the cap refuses', async () => {
-    const context = await openContext(browser, gateway.url, desktop);
-    const page = await context.newPage();
-    await enterTeam(page, memberEmail, 'Member');
-    await page.getByRole('heading', { name: `Your keys in ${teamName}` }).waitFor();
-    await tablesLoaded(page, 'keys');
-    await page.getByRole('button', { name: 'New key' }).click();
-    const form = page.getByRole('dialog', { name: 'New key' });
-    await form.getByLabel('Name').fill(keyName);
-    // A negative budget: said in words, no key made.
-    await form.getByLabel('Budget (USD)').fill('-1');
-    await form.getByRole('button', { name: 'Create key' }).click();
-    await form.getByRole('alert').filter({ hasText: 'The budget must be a positive amount in USD.' }).waitFor();
-    await form.getByLabel('Budget (USD)').fill('5');
-    await form.getByLabel('Budget period').selectOption('day');
-    await form.getByRole('button', { name: 'Create key' }).click();
-    const secretDialog = page.getByRole('dialog', { name: 'Save your API key' });
-    const secret = await secretDialog.locator('#new-secret').inputValue();
-    await secretDialog.getByRole('button', { name: 'Done' }).click();
-    await page.reload();
-    await tablesLoaded(page, 'keys');
-    const row = rowOf(page, `Your keys in ${teamName}`, keyName);
-    assert.match(await row.innerText(), /\$0\.00 \/ \$5\.00 today/);
+  it(
+    'the member makes a key with a budget on the Keys page, changes its period, and spends it through the SDK ' +
+      'until the cap refuses',
+    async () => {
+      const context = await openContext(browser, gateway.url, desktop);
+      const page = await context.newPage();
+      await enterTeam(page, memberEmail, 'Member');
+      await page.getByRole('heading', { name: `Your keys in ${teamName}` }).waitFor();
+      await tablesLoaded(page, 'keys');
+      await page.getByRole('button', { name: 'New key' }).click();
+      const form = page.getByRole('dialog', { name: 'New key' });
+      await form.getByLabel('Name').fill(keyName);
+      // A negative budget: said in words, no key made.
+      await form.getByLabel('Budget (USD)').fill('-1');
+      await form.getByRole('button', { name: 'Create key' }).click();
+      await form.getByRole('alert').filter({ hasText: 'The budget must be a positive amount in USD.' }).waitFor();
+      await form.getByLabel('Budget (USD)').fill('5');
+      await form.getByLabel('Budget period').selectOption('day');
+      await form.getByRole('button', { name: 'Create key' }).click();
+      const secretDialog = page.getByRole('dialog', { name: 'Save your API key' });
+      const secret = await secretDialog.locator('#new-secret').inputValue();
+      await secretDialog.getByRole('button', { name: 'Done' }).click();
+      await page.reload();
+      await tablesLoaded(page, 'keys');
+      const row = rowOf(page, `Your keys in ${teamName}`, keyName);
+      assert.match(await row.innerText(), /\$0\.00 \/ \$5\.00 today/);
 
-    // The period alone changed: the amount goes with it.
-    await row.getByRole('button', { name: 'Edit' }).click();
-    const edit = page.getByRole('dialog', { name: `Edit ${keyName}` });
-    assert.equal(await edit.getByLabel('Budget (USD)').inputValue(), '5');
-    await edit.getByLabel('Budget period').selectOption('week');
-    await edit.getByRole('button', { name: 'Save' }).click();
-    await edit.waitFor({ state: 'detached' });
-    await page.reload();
-    await tablesLoaded(page, 'keys');
-    assert.match(await row.innerText(), /\$5\.00 this week/);
+      // The period alone changed: the amount goes with it.
+      await row.getByRole('button', { name: 'Edit' }).click();
+      const edit = page.getByRole('dialog', { name: `Edit ${keyName}` });
+      assert.equal(await edit.getByLabel('Budget (USD)').inputValue(), '5');
+      await edit.getByLabel('Budget period').selectOption('week');
+      await edit.getByRole('button', { name: 'Save' }).click();
+      await edit.waitFor({ state: 'detached' });
+      await page.reload();
+      await tablesLoaded(page, 'keys');
+      assert.match(await row.innerText(), /\$5\.00 this week/);
 
-    // A queued request stored in the cache (half the cap), then a hit at its price (the cap full), then a refusal.
-    const client = gateway.client(secret);
-    await client.chat.completions.create(ask, cached);
-    await client.chat.completions.create(ask, cached);
-    await assert.rejects(client.chat.completions.create(ask, cached), (error) => {
-      assert.ok(error instanceof OpenAI.APIError, String(error));
-      assert.equal(error.status, 429);
-      assert.equal(error.code, 'insufficient_quota');
-      assert.match(error.message, /daily cap/i);
-      return true;
-    });
-    await waitFor(
-      async () => {
-        const res = await adminApi('GET', `/admin/alerts?team_id=${teamId}`);
-        const alerts = ((await res.json()) as { data: Array<{ state: string }> }).data;
-        return alerts.length === 3 && alerts.every((alert) => alert.state === 'delivered');
-      },
-      15_000,
-      'the cap’s three alerts delivered',
-    );
-    assert.deepEqual(webhook.deliveries.map((delivery) => [delivery.body.kind, delivery.body.scope_id, delivery.body.threshold_percent]).sort(), [
-      ['member', memberId, 100],
-      ['member', memberId, 50],
-      ['member', memberId, 80],
-    ]);
-    await page.reload();
-    await tablesLoaded(page, 'keys');
-    assert.match(await row.innerText(), /\/ \$5\.00 this week/);
-    assert.doesNotMatch(await row.innerText(), /\$0\.00 \/ \$5\.00/, 'the key’s budget shows what it spent');
-    await assertFits(page, 'keys with a budget, member, desktop');
-    await shoot(page, 'member-keys-desktop');
-    await closeClean(context, 'member');
-  });
+      // A queued request stored in the cache (half the cap), then a hit at its price (the cap full), then a refusal.
+      const client = gateway.client(secret);
+      await client.chat.completions.create(ask, cached);
+      await client.chat.completions.create(ask, cached);
+      await assert.rejects(client.chat.completions.create(ask, cached), (error) => {
+        assert.ok(error instanceof OpenAI.APIError, String(error));
+        assert.equal(error.status, 429);
+        assert.equal(error.code, 'insufficient_quota');
+        assert.match(error.message, /daily cap/i);
+        return true;
+      });
+      await waitFor(
+        async () => {
+          const res = await adminApi('GET', `/admin/alerts?team_id=${teamId}`);
+          const alerts = ((await res.json()) as { data: Array<{ state: string }> }).data;
+          return alerts.length === 3 && alerts.every((alert) => alert.state === 'delivered');
+        },
+        15_000,
+        'the cap’s three alerts delivered',
+      );
+      assert.deepEqual(
+        webhook.deliveries
+          .map((delivery) => [delivery.body.kind, delivery.body.scope_id, delivery.body.threshold_percent])
+          .sort(),
+        [
+          ['member', memberId, 100],
+          ['member', memberId, 50],
+          ['member', memberId, 80],
+        ],
+      );
+      await page.reload();
+      await tablesLoaded(page, 'keys');
+      assert.match(await row.innerText(), /\/ \$5\.00 this week/);
+      assert.doesNotMatch(await row.innerText(), /\$0\.00 \/ \$5\.00/, 'the key’s budget shows what it spent');
+      await assertFits(page, 'keys with a budget, member, desktop');
+      await shoot(page, 'member-keys-desktop');
+      await closeClean(context, 'member');
+    },
+  );
 
   it('the owner sees what was spent, the bars, when each resets and the delivered alerts, at both widths', async () => {
     for (const [label, viewport] of widths) {
@@ -281,9 +318,17 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
       assert.match(facts, /Resets at/);
       const resets = new Date(nextMonth());
       // In the console's one date-and-time form, with its zone: the year only when it is not this one.
-      const day = resets.toLocaleDateString('en-US', { month: 'short', day: 'numeric', ...(resets.getFullYear() === new Date().getFullYear() ? {} : { year: 'numeric' }) });
+      const day = resets.toLocaleDateString('en-US', {
+        month: 'short',
+        day: 'numeric',
+        ...(resets.getFullYear() === new Date().getFullYear() ? {} : { year: 'numeric' }),
+      });
       assert.ok(facts.includes(day), `${label}: the reset's day (${day}) in ${facts}`);
-      assert.match(facts, /Resets at\s+[A-Z][a-z]{2} \d{1,2},.*\d{2}:\d{2}\s?[AP]M (UTC|GMT[+-]\d+)/, `${label}: the reset's time with its zone in ${facts}`);
+      assert.match(
+        facts,
+        /Resets at\s+[A-Z][a-z]{2} \d{1,2},.*\d{2}:\d{2}\s?[AP]M (UTC|GMT[+-]\d+)/,
+        `${label}: the reset's time with its zone in ${facts}`,
+      );
       // The member: the cap full, red.
       const member = rowOf(page, 'Members’ caps', memberEmail);
       assert.equal(await member.getByRole('meter').getAttribute('aria-valuenow'), '100');
@@ -318,7 +363,11 @@ describe('budgets in the console (Budgets page, a key’s budget, alerts) in a r
       await openBudgets(page);
       await rowOf(page, 'Members’ caps', memberEmail).waitFor();
       assert.equal(await page.locator('form').count(), 0, `${label}: no form`);
-      assert.equal(await page.getByRole('button', { name: /Save budget|Clear budget|Edit the cap/ }).count(), 0, `${label}: nothing to change`);
+      assert.equal(
+        await page.getByRole('button', { name: /Save budget|Clear budget|Edit the cap/ }).count(),
+        0,
+        `${label}: nothing to change`,
+      );
       assert.equal(await page.getByRole('table', { name: 'Alerts' }).locator('tbody tr').count(), 3);
       assert.equal(await page.locator('.budget-facts').getByRole('meter').getAttribute('aria-valuenow'), '20');
       await assertFits(page, `budgets, viewer, ${label}`);

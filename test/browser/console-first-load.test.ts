@@ -40,7 +40,10 @@ interface Call {
   team: string | undefined;
 }
 
-/** A call to /console/api/ as the page's script made it: when (ms since the navigation started), and when its answer came back to the script. */
+/**
+ * A call to /console/api/ as the page's script made it: when (ms since the navigation started), and when its answer
+ * came back to the script.
+ */
 interface Timed {
   url: string;
   called: number;
@@ -81,7 +84,9 @@ describe('the console’s first signed-in page: usable after one round of API ca
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(5);
     redis.disconnect();
-    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: password, ADMIN_TOKEN: adminToken } });
+    gateway = await startGateway({
+      env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: password, ADMIN_TOKEN: adminToken },
+    });
     browser = await launchChromium();
     const member = await adminApi('POST', '/admin/accounts', { email: memberEmail, password, role: 'member' });
     assert.equal(member.status, 201, await member.text());
@@ -89,7 +94,10 @@ describe('the console’s first signed-in page: usable after one round of API ca
     const made = await team.text();
     assert.equal(team.status, 201, made);
     teamId = (JSON.parse(made) as { id: string }).id;
-    assert.equal((await adminApi('POST', `/admin/teams/${teamId}/members`, { email: memberEmail, role: 'member' })).status, 201);
+    assert.equal(
+      (await adminApi('POST', `/admin/teams/${teamId}/members`, { email: memberEmail, role: 'member' })).status,
+      201,
+    );
   });
 
   after(async () => {
@@ -102,7 +110,8 @@ describe('the console’s first signed-in page: usable after one round of API ca
     const calls: Call[] = [];
     page.on('request', (request: Request) => {
       const url = new URL(request.url());
-      if (url.pathname.startsWith('/console/api/')) calls.push({ url: url.pathname + url.search, team: request.headers()['x-team'] });
+      if (url.pathname.startsWith('/console/api/'))
+        calls.push({ url: url.pathname + url.search, team: request.headers()['x-team'] });
     });
     return calls;
   }
@@ -117,7 +126,13 @@ describe('the console’s first signed-in page: usable after one round of API ca
    * Opens `path` in a new tab of a signed-in context, waits until it is usable (its main drawn, its tables' rows in)
    * and a moment more for any call still to come, then asserts the load was one round of calls, none twice.
    */
-  async function firstLoad(context: BrowserContext, path: string, landing: string, who: string, team: string | undefined): Promise<void> {
+  async function firstLoad(
+    context: BrowserContext,
+    path: string,
+    landing: string,
+    who: string,
+    team: string | undefined,
+  ): Promise<void> {
     const page = await context.newPage();
     await page.addInitScript(timeCalls);
     const calls = recordCalls(page);
@@ -129,7 +144,10 @@ describe('the console’s first signed-in page: usable after one round of API ca
     await page.waitForTimeout(1000);
     const timed = await timings(page);
     const what = `${who}, ${path}: ${JSON.stringify(timed.map((call) => `${call.url} called at ${Math.round(call.called)} ms, answered at ${call.answered === null ? '—' : Math.round(call.answered)} ms`))}`;
-    assert.ok(calls.length > 0 && timed.length === calls.length, `${what}: the page's own data asked for, every call seen (${JSON.stringify(calls)})`);
+    assert.ok(
+      calls.length > 0 && timed.length === calls.length,
+      `${what}: the page's own data asked for, every call seen (${JSON.stringify(calls)})`,
+    );
     assert.deepEqual(twice(calls.map((call) => call.url)), [], `${what}: a URL asked for twice`);
     // One round: the last call was made before the script had any answer, so none of them waited on another's.
     const lastCalled = Math.max(...timed.map((call) => call.called));
@@ -168,8 +186,12 @@ describe('the console’s first signed-in page: usable after one round of API ca
     const page = await context.newPage();
     await signIn(page, memberEmail, password);
     await page.getByRole('combobox', { name: 'Team', exact: true }).selectOption({ label: `${teamName} · Member` });
-    await page.waitForFunction((prefix) => Object.keys(localStorage).some((key) => key.startsWith(prefix)), 'switchyard.team.');
-    for (const path of ['/console/keys', '/console/usage', '/console/activity', '/console/budgets', '/console/team']) await firstLoad(context, path, path, 'member', teamId);
+    await page.waitForFunction(
+      (prefix) => Object.keys(localStorage).some((key) => key.startsWith(prefix)),
+      'switchyard.team.',
+    );
+    for (const path of ['/console/keys', '/console/usage', '/console/activity', '/console/budgets', '/console/team'])
+      await firstLoad(context, path, path, 'member', teamId);
     // The page drawn is the team's.
     const budgets = await context.newPage();
     await budgets.goto('/console/budgets');

@@ -46,7 +46,10 @@ describe('console sign-in through an identity provider in a real browser', () =>
         OIDC_NAME: 'Sign in with Test IdP',
       },
     });
-    await provider.register({ redirectUri: `${gateway.url}/console/api/oidc/callback`, postLogoutRedirectUri: `${gateway.url}/console/` });
+    await provider.register({
+      redirectUri: `${gateway.url}/console/api/oidc/callback`,
+      postLogoutRedirectUri: `${gateway.url}/console/`,
+    });
     provider.people.set('alice', { email: 'alice@oidc-browser.test', name: 'Alice', groups: ['eng'] });
     provider.people.set('mallory', { email: 'mallory@oidc-browser.test', groups: ['marketing'] });
     browser = await launchChromium();
@@ -71,11 +74,16 @@ describe('console sign-in through an identity provider in a real browser', () =>
       provider.nextLogin = 'alice';
       await button.click();
       await page.waitForURL('**/console/keys');
-      const session = (await (await page.request.get('/console/api/session')).json()) as { account: { email: string } | null };
+      const session = (await (await page.request.get('/console/api/session')).json()) as {
+        account: { email: string } | null;
+      };
       assert.equal(session.account?.email, 'alice@oidc-browser.test');
       if (viewport === desktop) {
         // Signing out passes through the provider's sign-out page, which asks before it ends its own session.
-        await page.getByRole('button', { name: /sign out/i }).first().click();
+        await page
+          .getByRole('button', { name: /sign out/i })
+          .first()
+          .click();
         await page.waitForURL(`${provider.issuer}/session/end**`);
       }
       await closeClean(context, `sign-in at ${viewport.width} px`);

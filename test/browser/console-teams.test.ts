@@ -7,7 +7,15 @@ import type { Redis } from 'ioredis';
 import OpenAI, { toFile } from 'openai';
 import type { Browser, Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
-import { assertFits, closeClean, noSidewaysScroll, openContext, screenshots, signIn, tablesLoaded } from '../support/console-browser.js';
+import {
+  assertFits,
+  closeClean,
+  noSidewaysScroll,
+  openContext,
+  screenshots,
+  signIn,
+  tablesLoaded,
+} from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, type GatewayProcess } from '../support/gateway.js';
@@ -16,9 +24,9 @@ import { freshRedis, startGateway, type GatewayProcess } from '../support/gatewa
  * Teams in the console, in a real headless Chromium against a real gateway: an admin makes a team on the Team page
  * with its first owner; the owner switches to it and adds a member and a viewer there; the member switches to it with
  * the switcher and makes a key, which the Keys page says they made; the viewer switches and is offered no key, batch
- * or Playground, the Playground's address leading to Usage, and the Team page without a way to change anyone. The owner renames the team. At
- * 1280×800 and 390×844 every table stays within its box and no page is wider than the window. Screenshots land in
- * test-artifacts/console/teams/.
+ * or Playground, the Playground's address leading to Usage, and the Team page without a way to change anyone. The owner
+ * renames the team. At 1280×800 and 390×844 every table stays within its box and no page is wider than the window.
+ * Screenshots land in test-artifacts/console/teams/.
  */
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -49,7 +57,15 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     mkdirSync(shots, { recursive: true });
     const fresh = await freshRedis(7);
     redis = fresh.redis;
-    gateway = await startGateway({ env: { REDIS_URL: fresh.url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: password, ADMIN_TOKEN: adminToken, MOCK_STREAM_DELAY_MS: '5' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: password,
+        ADMIN_TOKEN: adminToken,
+        MOCK_STREAM_DELAY_MS: '5',
+      },
+    });
     browser = await launchChromium();
     for (const email of [ownerEmail, memberEmail, viewerEmail]) {
       const answer = await adminApi('POST', '/admin/accounts', { email, password, role: 'member' });
@@ -63,13 +79,17 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     redis?.disconnect();
   });
 
-  const rowOf = (page: Page, table: string, text: string) => page.getByRole('table', { name: table }).locator('tbody tr').filter({ hasText: text });
+  const rowOf = (page: Page, table: string, text: string) =>
+    page.getByRole('table', { name: table }).locator('tbody tr').filter({ hasText: text });
   /** The switcher in sight (the sidebar's on a wide screen, the top bar's on a phone). */
   const switcher = (page: Page) => page.getByRole('combobox', { name: 'Team', exact: true });
   /** Works in the team with the switcher, and waits for the page drawn afresh in it. */
   const switchTo = async (page: Page, role: string) => {
     await switcher(page).selectOption({ label: `${teamName} · ${role}` });
-    await page.waitForFunction((id) => localStorage.length > 0 && Object.keys(localStorage).some((key) => key.startsWith(id)), 'switchyard.team.');
+    await page.waitForFunction(
+      (id) => localStorage.length > 0 && Object.keys(localStorage).some((key) => key.startsWith(id)),
+      'switchyard.team.',
+    );
   };
   /** The nav's links: on a phone, behind the menu. */
   const navLinks = async (page: Page, phoneMenu: boolean) => {
@@ -125,7 +145,14 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     await page.getByRole('button', { name: 'Add member' }).click();
     await page.getByRole('alert').filter({ hasText: 'not-signed-up@console-teams.browser.test' }).waitFor();
     // The last addition's success is not left standing beside this refusal.
-    assert.equal(await page.getByRole('status').filter({ hasText: /was added to/ }).count(), 0, 'no old success beside the new error');
+    assert.equal(
+      await page
+        .getByRole('status')
+        .filter({ hasText: /was added to/ })
+        .count(),
+      0,
+      'no old success beside the new error',
+    );
     // The only owner cannot make themself a member: the 409 said in words, the select back on Owner.
     const own = rowOf(page, `Members of ${teamName}`, ownerEmail);
     await own.getByRole('combobox').selectOption('member');
@@ -133,7 +160,10 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     assert.equal(await own.getByRole('combobox').inputValue(), 'owner');
     // Nor remove themself: confirmed, then refused.
     await own.getByRole('button', { name: `Remove ${ownerEmail}` }).click();
-    await page.getByRole('alertdialog', { name: 'Remove this member?' }).getByRole('button', { name: 'Remove member' }).click();
+    await page
+      .getByRole('alertdialog', { name: 'Remove this member?' })
+      .getByRole('button', { name: 'Remove member' })
+      .click();
     await page.getByRole('alert').filter({ hasText: 'A team keeps at least one owner' }).waitFor();
     assert.equal(await own.count(), 1, 'the owner is still there');
     assert.equal(await rowOf(page, `Members of ${teamName}`, '@console-teams.browser.test').count(), 3);
@@ -164,9 +194,18 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       const row = rowOf(page, `Your keys in ${teamName}`, 'research notebook');
       await row.waitFor();
       if (label === 'desktop') {
-        const headers = (await page.getByRole('table', { name: `Your keys in ${teamName}` }).locator('thead th').allTextContents()).map((text) => text.trim());
+        const headers = (
+          await page
+            .getByRole('table', { name: `Your keys in ${teamName}` })
+            .locator('thead th')
+            .allTextContents()
+        ).map((text) => text.trim());
         assert.ok(headers.includes('Made by'), `a Made by column: ${headers.join(', ')}`);
-        assert.match(await row.innerText(), new RegExp(memberEmail.replaceAll('.', '\\.')), 'the member named as its maker');
+        assert.match(
+          await row.innerText(),
+          new RegExp(memberEmail.replaceAll('.', '\\.')),
+          'the member named as its maker',
+        );
       }
       // The choice lasts: a fresh load of the console is still in the team.
       await page.goto('/console/keys');
@@ -210,52 +249,86 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
     }
   });
 
-  it('the viewer reads the team\'s usage and activity by key name, never marked revoked, no key list refused, a batch not a link', async () => {
-    // Traffic on the team: a key of its own (made through the admin API, its secret kept here), a request and a batch.
-    const teams = (await (await adminApi('GET', '/admin/teams')).json()) as { data: Array<{ id: string; name: string }> };
-    const teamId = teams.data.find((team) => team.name === teamName)!.id;
-    assert.equal((await adminApi('POST', `/admin/accounts/${teamId}/credits`, { amount_usd: 5 })).status, 200);
-    const made = (await (await adminApi('POST', '/admin/keys', { name: 'shared notebook', account_id: teamId })).json()) as { id: string; key: string };
-    const client = new OpenAI({ apiKey: made.key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
-    await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'Hello from the team' }] });
-    const input = await client.files.create({ file: await toFile(Buffer.from(`${JSON.stringify({ custom_id: 'one', method: 'POST', url: '/v1/chat/completions', body: { model: 'mock-chat', messages: [{ role: 'user', content: 'In a batch' }] } })}\n`), 'team.jsonl'), purpose: 'batch' });
-    const batch = await client.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
-    for (let seen = batch; seen.status !== 'completed'; seen = await client.batches.retrieve(batch.id)) {
-      assert.ok(!['failed', 'expired', 'cancelled'].includes(seen.status), seen.status);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
-    for (const [label, viewport] of widths) {
-      const context = await openContext(browser, gateway.url, viewport);
-      const page = await context.newPage();
-      const refused: string[] = [];
-      page.on('response', (response) => {
-        if (response.url().includes('/console/api/') && response.status() === 403) refused.push(response.url());
+  it(
+    "the viewer reads the team's usage and activity by key name, never marked revoked, no key list refused, a " +
+      'batch not a link',
+    async () => {
+      // Traffic on the team: a key of its own (made through the admin API, its secret kept here), a request and a batch.
+      const teams = (await (await adminApi('GET', '/admin/teams')).json()) as {
+        data: Array<{ id: string; name: string }>;
+      };
+      const teamId = teams.data.find((team) => team.name === teamName)!.id;
+      assert.equal((await adminApi('POST', `/admin/accounts/${teamId}/credits`, { amount_usd: 5 })).status, 200);
+      const made = (await (
+        await adminApi('POST', '/admin/keys', { name: 'shared notebook', account_id: teamId })
+      ).json()) as { id: string; key: string };
+      const client = new OpenAI({ apiKey: made.key, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
+      await client.chat.completions.create({
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: 'Hello from the team' }],
       });
-      await signIn(page, viewerEmail, password);
-      await switchTo(page, 'Viewer');
-      await page.waitForURL('**/console/usage');
-      await tablesLoaded(page, 'usage');
-      const byKey = page.getByRole('table', { name: 'By key' });
-      const keyRow = byKey.locator('tbody tr').filter({ hasText: 'shared notebook' });
-      await keyRow.waitFor();
-      assert.doesNotMatch(await byKey.innerText(), /revoked/i, `${label}: no key of the team is revoked`);
-      const usageKeys = (await page.locator('#usage-key option').allTextContents()).map((text) => text.trim());
-      assert.ok(usageKeys.includes('shared notebook'), `${label}: ${usageKeys.join(', ')}`);
-      assert.ok(!usageKeys.some((text) => /revoked|^key_/.test(text)), `${label}: ${usageKeys.join(', ')}`);
-      await page.goto('/console/activity');
-      await tablesLoaded(page, 'activity');
-      // The key picker fills once the team's key names arrive, which may come after the table (a busy machine).
-      await page.locator('#activity-key option', { hasText: 'shared notebook' }).waitFor({ state: 'attached' });
-      const activityKeys = (await page.locator('#activity-key option').allTextContents()).map((text) => text.trim());
-      assert.ok(activityKeys.includes('shared notebook'), `${label}: ${activityKeys.join(', ')}`);
-      const rows = page.locator('tbody tr');
-      await rows.filter({ hasText: /batch …|batch batch_/ }).first().waitFor();
-      assert.doesNotMatch(await page.locator('tbody').innerText(), new RegExp(made.id), `${label}: keys named, not their ids`);
-      assert.equal(await page.getByRole('link', { name: /^Batch / }).count(), 0, `${label}: a viewer has no Batches page to link to`);
-      assert.deepEqual(refused, [], `${label}: nothing the viewer's pages ask is refused`);
-      await closeClean(context, `viewer usage ${label}`);
-    }
-  });
+      const input = await client.files.create({
+        file: await toFile(
+          Buffer.from(
+            `${JSON.stringify({ custom_id: 'one', method: 'POST', url: '/v1/chat/completions', body: { model: 'mock-chat', messages: [{ role: 'user', content: 'In a batch' }] } })}\n`,
+          ),
+          'team.jsonl',
+        ),
+        purpose: 'batch',
+      });
+      const batch = await client.batches.create({
+        input_file_id: input.id,
+        endpoint: '/v1/chat/completions',
+        completion_window: '24h',
+      });
+      for (let seen = batch; seen.status !== 'completed'; seen = await client.batches.retrieve(batch.id)) {
+        assert.ok(!['failed', 'expired', 'cancelled'].includes(seen.status), seen.status);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      for (const [label, viewport] of widths) {
+        const context = await openContext(browser, gateway.url, viewport);
+        const page = await context.newPage();
+        const refused: string[] = [];
+        page.on('response', (response) => {
+          if (response.url().includes('/console/api/') && response.status() === 403) refused.push(response.url());
+        });
+        await signIn(page, viewerEmail, password);
+        await switchTo(page, 'Viewer');
+        await page.waitForURL('**/console/usage');
+        await tablesLoaded(page, 'usage');
+        const byKey = page.getByRole('table', { name: 'By key' });
+        const keyRow = byKey.locator('tbody tr').filter({ hasText: 'shared notebook' });
+        await keyRow.waitFor();
+        assert.doesNotMatch(await byKey.innerText(), /revoked/i, `${label}: no key of the team is revoked`);
+        const usageKeys = (await page.locator('#usage-key option').allTextContents()).map((text) => text.trim());
+        assert.ok(usageKeys.includes('shared notebook'), `${label}: ${usageKeys.join(', ')}`);
+        assert.ok(!usageKeys.some((text) => /revoked|^key_/.test(text)), `${label}: ${usageKeys.join(', ')}`);
+        await page.goto('/console/activity');
+        await tablesLoaded(page, 'activity');
+        // The key picker fills once the team's key names arrive, which may come after the table (a busy machine).
+        await page.locator('#activity-key option', { hasText: 'shared notebook' }).waitFor({ state: 'attached' });
+        const activityKeys = (await page.locator('#activity-key option').allTextContents()).map((text) => text.trim());
+        assert.ok(activityKeys.includes('shared notebook'), `${label}: ${activityKeys.join(', ')}`);
+        const rows = page.locator('tbody tr');
+        await rows
+          .filter({ hasText: /batch …|batch batch_/ })
+          .first()
+          .waitFor();
+        assert.doesNotMatch(
+          await page.locator('tbody').innerText(),
+          new RegExp(made.id),
+          `${label}: keys named, not their ids`,
+        );
+        assert.equal(
+          await page.getByRole('link', { name: /^Batch / }).count(),
+          0,
+          `${label}: a viewer has no Batches page to link to`,
+        );
+        assert.deepEqual(refused, [], `${label}: nothing the viewer's pages ask is refused`);
+        await closeClean(context, `viewer usage ${label}`);
+      }
+    },
+  );
 
   it('the viewer switches to the team: usage, activity and the team, no keys, batches or Playground', async () => {
     for (const [label, viewport] of widths) {
@@ -266,8 +339,10 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       // On Keys when they switched: a viewer is taken to Usage.
       await page.waitForURL('**/console/usage');
       const links = await navLinks(page, label === 'phone');
-      for (const refused of ['Keys', 'Batches', 'Playground']) assert.ok(!links.includes(refused), `${label}: no ${refused} in ${links.join(', ')}`);
-      for (const given of ['Usage', 'Activity', 'Team']) assert.ok(links.includes(given), `${label}: ${given} in ${links.join(', ')}`);
+      for (const refused of ['Keys', 'Batches', 'Playground'])
+        assert.ok(!links.includes(refused), `${label}: no ${refused} in ${links.join(', ')}`);
+      for (const given of ['Usage', 'Activity', 'Team'])
+        assert.ok(links.includes(given), `${label}: ${given} in ${links.join(', ')}`);
       await page.goto('/console/playground');
       await page.waitForURL('**/console/usage');
       await tablesLoaded(page, 'usage');
@@ -275,47 +350,70 @@ describe('teams in the console (Team page, switcher, roles) in a real browser', 
       await page.goto('/console/team');
       await tablesLoaded(page, 'team');
       await rowOf(page, `Members of ${teamName}`, memberEmail).waitFor();
-      assert.equal(await page.getByRole('table', { name: `Members of ${teamName}` }).getByRole('combobox').count(), 0, 'no role to change');
+      assert.equal(
+        await page
+          .getByRole('table', { name: `Members of ${teamName}` })
+          .getByRole('combobox')
+          .count(),
+        0,
+        'no role to change',
+      );
       assert.equal(await page.getByRole('button', { name: /^Remove / }).count(), 0, 'nobody to remove');
       await assertFits(page, `team page, viewer, ${label}`);
       await shoot(page, `viewer-team-${label}`);
       // Back in their own account, the keys are theirs again.
       await switcher(page).selectOption({ label: 'Personal · Owner' });
       const after = await navLinks(page, label === 'phone');
-      assert.ok(after.includes('Keys') && after.includes('Playground'), `${label}: own account's pages: ${after.join(', ')}`);
+      assert.ok(
+        after.includes('Keys') && after.includes('Playground'),
+        `${label}: own account's pages: ${after.join(', ')}`,
+      );
       await closeClean(context, `viewer ${label}`);
     }
   });
 
-  it('the owner renames the team on a phone: the heading and the switcher follow; a name another team has is refused in words', async () => {
-    const taken = await adminApi('POST', '/admin/teams', { name: 'Platform' });
-    assert.equal(taken.status, 201, await taken.text());
-    const context = await openContext(browser, gateway.url, phone);
-    const page = await context.newPage();
-    await signIn(page, ownerEmail, password);
-    await switchTo(page, 'Owner');
-    await page.goto('/console/team');
-    await tablesLoaded(page, 'team');
-    // The owner's own account is not renamed here: the button is the team's only.
-    await page.getByRole('button', { name: 'Rename team' }).click();
-    const dialog = page.getByRole('dialog', { name: 'Rename team' });
-    assert.equal(await dialog.getByLabel('Team name').inputValue(), teamName);
-    await dialog.getByLabel('Team name').fill('platform');
-    await dialog.getByRole('button', { name: 'Rename' }).click();
-    await dialog.getByRole('alert').filter({ hasText: "A team named 'platform' already exists." }).waitFor();
-    await assertFits(page, 'rename dialog, owner, phone');
-    await shoot(page, 'owner-rename-phone');
-    await dialog.getByLabel('Team name').fill('Research & evaluation (EU)');
-    await dialog.getByRole('button', { name: 'Rename' }).click();
-    await page.getByRole('heading', { name: 'Members of Research & evaluation (EU)' }).waitFor();
-    await page.getByRole('status').filter({ hasText: 'The team is now called “Research & evaluation (EU)”.' }).waitFor();
-    await switcher(page).locator('option', { hasText: 'Research & evaluation (EU) · Owner' }).waitFor({ state: 'attached' });
-    assert.equal(await page.getByRole('dialog').count(), 0, 'the dialog closed');
-    // Back in their own account: nothing to rename there.
-    await switcher(page).selectOption({ label: 'Personal · Owner' });
-    await page.goto('/console/team');
-    await tablesLoaded(page, 'team');
-    assert.equal(await page.getByRole('button', { name: 'Rename team' }).count(), 0, 'a person’s own account is not renamed');
-    await closeClean(context, 'owner rename');
-  });
+  it(
+    'the owner renames the team on a phone: the heading and the switcher follow; a name another team has is ' +
+      'refused in words',
+    async () => {
+      const taken = await adminApi('POST', '/admin/teams', { name: 'Platform' });
+      assert.equal(taken.status, 201, await taken.text());
+      const context = await openContext(browser, gateway.url, phone);
+      const page = await context.newPage();
+      await signIn(page, ownerEmail, password);
+      await switchTo(page, 'Owner');
+      await page.goto('/console/team');
+      await tablesLoaded(page, 'team');
+      // The owner's own account is not renamed here: the button is the team's only.
+      await page.getByRole('button', { name: 'Rename team' }).click();
+      const dialog = page.getByRole('dialog', { name: 'Rename team' });
+      assert.equal(await dialog.getByLabel('Team name').inputValue(), teamName);
+      await dialog.getByLabel('Team name').fill('platform');
+      await dialog.getByRole('button', { name: 'Rename' }).click();
+      await dialog.getByRole('alert').filter({ hasText: "A team named 'platform' already exists." }).waitFor();
+      await assertFits(page, 'rename dialog, owner, phone');
+      await shoot(page, 'owner-rename-phone');
+      await dialog.getByLabel('Team name').fill('Research & evaluation (EU)');
+      await dialog.getByRole('button', { name: 'Rename' }).click();
+      await page.getByRole('heading', { name: 'Members of Research & evaluation (EU)' }).waitFor();
+      await page
+        .getByRole('status')
+        .filter({ hasText: 'The team is now called “Research & evaluation (EU)”.' })
+        .waitFor();
+      await switcher(page)
+        .locator('option', { hasText: 'Research & evaluation (EU) · Owner' })
+        .waitFor({ state: 'attached' });
+      assert.equal(await page.getByRole('dialog').count(), 0, 'the dialog closed');
+      // Back in their own account: nothing to rename there.
+      await switcher(page).selectOption({ label: 'Personal · Owner' });
+      await page.goto('/console/team');
+      await tablesLoaded(page, 'team');
+      assert.equal(
+        await page.getByRole('button', { name: 'Rename team' }).count(),
+        0,
+        'a person’s own account is not renamed',
+      );
+      await closeClean(context, 'owner rename');
+    },
+  );
 });

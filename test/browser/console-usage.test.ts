@@ -5,7 +5,18 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { launchChromium } from '../support/browser.js';
-import { assertFits, closeClean, countLayoutShift, layoutShift, leadingCount, openContext, screenshots, signIn, stat, tablesLoaded } from '../support/console-browser.js';
+import {
+  assertFits,
+  closeClean,
+  countLayoutShift,
+  layoutShift,
+  leadingCount,
+  openContext,
+  screenshots,
+  signIn,
+  stat,
+  tablesLoaded,
+} from '../support/console-browser.js';
 import { adminRequest } from '../support/admin-client.js';
 import { buildOnce } from '../support/build.js';
 import { freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
@@ -35,7 +46,10 @@ const phone = { width: 390, height: 844 };
 const unknownModel = 'no-such-model-xyz';
 
 /** A UTC day as the console labels it ("Nov 27"). */
-const dayLabel = (seconds: number) => new Intl.DateTimeFormat('en-US', { month: 'short', day: 'numeric', timeZone: 'UTC' }).format(new Date(seconds * 1000));
+const dayLabel = (seconds: number) =>
+  new Intl.DateTimeFormat('en-US', { month: 'short', day: 'numeric', timeZone: 'UTC' }).format(
+    new Date(seconds * 1000),
+  );
 
 describe('usage and queues pages: counts defined once, in a real browser', () => {
   let gateway: GatewayProcess;
@@ -44,7 +58,11 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   const statuses: number[] = [];
   const adminApi = adminRequest(() => gateway.url, adminToken);
 
-  async function chat(key: string, body: Record<string, unknown>, headers: Record<string, string> = {}): Promise<number> {
+  async function chat(
+    key: string,
+    body: Record<string, unknown>,
+    headers: Record<string, string> = {},
+  ): Promise<number> {
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
@@ -56,9 +74,17 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
   }
 
   async function member(email: string, credit: number, keyName: string): Promise<string> {
-    const account = (await (await adminApi('POST', '/admin/accounts', { email, password: 'member-password', role: 'member' })).json()) as { id: string };
-    if (credit > 0) assert.equal((await adminApi('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: credit })).status, 200);
-    const key = (await (await adminApi('POST', '/admin/keys', { name: keyName, account_id: account.id })).json()) as { key: string };
+    const account = (await (
+      await adminApi('POST', '/admin/accounts', { email, password: 'member-password', role: 'member' })
+    ).json()) as { id: string };
+    if (credit > 0)
+      assert.equal(
+        (await adminApi('POST', `/admin/accounts/${account.id}/credits`, { amount_usd: credit })).status,
+        200,
+      );
+    const key = (await (await adminApi('POST', '/admin/keys', { name: keyName, account_id: account.id })).json()) as {
+      key: string;
+    };
     return key.key;
   }
 
@@ -68,14 +94,27 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const { url, redis } = await freshRedis(11);
     redis.disconnect();
     redisUrl = url;
-    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken, MOCK_BILLING: 'on' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: url,
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: adminPassword,
+        ADMIN_TOKEN: adminToken,
+        MOCK_BILLING: 'on',
+      },
+    });
     browser = await launchChromium();
 
     const alice = await member('alice@usage-browser.test', 5, 'alice key');
     const bob = await member('bob@usage-browser.test', 5, 'bob key');
     // An account with no traffic: counted among the accounts, not among the active.
     await member('carol@usage-browser.test', 0, 'carol key');
-    const ask = (content: string, extra: Record<string, unknown> = {}) => ({ model: 'gpt-4o-mini', max_tokens: 8, messages: [{ role: 'user', content }], ...extra });
+    const ask = (content: string, extra: Record<string, unknown> = {}) => ({
+      model: 'gpt-4o-mini',
+      max_tokens: 8,
+      messages: [{ role: 'user', content }],
+      ...extra,
+    });
     for (let i = 0; i < 3; i++) assert.equal(await chat(alice, ask(`Hello ${i}`)), 200);
     assert.equal(await chat(alice, { ...ask('Hi'), model: unknownModel }), 404);
     assert.equal(await chat(alice, ask('Too hot', { temperature: 5 })), 400);
@@ -91,14 +130,20 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     await waitFor(
       async () => {
         const rows = await usageRows(redisUrl);
-        return rows.length === statuses.length && rows.every((row) => row.latency_ms !== null && (row.status === 'refused' || row.settled));
+        return (
+          rows.length === statuses.length &&
+          rows.every((row) => row.latency_ms !== null && (row.status === 'refused' || row.settled))
+        );
       },
       20_000,
       'every request in the record',
     );
     const hits = (await usageRows(redisUrl)).filter((row) => row.cache === 'hit');
     assert.equal(hits.length, 3, 'three cache hits');
-    assert.ok(hits.every((row) => row.saved_micros > 0), 'each hit saved something (the mock is billed)');
+    assert.ok(
+      hits.every((row) => row.saved_micros > 0),
+      'each hit saved something (the mock is billed)',
+    );
   });
 
   after(async () => {
@@ -127,7 +172,12 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     return table.locator('tbody tr:not(.dt-details-row)').evaluateAll((trs) =>
       trs.map((tr) => ({
         lead: (tr.querySelector('.dt-lead') as HTMLElement | null)?.innerText.trim() ?? '',
-        cells: Object.fromEntries([...tr.querySelectorAll('td[data-label]')].map((td) => [td.getAttribute('data-label')!, (td as HTMLElement).innerText.trim()])),
+        cells: Object.fromEntries(
+          [...tr.querySelectorAll('td[data-label]')].map((td) => [
+            td.getAttribute('data-label')!,
+            (td as HTMLElement).innerText.trim(),
+          ]),
+        ),
       })),
     );
   }
@@ -137,7 +187,9 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const page = await context.newPage();
     await signIn(page, adminEmail, adminPassword);
     await openSteady(page, '/console/usage', 'usage at 1280 px');
-    const report = await page.evaluate(async () => (await fetch('/console/api/usage?days=30')).json() as Promise<{ from: string; to: string }>);
+    const report = await page.evaluate(
+      async () => (await fetch('/console/api/usage?days=30')).json() as Promise<{ from: string; to: string }>,
+    );
     const rows = await usageRows(redisUrl);
     const since = Date.parse(`${report.from}T00:00:00Z`) / 1000;
     const until = Date.parse(`${report.to}T00:00:00Z`) / 1000 + 86_400;
@@ -150,24 +202,39 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const refused = inRange.filter((row) => row.status === 'refused').length;
     const failed = inRange.filter((row) => row.status === 'failed').length;
     assert.deepEqual([refused, failed], [3, 1]);
-    assert.equal((await requests.locator('.stat-note').innerText()).trim(), `of which ${refused} refused · ${failed} failed`);
+    assert.equal(
+      (await requests.locator('.stat-note').innerText()).trim(),
+      `of which ${refused} refused · ${failed} failed`,
+    );
 
     // By model sums to the total; each model's count is Latency by model's; no made-up model is named in either.
     const byModel = await tableRows(page.getByRole('table', { name: 'By model', exact: true }));
     const latency = await tableRows(page.getByRole('table', { name: 'Latency by model' }));
-    assert.equal(byModel.reduce((sum, row) => sum + leadingCount(row.cells.Requests ?? ''), 0), inRange.length);
+    assert.equal(
+      byModel.reduce((sum, row) => sum + leadingCount(row.cells.Requests ?? ''), 0),
+      inRange.length,
+    );
     assert.deepEqual(
       Object.fromEntries(latency.map((row) => [row.lead, leadingCount(row.cells.Requests ?? '')])),
       Object.fromEntries(byModel.map((row) => [row.lead, leadingCount(row.cells.Requests ?? '')])),
     );
-    for (const table of [byModel, latency]) assert.ok(!table.some((row) => row.lead.includes(unknownModel)), JSON.stringify(table));
+    for (const table of [byModel, latency])
+      assert.ok(!table.some((row) => row.lead.includes(unknownModel)), JSON.stringify(table));
     const unknown = latency.find((row) => row.lead === 'Unknown model');
     assert.ok(unknown, 'the unknown model’s refusals have a row of their own');
-    assert.deepEqual([leadingCount(unknown.cells.Requests!), unknown.cells['Error rate'], unknown.cells['p50 latency']], [2, '100%', '—']);
-    assert.match(await page.locator('section[aria-labelledby="latency-heading"] .table-note').innerText(), /latency is over completed requests only/);
+    assert.deepEqual(
+      [leadingCount(unknown.cells.Requests!), unknown.cells['Error rate'], unknown.cells['p50 latency']],
+      [2, '100%', '—'],
+    );
+    assert.match(
+      await page.locator('section[aria-labelledby="latency-heading"] .table-note').innerText(),
+      /latency is over completed requests only/,
+    );
 
     // The Accounts card: every account (the Default, the admin's, three members'), and the two with requests.
-    const accounts = (await page.evaluate(async () => (await fetch('/console/api/admin/accounts')).json())) as { data: unknown[] };
+    const accounts = (await page.evaluate(async () => (await fetch('/console/api/admin/accounts')).json())) as {
+      data: unknown[];
+    };
     assert.equal(accounts.data.length, 5);
     assert.equal(leadingCount(await stat(page, 'Accounts').locator('.stat-value').innerText()), accounts.data.length);
     assert.equal((await stat(page, 'Accounts').locator('.stat-note').innerText()).trim(), '2 with requests in range');
@@ -179,19 +246,39 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     const match = /^saved by the response cache: \$([\d.,]+) on (\d+) hits$/.exec(note);
     assert.ok(match, note);
     assert.equal(Number(match[2]), hits.length);
-    assert.ok(Math.abs(Number(match[1]!.replaceAll(',', '')) * 1e6 - saved) <= Math.max(1, saved * 5e-4), `${note} vs ${saved} micro-dollars`);
-    assert.equal(byModel.reduce((sum, row) => sum + leadingCount(row.cells['Cache hits'] ?? ''), 0), hits.length);
+    assert.ok(
+      Math.abs(Number(match[1]!.replaceAll(',', '')) * 1e6 - saved) <= Math.max(1, saved * 5e-4),
+      `${note} vs ${saved} micro-dollars`,
+    );
+    assert.equal(
+      byModel.reduce((sum, row) => sum + leadingCount(row.cells['Cache hits'] ?? ''), 0),
+      hits.length,
+    );
     const byKey = await tableRows(page.getByRole('table', { name: 'By key' }));
-    assert.equal(byKey.reduce((sum, row) => sum + leadingCount(row.cells['Cache hits'] ?? ''), 0), hits.length);
-    assert.ok(byKey.every((row) => /^\$/.test(row.cells.Saved ?? '')), JSON.stringify(byKey));
+    assert.equal(
+      byKey.reduce((sum, row) => sum + leadingCount(row.cells['Cache hits'] ?? ''), 0),
+      hits.length,
+    );
+    assert.ok(
+      byKey.every((row) => /^\$/.test(row.cells.Saved ?? '')),
+      JSON.stringify(byKey),
+    );
     // The vendor's prompt caching is named as such (in a row's details), never "Cached tokens" beside the hits.
     assert.equal(await page.getByRole('columnheader', { name: /Cached tokens/ }).count(), 0);
-    await page.getByRole('table', { name: 'By model', exact: true }).getByRole('button', { name: 'Details' }).first().click();
+    await page
+      .getByRole('table', { name: 'By model', exact: true })
+      .getByRole('button', { name: 'Details' })
+      .first()
+      .click();
     await page.locator('.dt-detail-list dt', { hasText: 'Prompt-cache tokens' }).first().waitFor();
     await page.locator('.dt-detail-list dt', { hasText: 'Cache-write tokens' }).first().waitFor();
     // What it saved is a column of its own in both tables, apart from the response cache's; the mock caches no prompt,
     // so it saved nothing, and the Input tokens card says nothing of it.
-    for (const rows of [byModel, byKey]) assert.ok(rows.every((row) => row.cells['Prompt cache saved'] === '$0.00'), JSON.stringify(rows));
+    for (const rows of [byModel, byKey])
+      assert.ok(
+        rows.every((row) => row.cells['Prompt cache saved'] === '$0.00'),
+        JSON.stringify(rows),
+      );
     assert.equal(await page.getByRole('columnheader', { name: /Prompt cache saved/ }).count(), 2);
     assert.equal(await stat(page, 'Input tokens').locator('.stat-note').count(), 0);
     const tableNote = page.locator('section[aria-labelledby="by-model-heading"] .table-note');
@@ -227,7 +314,9 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
     await page.locator('canvas[aria-label^="Requests per day"][data-x-labels]').waitFor();
     await assertFits(page, 'usage at 390 px', 1);
     // Every table a card a row: its rows are blocks, not table rows.
-    const displays = await page.locator('table.data-table tbody tr:not(.dt-details-row)').evaluateAll((trs) => trs.map((tr) => getComputedStyle(tr).display));
+    const displays = await page
+      .locator('table.data-table tbody tr:not(.dt-details-row)')
+      .evaluateAll((trs) => trs.map((tr) => getComputedStyle(tr).display));
     assert.ok(displays.length > 0 && displays.every((display) => display !== 'table-row'), JSON.stringify(displays));
     const today = dayLabel(Date.now() / 1000);
     for (const name of ['Spend per day', 'Requests per day']) {
@@ -256,7 +345,11 @@ describe('usage and queues pages: counts defined once, in a real browser', () =>
       assert.match(note, /not every job that ran/);
       assert.match(note, /60 s after it completes/);
       assert.match(note, /request log has every request/);
-      if (name === 'desktop') assert.match(await table.getByRole('columnheader', { name: /Kept completed/ }).innerText(), /last 60 s, at most 1,000/);
+      if (name === 'desktop')
+        assert.match(
+          await table.getByRole('columnheader', { name: /Kept completed/ }).innerText(),
+          /last 60 s, at most 1,000/,
+        );
       await assertFits(page, `queues, ${name}`, 1);
       await shoot(page, `queues-kept-${name}`);
       await closeClean(context, `queues, ${name}`);

@@ -42,8 +42,11 @@ interface CatalogModel {
 }
 
 /** The mock's speech model and the formats it claims, as the built-in catalog lists them. */
-const catalog = JSON.parse(readFileSync(join(root, 'shared', 'catalog.json'), 'utf8')) as { models?: CatalogModel[] } | CatalogModel[];
-const mockSpeech = (Array.isArray(catalog) ? catalog : (catalog.models ?? [])).find((m) => m.capability === 'speech' && m.owned_by === 'mock');
+const catalog = JSON.parse(readFileSync(join(root, 'shared', 'catalog.json'), 'utf8')) as
+  { models?: CatalogModel[] } | CatalogModel[];
+const mockSpeech = (Array.isArray(catalog) ? catalog : (catalog.models ?? [])).find(
+  (m) => m.capability === 'speech' && m.owned_by === 'mock',
+);
 
 interface Row {
   id: string;
@@ -67,12 +70,22 @@ describe('the Playground’s Speech tab in a real browser', () => {
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(9);
     redis.disconnect();
-    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken } });
+    gateway = await startGateway({
+      env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: adminToken },
+    });
     browser = await launchChromium();
-    member = ((await (await adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' })).json()) as { id: string }).id;
+    member = (
+      (await (
+        await adminApi('POST', '/admin/accounts', { email: memberEmail, password: memberPassword, role: 'member' })
+      ).json()) as { id: string }
+    ).id;
     assert.equal((await adminApi('POST', `/admin/accounts/${member}/credits`, { amount_usd: 5 })).status, 200);
     // A member with no credit: every request refused, with its id.
-    assert.equal((await adminApi('POST', '/admin/accounts', { email: brokeEmail, password: brokePassword, role: 'member' })).status, 201);
+    assert.equal(
+      (await adminApi('POST', '/admin/accounts', { email: brokeEmail, password: brokePassword, role: 'member' }))
+        .status,
+      201,
+    );
   });
 
   after(async () => {
@@ -86,7 +99,9 @@ describe('the Playground’s Speech tab in a real browser', () => {
     await page.getByLabel('Model').selectOption(mockSpeech!.id);
   }
 
-  /** The audio element's duration once its metadata is in (the browser decoded the source), or the media error it met. */
+  /**
+   * The audio element's duration once its metadata is in (the browser decoded the source), or the media error it met.
+   */
   function playable(page: Page): Promise<{ duration: number; error: number | null; src: string }> {
     // A string, not a function: tsx's compiled helpers (names kept on inner functions) do not exist in the page.
     return page.evaluate(`new Promise((resolve) => {
@@ -105,7 +120,9 @@ describe('the Playground’s Speech tab in a real browser', () => {
     let found: Row | undefined;
     await waitFor(
       async () => {
-        const page = (await (await adminApi('GET', `/admin/requests?account_id=${member}&limit=100`)).json()) as { data: Row[] };
+        const page = (await (await adminApi('GET', `/admin/requests?account_id=${member}&limit=100`)).json()) as {
+          data: Row[];
+        };
         found = page.data.find((row) => row.id === id);
         return !!found?.settled;
       },
@@ -120,17 +137,25 @@ describe('the Playground’s Speech tab in a real browser', () => {
 
   /** Speaks `text` and returns the request's id, from the link to its Activity row. */
   async function speakAndCheck(page: Page, text: string, format: string, label: string): Promise<string> {
-    const sent = page.waitForRequest((request) => request.url().endsWith('/console/api/playground/audio/speech') && request.method() === 'POST');
+    const sent = page.waitForRequest(
+      (request) => request.url().endsWith('/console/api/playground/audio/speech') && request.method() === 'POST',
+    );
     await page.getByLabel('Format').selectOption(format);
     await page.getByLabel('Text', { exact: true }).fill(text);
     await page.getByRole('button', { name: 'Speak' }).click();
     const body = (await sent).postDataJSON() as Record<string, unknown>;
-    assert.deepEqual({ model: body.model, input: body.input, voice: body.voice, response_format: body.response_format }, { model: mockSpeech!.id, input: text, voice: 'coral', response_format: format });
+    assert.deepEqual(
+      { model: body.model, input: body.input, voice: body.voice, response_format: body.response_format },
+      { model: mockSpeech!.id, input: text, voice: 'coral', response_format: format },
+    );
     // The browser plays it: its metadata read from the blob, a duration above zero.
     await page.locator('audio').waitFor();
     const audio = await playable(page);
     assert.equal(audio.error, null, `${label}: the browser could not decode the ${format} audio`);
-    assert.ok(audio.duration > 0 && Number.isFinite(audio.duration), `${label}: a playable ${format} source: ${JSON.stringify(audio)}`);
+    assert.ok(
+      audio.duration > 0 && Number.isFinite(audio.duration),
+      `${label}: a playable ${format} source: ${JSON.stringify(audio)}`,
+    );
     assert.match(audio.src, /^blob:/);
     // The cost, as the request log recorded it.
     const link = page.getByRole('link', { name: 'See it in Activity' });
@@ -143,18 +168,27 @@ describe('the Playground’s Speech tab in a real browser', () => {
     assert.equal(row.endpoint, 'audio.speech');
     assert.equal(row.status, 'completed');
     assert.ok(row.cost_micros > 0, `${label}: the mock's speech is billed`);
-    assert.equal(Number(await cost.getAttribute('data-cost-micros')), row.cost_micros, `${label}: the page's cost is the log's`);
+    assert.equal(
+      Number(await cost.getAttribute('data-cost-micros')),
+      row.cost_micros,
+      `${label}: the page's cost is the log's`,
+    );
     const shown = (await cost.innerText()).trim();
     const amount = /^Cost: (\$[\d,.]+)$/.exec(shown)?.[1];
     assert.ok(amount && followsMoneyRule(amount), `${label}: ${shown}`);
     // Four significant digits of the log's amount (the console's money rule).
     const dollars = Number(amount.slice(1).replace(/,/g, ''));
-    assert.ok(Math.abs(dollars - row.cost_usd) <= row.cost_usd * 5e-4 + 5e-7, `${label}: ${shown} against ${row.cost_usd}`);
+    assert.ok(
+      Math.abs(dollars - row.cost_usd) <= row.cost_usd * 5e-4 + 5e-7,
+      `${label}: ${shown} against ${row.cost_usd}`,
+    );
     assert.match(await page.locator('.speech-meta').innerText(), new RegExp(`${[...text].length} characters`));
     // The clip's own length, as the browser reads it from the audio ("2.16 s long"), beside the whole seconds billed
     // for it ("3 s billed"), each said as what it is: the billed count is never given as the clip's length.
     const meta = page.locator('.speech-meta');
-    await meta.getByText(`${audio.duration.toLocaleString('en-US', { maximumFractionDigits: 2 })} s long`, { exact: true }).waitFor();
+    await meta
+      .getByText(`${audio.duration.toLocaleString('en-US', { maximumFractionDigits: 2 })} s long`, { exact: true })
+      .waitFor();
     assert.ok(row.audio_seconds > 0, `${label}: the record counts the audio's seconds`);
     await meta.getByText(`${row.audio_seconds} s billed (whole seconds)`, { exact: true }).waitFor();
     assert.doesNotMatch(await meta.innerText(), /s audio\b/, `${label}: no length without saying which`);
@@ -162,49 +196,66 @@ describe('the Playground’s Speech tab in a real browser', () => {
     return id;
   }
 
-  it('speaks on the mock speech model: played by the browser, its cost the request log’s, its Activity row one click away, at 1280×800 and 390×844', async () => {
-    for (const [label, viewport] of [
-      ['desktop', desktop],
-      ['phone', phone],
-    ] as const) {
-      const context = await openContext(browser, gateway.url, viewport);
-      const page = await context.newPage();
-      await signIn(page, memberEmail, memberPassword);
-      await openSpeech(page);
-      await page.getByLabel('Voice').selectOption('coral');
-      // The text's limit is shown, and counts as the text grows.
-      await page.getByText('0 / 4,096 characters').waitFor();
-      const text = `Hello from the ${label} speech tab.`;
-      const id = await speakAndCheck(page, text, 'mp3', label);
-      await page.getByText(`${text.length} / 4,096 characters`).waitFor();
-      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-      assert.ok(overflow <= 0, `${label}: the page scrolls sideways by ${overflow}px`);
-      const audioBox = (await page.locator('audio').boundingBox())!;
-      assert.ok(audioBox.x >= 0 && audioBox.x + audioBox.width <= viewport.width, `${label}: the player fits: ${JSON.stringify(audioBox)}`);
-      await shoot(page, `playground-speech-${label}`);
+  it(
+    'speaks on the mock speech model: played by the browser, its cost the request log’s, its Activity row one ' +
+      'click away, at 1280×800 and 390×844',
+    async () => {
+      for (const [label, viewport] of [
+        ['desktop', desktop],
+        ['phone', phone],
+      ] as const) {
+        const context = await openContext(browser, gateway.url, viewport);
+        const page = await context.newPage();
+        await signIn(page, memberEmail, memberPassword);
+        await openSpeech(page);
+        await page.getByLabel('Voice').selectOption('coral');
+        // The text's limit is shown, and counts as the text grows.
+        await page.getByText('0 / 4,096 characters').waitFor();
+        const text = `Hello from the ${label} speech tab.`;
+        const id = await speakAndCheck(page, text, 'mp3', label);
+        await page.getByText(`${text.length} / 4,096 characters`).waitFor();
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert.ok(overflow <= 0, `${label}: the page scrolls sideways by ${overflow}px`);
+        const audioBox = (await page.locator('audio').boundingBox())!;
+        assert.ok(
+          audioBox.x >= 0 && audioBox.x + audioBox.width <= viewport.width,
+          `${label}: the player fits: ${JSON.stringify(audioBox)}`,
+        );
+        await shoot(page, `playground-speech-${label}`);
 
-      // Its Activity row: the details opened on arrival, the request read as speech.
-      await page.getByRole('link', { name: 'See it in Activity' }).click();
-      await page.waitForURL(/\/console\/activity\?/);
-      const dialog = page.getByRole('dialog', { name: 'Request details' });
-      await dialog.waitFor();
-      const detail = async (name: string) => (await dialog.locator('.detail').filter({ has: page.getByText(name, { exact: true }) }).locator('dd').innerText()).trim();
-      assert.equal(await detail('Request ID'), id);
-      assert.equal(await detail('Endpoint'), 'Speech (audio.speech)');
-      // Read as speech: the text's tokens in, the audio's length and tokens out.
-      assert.match(await detail('Text in'), /^\d+ tokens$/);
-      // The seconds there are the billed ones, whole, and say so.
-      assert.match(await detail('Audio out'), /^\d+ s billed \(whole seconds\) · \d+ audio tokens$/);
-      assert.equal(await detail('Time to first audio') === '—', false);
-      await page.keyboard.press('Escape');
-      await dialog.waitFor({ state: 'detached' });
-      // Closed, the address no longer asks for it: a reload does not open it again.
-      await page.waitForURL((url) => !url.searchParams.has('request'));
-      await closeClean(context, `speech, ${label}`);
-    }
-    // A clip whose length is not a whole number of seconds, so the length shown and the seconds billed differ.
-    assert.ok(lengths.some(({ seconds, billed }) => Math.abs(seconds - billed) >= 0.01), `a clip of a part second: ${JSON.stringify(lengths)}`);
-  });
+        // Its Activity row: the details opened on arrival, the request read as speech.
+        await page.getByRole('link', { name: 'See it in Activity' }).click();
+        await page.waitForURL(/\/console\/activity\?/);
+        const dialog = page.getByRole('dialog', { name: 'Request details' });
+        await dialog.waitFor();
+        const detail = async (name: string) =>
+          (
+            await dialog
+              .locator('.detail')
+              .filter({ has: page.getByText(name, { exact: true }) })
+              .locator('dd')
+              .innerText()
+          ).trim();
+        assert.equal(await detail('Request ID'), id);
+        assert.equal(await detail('Endpoint'), 'Speech (audio.speech)');
+        // Read as speech: the text's tokens in, the audio's length and tokens out.
+        assert.match(await detail('Text in'), /^\d+ tokens$/);
+        // The seconds there are the billed ones, whole, and say so.
+        assert.match(await detail('Audio out'), /^\d+ s billed \(whole seconds\) · \d+ audio tokens$/);
+        assert.equal((await detail('Time to first audio')) === '—', false);
+        await page.keyboard.press('Escape');
+        await dialog.waitFor({ state: 'detached' });
+        // Closed, the address no longer asks for it: a reload does not open it again.
+        await page.waitForURL((url) => !url.searchParams.has('request'));
+        await closeClean(context, `speech, ${label}`);
+      }
+      // A clip whose length is not a whole number of seconds, so the length shown and the seconds billed differ.
+      assert.ok(
+        lengths.some(({ seconds, billed }) => Math.abs(seconds - billed) >= 0.01),
+        `a clip of a part second: ${JSON.stringify(lengths)}`,
+      );
+    },
+  );
 
   it('plays every other format the mock claims (raw PCM made a WAV by the page), and keeps the audio across tabs', async () => {
     const formats = (mockSpeech!.speech_formats ?? ['mp3', 'wav', 'pcm']).filter((format) => format !== 'mp3');
@@ -265,7 +316,9 @@ describe('the Playground’s Speech tab in a real browser', () => {
     // No credit: the gateway's refusal, with the id of the request it refused.
     await page.getByLabel('Speed').fill('1.5');
     await page.getByLabel('Text', { exact: true }).fill('Hello');
-    const answered = page.waitForResponse((response) => response.url().endsWith('/console/api/playground/audio/speech'));
+    const answered = page.waitForResponse((response) =>
+      response.url().endsWith('/console/api/playground/audio/speech'),
+    );
     await page.getByRole('button', { name: 'Speak' }).click();
     const response = await answered;
     assert.equal(response.status(), 429);

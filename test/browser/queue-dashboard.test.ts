@@ -40,7 +40,11 @@ describe('queue dashboard in a real browser', () => {
     mkdirSync(shots, { recursive: true });
     const { url, redis } = await freshRedis(4);
     clientKey = (await createKey(redis)).key;
-    await new AccountStore(redis, await testRecord(redis)).create({ email: memberEmail, password: memberPassword, role: 'member' });
+    await new AccountStore(redis, await testRecord(redis)).create({
+      email: memberEmail,
+      password: memberPassword,
+      role: 'member',
+    });
     redis.disconnect();
     gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword } });
     browser = await launchChromium();
@@ -59,9 +63,14 @@ describe('queue dashboard in a real browser', () => {
         const box = getComputedStyle(document.querySelector(cardSelector)!);
         const heading = getComputedStyle(document.querySelector(`${cardSelector} h1`)!);
         const action = getComputedStyle(document.querySelector(buttonSelector)!);
-        // The backdrop: the nearest ancestor of the card that paints one (the console's is a div, this page's the body).
+        // The backdrop: the nearest ancestor of the card that paints one (the console's is a div, this page's the
+        // body).
         let backdrop = 'none';
-        for (let element = document.querySelector(cardSelector)!.parentElement; element && backdrop === 'none'; element = element.parentElement) {
+        for (
+          let element = document.querySelector(cardSelector)!.parentElement;
+          element && backdrop === 'none';
+          element = element.parentElement
+        ) {
           const { backgroundImage } = getComputedStyle(element);
           if (backgroundImage !== 'none') backdrop = backgroundImage;
         }
@@ -77,52 +86,69 @@ describe('queue dashboard in a real browser', () => {
     );
   }
 
-  it('signed out, answers a page styled like the console sign-in that leads to it, still a 401; a member gets the same look with a 403', async () => {
-    for (const viewport of viewports) {
-      const context = await browser.newContext({ viewport, baseURL: gateway.url });
-      const page = await context.newPage();
-      await page.goto('/console');
-      await page.getByRole('button', { name: 'Sign in' }).waitFor();
-      const signInLook = await look(page, '.auth-card', '.auth-card .button-primary');
+  it(
+    'signed out, answers a page styled like the console sign-in that leads to it, still a 401; a member gets the ' +
+      'same look with a 403',
+    async () => {
+      for (const viewport of viewports) {
+        const context = await browser.newContext({ viewport, baseURL: gateway.url });
+        const page = await context.newPage();
+        await page.goto('/console');
+        await page.getByRole('button', { name: 'Sign in' }).waitFor();
+        const signInLook = await look(page, '.auth-card', '.auth-card .button-primary');
 
-      const answer = await page.goto('/admin/queues');
-      assert.equal(answer!.status(), 401);
-      await page.getByRole('heading', { name: 'Sign in to see the queues' }).waitFor();
-      assert.deepEqual(await look(page, 'main', 'a.button'), signInLook, 'the same card, type and button as the console sign-in');
-      const link = page.getByRole('link', { name: 'Sign in to the console' });
-      assert.equal(await link.getAttribute('href'), '/console/queue-dashboard');
-      await noSidewaysScroll(page, 'signed out');
-      await page.screenshot({ path: join(shots, `signed-out-${viewport.width}.png`) });
-      // The link leads to the console's sign-in, and once signed in as an admin, to the dashboard.
-      await link.click();
-      await page.getByLabel('Email').fill(adminEmail);
-      await page.getByLabel('Password').fill(adminPassword);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      // It opens in a tab of its own.
-      const [tab] = await Promise.all([context.waitForEvent('page'), page.getByRole('link', { name: 'Queue dashboard' }).click()]);
-      await tab.waitForURL('**/admin/queues');
-      await tab.getByText('chat', { exact: true }).first().waitFor({ timeout: 10_000 });
-      assert.ok(page.url().endsWith('/console/admin/queues'), `the console stays where it was: ${page.url()}`);
-      await context.close();
+        const answer = await page.goto('/admin/queues');
+        assert.equal(answer!.status(), 401);
+        await page.getByRole('heading', { name: 'Sign in to see the queues' }).waitFor();
+        assert.deepEqual(
+          await look(page, 'main', 'a.button'),
+          signInLook,
+          'the same card, type and button as the console sign-in',
+        );
+        const link = page.getByRole('link', { name: 'Sign in to the console' });
+        assert.equal(await link.getAttribute('href'), '/console/queue-dashboard');
+        await noSidewaysScroll(page, 'signed out');
+        await page.screenshot({ path: join(shots, `signed-out-${viewport.width}.png`) });
+        // The link leads to the console's sign-in, and once signed in as an admin, to the dashboard.
+        await link.click();
+        await page.getByLabel('Email').fill(adminEmail);
+        await page.getByLabel('Password').fill(adminPassword);
+        await page.getByRole('button', { name: 'Sign in' }).click();
+        // It opens in a tab of its own.
+        const [tab] = await Promise.all([
+          context.waitForEvent('page'),
+          page.getByRole('link', { name: 'Queue dashboard' }).click(),
+        ]);
+        await tab.waitForURL('**/admin/queues');
+        await tab.getByText('chat', { exact: true }).first().waitFor({ timeout: 10_000 });
+        assert.ok(page.url().endsWith('/console/admin/queues'), `the console stays where it was: ${page.url()}`);
+        await context.close();
 
-      // A member signed in to the console: refused with a 403, on the same card, back to the console.
-      const memberContext = await browser.newContext({ viewport, baseURL: gateway.url });
-      const memberPage = await memberContext.newPage();
-      await signIn(memberPage, memberEmail, memberPassword);
-      const refused = await memberPage.goto('/console/queue-dashboard');
-      assert.equal(refused!.status(), 403);
-      await memberPage.getByRole('heading', { name: 'Administrators only' }).waitFor();
-      assert.deepEqual(await look(memberPage, 'main', 'a.button'), signInLook);
-      assert.equal(await memberPage.getByRole('link', { name: 'Back to the console' }).getAttribute('href'), '/console');
-      await memberPage.screenshot({ path: join(shots, `member-refused-${viewport.width}.png`) });
-      await memberContext.close();
-    }
-  });
+        // A member signed in to the console: refused with a 403, on the same card, back to the console.
+        const memberContext = await browser.newContext({ viewport, baseURL: gateway.url });
+        const memberPage = await memberContext.newPage();
+        await signIn(memberPage, memberEmail, memberPassword);
+        const refused = await memberPage.goto('/console/queue-dashboard');
+        assert.equal(refused!.status(), 403);
+        await memberPage.getByRole('heading', { name: 'Administrators only' }).waitFor();
+        assert.deepEqual(await look(memberPage, 'main', 'a.button'), signInLook);
+        assert.equal(
+          await memberPage.getByRole('link', { name: 'Back to the console' }).getAttribute('href'),
+          '/console',
+        );
+        await memberPage.screenshot({ path: join(shots, `member-refused-${viewport.width}.png`) });
+        await memberContext.close();
+      }
+    },
+  );
 
   it('opens from the console for an admin and renders every queue, a job’s secret redacted', async () => {
     // One finished chat job whose prompt carries the client's own key.
     const client = gateway.client(clientKey);
-    await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: `remember ${clientKey}` }] });
+    await client.chat.completions.create({
+      model: 'mock-chat',
+      messages: [{ role: 'user', content: `remember ${clientKey}` }],
+    });
 
     const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, baseURL: gateway.url });
     const page = await context.newPage();
@@ -138,7 +164,10 @@ describe('queue dashboard in a real browser', () => {
 
     await signIn(page, adminEmail, adminPassword);
     await page.goto('/console/admin/queues');
-    const [tab] = await Promise.all([context.waitForEvent('page'), page.getByRole('link', { name: 'Queue dashboard' }).click()]);
+    const [tab] = await Promise.all([
+      context.waitForEvent('page'),
+      page.getByRole('link', { name: 'Queue dashboard' }).click(),
+    ]);
     watch(tab);
     await tab.waitForURL('**/admin/queues');
     assert.equal((await tab.content()).includes('fonts.googleapis.com'), false, 'no stylesheet the policy refuses');
@@ -149,15 +178,20 @@ describe('queue dashboard in a real browser', () => {
     }
     await page.screenshot({ path: join(shots, 'overview-desktop.png') });
 
-    // The chat queue's completed job: its card and data shown, the key in its prompt redacted (in the answer the page reads, too).
-    const listed = (await (await context.request.get('/admin/queues/api/queues')).json()) as { queues: Array<{ name: string; displayName?: string }> };
+    // The chat queue's completed job: its card and data shown, the key in its prompt redacted (in the answer the page
+    // reads, too).
+    const listed = (await (await context.request.get('/admin/queues/api/queues')).json()) as {
+      queues: Array<{ name: string; displayName?: string }>;
+    };
     const chat = listed.queues.find((queue) => (queue.displayName ?? queue.name) === 'chat')!.name;
     await page.goto(`/admin/queues/queue/${encodeURIComponent(chat)}?status=completed`);
     await page.getByText('chat.completions · mock-chat').first().waitFor({ timeout: 10_000 });
     await page.getByText('requestId:').first().waitFor();
     await page.screenshot({ path: join(shots, 'chat-completed-desktop.png') });
     assert.equal((await page.content()).includes(clientKey), false, 'the client key is not on the page');
-    const jobs = await (await context.request.get(`/admin/queues/api/queues?activeQueue=${encodeURIComponent(chat)}&status=completed`)).text();
+    const jobs = await (
+      await context.request.get(`/admin/queues/api/queues?activeQueue=${encodeURIComponent(chat)}&status=completed`)
+    ).text();
     assert.ok(jobs.includes('remember [redacted]') && !jobs.includes(clientKey), jobs);
     assert.deepEqual(problems, []);
     await context.close();

@@ -41,7 +41,12 @@ describe('channels changed between starts, in the audit log', () => {
   });
 
   const channelRows = async (): Promise<ChannelRow[]> =>
-    (await record.selectFrom('audit_log').select(['actor', 'target', 'before', 'after']).where('action', '=', 'channel.updated').orderBy('id').execute()) as ChannelRow[];
+    (await record
+      .selectFrom('audit_log')
+      .select(['actor', 'target', 'before', 'after'])
+      .where('action', '=', 'channel.updated')
+      .orderBy('id')
+      .execute()) as ChannelRow[];
 
   /** An api started with `env` until it serves, then stopped. */
   async function startOnce(env: Record<string, string>): Promise<void> {
@@ -94,7 +99,12 @@ describe('channels changed between starts, in the audit log', () => {
     assert.deepEqual(rows[2]!.after, {
       [idOf('sk-second-secret')]: null,
       [idOf('sk-third-secret')]: null,
-      [idOf('sk-third-secret', 'https://openai.internal.example/v1')]: { vendor: 'openai', base_url: 'https://openai.internal.example/v1', weight: 1, mock: false },
+      [idOf('sk-third-secret', 'https://openai.internal.example/v1')]: {
+        vendor: 'openai',
+        base_url: 'https://openai.internal.example/v1',
+        weight: 1,
+        mock: false,
+      },
     });
   });
 

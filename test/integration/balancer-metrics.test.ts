@@ -43,7 +43,8 @@ function substitute(text: string, from: string, to: string): string {
 }
 
 /** A request sent byte for byte (node:http, not fetch, which would tidy the URL first). */
-const raw = (port: number, path: string, headers: Record<string, string> = {}) => rawGet('127.0.0.1', port, path, headers);
+const raw = (port: number, path: string, headers: Record<string, string> = {}) =>
+  rawGet('127.0.0.1', port, path, headers);
 
 describe('the compose balancer (deploy/nginx.conf) keeps /metrics in, in every spelling', () => {
   let redis: Redis;
@@ -55,7 +56,11 @@ describe('the compose balancer (deploy/nginx.conf) keeps /metrics in, in every s
   const logs: string[] = [];
 
   before(async () => {
-    assert.equal(spawnSync('nginx', ['-v']).error, undefined, 'Debian\'s nginx is needed (apt-get install nginx-light; .ci/run installs it)');
+    assert.equal(
+      spawnSync('nginx', ['-v']).error,
+      undefined,
+      "Debian's nginx is needed (apt-get install nginx-light; .ci/run installs it)",
+    );
     let url: string;
     ({ redis, url } = await freshRedis(12));
     gateway = await startGateway({ role: 'api', env: { REDIS_URL: url, MOCK_VENDOR: 'on', TRUST_PROXY: 'on' } });
@@ -84,15 +89,32 @@ describe('the compose balancer (deploy/nginx.conf) keeps /metrics in, in every s
       ].join('\n'),
     );
     // One process (no master and workers), so that killing it is all it takes.
-    nginx = spawn('nginx', ['-p', dir, '-e', join(dir, 'logs', 'error.log'), '-c', join(dir, 'nginx.conf'), '-g', 'daemon off; master_process off;'], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    nginx = spawn(
+      'nginx',
+      [
+        '-p',
+        dir,
+        '-e',
+        join(dir, 'logs', 'error.log'),
+        '-c',
+        join(dir, 'nginx.conf'),
+        '-g',
+        'daemon off; master_process off;',
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     const child = nginx;
     onProcessEnd(() => child.kill('SIGKILL'));
-    for (const stream of [nginx.stdout!, nginx.stderr!]) stream.on('data', (data: Buffer) => logs.push(data.toString()));
+    for (const stream of [nginx.stdout!, nginx.stderr!])
+      stream.on('data', (data: Buffer) => logs.push(data.toString()));
     await waitFor(
       async () => {
-        if (child.exitCode !== null) assert.fail(`nginx exited with ${child.exitCode}: ${logs.join('')}${readFileSync(join(dir, 'logs', 'error.log'), 'utf8')}`);
+        if (child.exitCode !== null)
+          assert.fail(
+            `nginx exited with ${child.exitCode}: ${logs.join('')}${readFileSync(join(dir, 'logs', 'error.log'), 'utf8')}`,
+          );
         return raw(port, '/healthz').then(
           (answer) => answer.status === 200,
           () => false,

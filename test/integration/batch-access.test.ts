@@ -25,7 +25,11 @@ const vendorDelayMs = 250;
 
 interface OutputLine {
   custom_id: string;
-  response: { status_code: number; request_id: string | null; body: { error?: { code: string | null; type: string; message: string } } } | null;
+  response: {
+    status_code: number;
+    request_id: string | null;
+    body: { error?: { code: string | null; type: string; message: string } };
+  } | null;
 }
 
 describe('a running batch stops at its next request when what its key may do changes', () => {
@@ -82,24 +86,49 @@ describe('a running batch stops at its next request when what its key may do cha
     return { id, keyId: String(key.json.id), key: String(key.json.key) };
   }
 
-  const chatLine = (tag: string, i: number) => JSON.stringify({ custom_id: `line-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'gpt-4o', max_tokens: 32, messages: [{ role: 'user', content: `tag-${tag} line ${i}` }] } });
+  const chatLine = (tag: string, i: number) =>
+    JSON.stringify({
+      custom_id: `line-${i}`,
+      method: 'POST',
+      url: '/v1/chat/completions',
+      body: { model: 'gpt-4o', max_tokens: 32, messages: [{ role: 'user', content: `tag-${tag} line ${i}` }] },
+    });
 
   /** An OpenAI batch of `lines` gpt-4o requests, made with the SDK and left running. */
   async function openAIBatch(client: OpenAI, tag: string): Promise<string> {
-    const file = await client.files.create({ file: await toFile(Buffer.from(`${Array.from({ length: lines }, (_, i) => chatLine(tag, i)).join('\n')}\n`), `${tag}.jsonl`), purpose: 'batch' });
-    const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const file = await client.files.create({
+      file: await toFile(
+        Buffer.from(`${Array.from({ length: lines }, (_, i) => chatLine(tag, i)).join('\n')}\n`),
+        `${tag}.jsonl`,
+      ),
+      purpose: 'batch',
+    });
+    const batch = await client.batches.create({
+      input_file_id: file.id,
+      endpoint: '/v1/chat/completions',
+      completion_window: '24h',
+    });
     return batch.id;
   }
 
-  /** Waits until `count` of the tag's requests reached the vendor, then makes the change; returns when it was answered. */
-  async function changeAfter(tag: string, count: number, change: () => Promise<{ status: number; json: Json }>): Promise<number> {
+  /**
+   * Waits until `count` of the tag's requests reached the vendor, then makes the change; returns when it was answered.
+   */
+  async function changeAfter(
+    tag: string,
+    count: number,
+    change: () => Promise<{ status: number; json: Json }>,
+  ): Promise<number> {
     await waitFor(() => (arrivals.get(tag)?.length ?? 0) >= count, 20_000, `${count} requests of ${tag} at the vendor`);
     const answer = await change();
     assert.ok(answer.status === 200 || answer.status === 204, JSON.stringify(answer.json));
     return Date.now();
   }
 
-  /** Waits for the batch to end (read in Redis: the key may no longer read it) and checks nothing reached the vendor a second after the change. */
+  /**
+   * Waits for the batch to end (read in Redis: the key may no longer read it) and checks nothing reached the vendor a
+   * second after the change.
+   */
   async function endsWithoutVendor(tag: string, batchId: string, changedAt: number): Promise<void> {
     await waitFor(async () => (await readBatch(redis, batchId))?.status === 'ended', 30_000, `batch ${batchId} to end`);
     const late = (arrivals.get(tag) ?? []).filter((at) => at > changedAt + 1000);
@@ -108,9 +137,19 @@ describe('a running batch stops at its next request when what its key may do cha
   }
 
   /** The batch's output and error lines through the SDK, by custom id. */
-  async function outcome(client: OpenAI, batchId: string): Promise<{ batch: OpenAI.Batches.Batch; errors: OutputLine[]; succeeded: number }> {
+  async function outcome(
+    client: OpenAI,
+    batchId: string,
+  ): Promise<{ batch: OpenAI.Batches.Batch; errors: OutputLine[]; succeeded: number }> {
     let batch: OpenAI.Batches.Batch | undefined;
-    await waitFor(async () => ['completed', 'failed', 'cancelled', 'expired'].includes((batch = await client.batches.retrieve(batchId)).status), 20_000, `batch ${batchId} final`);
+    await waitFor(
+      async () =>
+        ['completed', 'failed', 'cancelled', 'expired'].includes(
+          (batch = await client.batches.retrieve(batchId)).status,
+        ),
+      20_000,
+      `batch ${batchId} final`,
+    );
     const read = async (id: string | null | undefined) =>
       id
         ? (await (await client.files.content(id)).text())
@@ -129,7 +168,12 @@ describe('a running batch stops at its next request when what its key may do cha
     let rows: Array<{ cost_micros: number | string }> = [];
     await waitFor(
       async () => {
-        rows = await record.selectFrom('usage').select('cost_micros').where('request_id', 'like', `${batchId}.%`).where('settled', '=', true).execute();
+        rows = await record
+          .selectFrom('usage')
+          .select('cost_micros')
+          .where('request_id', 'like', `${batchId}.%`)
+          .where('settled', '=', true)
+          .execute();
         return rows.length >= expectedRows;
       },
       15_000,
@@ -139,38 +183,59 @@ describe('a running batch stops at its next request when what its key may do cha
     return rows.reduce((sum, row) => sum + Number(row.cost_micros), 0);
   }
 
-  it("a team's budget cut to a millionth of a dollar: the lines after it fail with insufficient_quota, naming the budget; nothing more is spent than what was at the vendor", async () => {
-    const t = await team();
-    const client = api.client(t.key);
-    const id = await openAIBatch(client, 'budget');
-    const changedAt = await changeAfter('budget', 2, () => admin('PATCH', `/admin/accounts/${t.id}`, { budget_usd: 0.000001, budget_period: 'day' }));
-    await endsWithoutVendor('budget', id, changedAt);
-    // A chat request of the same key is refused too: the batch and the door read the same rule.
-    await assert.rejects(client.chat.completions.create({ model: 'gpt-4o', max_tokens: 8, messages: [{ role: 'user', content: 'one more' }] }), (error: unknown) => error instanceof OpenAI.APIError && error.status === 429 && error.code === 'insufficient_quota');
-    assert.equal((await admin('PATCH', `/admin/accounts/${t.id}`, { budget_usd: null })).status, 200);
-    const { batch, errors, succeeded } = await outcome(client, id);
-    assert.ok(errors.length > 0 && succeeded >= 2, JSON.stringify(batch.request_counts));
-    for (const line of errors) {
-      assert.equal(line.response?.status_code, 429, JSON.stringify(line));
-      assert.equal(line.response?.body.error?.code, 'insufficient_quota');
-      assert.match(line.response?.body.error?.message ?? '', /daily budget/);
-      assert.match(line.response?.request_id ?? '', new RegExp(`^${id}\\.\\d+$`), 'a refused line has its request id');
-    }
-    const ran = arrivals.get('budget')!.length;
-    assert.equal(succeeded, ran, 'what reached the vendor answered; nothing else');
-    await batchCost(id, ran);
-  });
+  it(
+    "a team's budget cut to a millionth of a dollar: the lines after it fail with insufficient_quota, naming the " +
+      'budget; nothing more is spent than what was at the vendor',
+    async () => {
+      const t = await team();
+      const client = api.client(t.key);
+      const id = await openAIBatch(client, 'budget');
+      const changedAt = await changeAfter('budget', 2, () =>
+        admin('PATCH', `/admin/accounts/${t.id}`, { budget_usd: 0.000001, budget_period: 'day' }),
+      );
+      await endsWithoutVendor('budget', id, changedAt);
+      // A chat request of the same key is refused too: the batch and the door read the same rule.
+      await assert.rejects(
+        client.chat.completions.create({
+          model: 'gpt-4o',
+          max_tokens: 8,
+          messages: [{ role: 'user', content: 'one more' }],
+        }),
+        (error: unknown) =>
+          error instanceof OpenAI.APIError && error.status === 429 && error.code === 'insufficient_quota',
+      );
+      assert.equal((await admin('PATCH', `/admin/accounts/${t.id}`, { budget_usd: null })).status, 200);
+      const { batch, errors, succeeded } = await outcome(client, id);
+      assert.ok(errors.length > 0 && succeeded >= 2, JSON.stringify(batch.request_counts));
+      for (const line of errors) {
+        assert.equal(line.response?.status_code, 429, JSON.stringify(line));
+        assert.equal(line.response?.body.error?.code, 'insufficient_quota');
+        assert.match(line.response?.body.error?.message ?? '', /daily budget/);
+        assert.match(
+          line.response?.request_id ?? '',
+          new RegExp(`^${id}\\.\\d+$`),
+          'a refused line has its request id',
+        );
+      }
+      const ran = arrivals.get('budget')!.length;
+      assert.equal(succeeded, ran, 'what reached the vendor answered; nothing else');
+      await batchCost(id, ran);
+    },
+  );
 
   it("the key's spending limit lowered below what it spent: the rest fail with insufficient_quota", async () => {
     const t = await team();
     const client = api.client(t.key);
     const id = await openAIBatch(client, 'limit');
-    const changedAt = await changeAfter('limit', 3, () => admin('PATCH', `/admin/keys/${t.keyId}`, { limit_usd: 0.000001 }));
+    const changedAt = await changeAfter('limit', 3, () =>
+      admin('PATCH', `/admin/keys/${t.keyId}`, { limit_usd: 0.000001 }),
+    );
     await endsWithoutVendor('limit', id, changedAt);
     assert.equal((await admin('PATCH', `/admin/keys/${t.keyId}`, { limit_usd: null })).status, 200);
     const { errors, succeeded } = await outcome(client, id);
     assert.ok(errors.length > 0);
-    for (const line of errors) assert.equal(line.response?.body.error?.code, 'insufficient_quota', JSON.stringify(line));
+    for (const line of errors)
+      assert.equal(line.response?.body.error?.code, 'insufficient_quota', JSON.stringify(line));
     assert.equal(succeeded, arrivals.get('limit')!.length);
   });
 
@@ -178,7 +243,9 @@ describe('a running batch stops at its next request when what its key may do cha
     const t = await team();
     const client = api.client(t.key);
     const id = await openAIBatch(client, 'disabled');
-    const changedAt = await changeAfter('disabled', 2, () => admin('PATCH', `/admin/accounts/${t.id}`, { disabled: true }));
+    const changedAt = await changeAfter('disabled', 2, () =>
+      admin('PATCH', `/admin/accounts/${t.id}`, { disabled: true }),
+    );
     await endsWithoutVendor('disabled', id, changedAt);
     assert.equal((await admin('PATCH', `/admin/accounts/${t.id}`, { disabled: false })).status, 200);
     const { errors, succeeded } = await outcome(client, id);
@@ -197,7 +264,9 @@ describe('a running batch stops at its next request when what its key may do cha
     const t = await team();
     const client = api.client(t.key);
     const id = await openAIBatch(client, 'models');
-    const changedAt = await changeAfter('models', 2, () => admin('PATCH', `/admin/keys/${t.keyId}`, { models: ['gpt-4o-mini'] }));
+    const changedAt = await changeAfter('models', 2, () =>
+      admin('PATCH', `/admin/keys/${t.keyId}`, { models: ['gpt-4o-mini'] }),
+    );
     await endsWithoutVendor('models', id, changedAt);
     assert.equal((await admin('PATCH', `/admin/keys/${t.keyId}`, { models: null })).status, 200);
     const { errors, succeeded } = await outcome(client, id);
@@ -209,23 +278,37 @@ describe('a running batch stops at its next request when what its key may do cha
     assert.equal(succeeded, arrivals.get('models')!.length);
   });
 
-  it("an Anthropic Message Batch whose key is revoked: the rest are errored with an authentication_error, billed nothing", async () => {
-    const t = await team();
-    const anthropic = new Anthropic({ apiKey: t.key, baseURL: api.url, maxRetries: 0 });
-    const made = await anthropic.messages.batches.create({
-      requests: Array.from({ length: lines }, (_, i) => ({ custom_id: `line-${i}`, params: { model: 'gpt-4o', max_tokens: 32, messages: [{ role: 'user' as const, content: `tag-revoked line ${i}` }] } })),
-    });
-    const changedAt = await changeAfter('revoked', 2, () => admin('DELETE', `/admin/keys/${t.keyId}`));
-    await endsWithoutVendor('revoked', made.id, changedAt);
-    const ran = arrivals.get('revoked')!.length;
-    // The key is gone: its results are read from the batch's record.
-    const { lines: recorded } = await readBatchResults(redis, made.id, '0', 1000);
-    const types = recorded.map((row) => (JSON.parse(row) as { result: { type: string; error?: { error: { type: string } } } }).result);
-    assert.equal(types.length, lines);
-    assert.equal(types.filter((result) => result.type === 'succeeded').length, ran);
-    const errored = types.filter((result) => result.type === 'errored');
-    assert.ok(errored.length > 0);
-    for (const result of errored) assert.equal(result.error?.error.type, 'authentication_error', JSON.stringify(result));
-    await batchCost(made.id, ran);
-  });
+  it(
+    'an Anthropic Message Batch whose key is revoked: the rest are errored with an authentication_error, billed ' +
+      'nothing',
+    async () => {
+      const t = await team();
+      const anthropic = new Anthropic({ apiKey: t.key, baseURL: api.url, maxRetries: 0 });
+      const made = await anthropic.messages.batches.create({
+        requests: Array.from({ length: lines }, (_, i) => ({
+          custom_id: `line-${i}`,
+          params: {
+            model: 'gpt-4o',
+            max_tokens: 32,
+            messages: [{ role: 'user' as const, content: `tag-revoked line ${i}` }],
+          },
+        })),
+      });
+      const changedAt = await changeAfter('revoked', 2, () => admin('DELETE', `/admin/keys/${t.keyId}`));
+      await endsWithoutVendor('revoked', made.id, changedAt);
+      const ran = arrivals.get('revoked')!.length;
+      // The key is gone: its results are read from the batch's record.
+      const { lines: recorded } = await readBatchResults(redis, made.id, '0', 1000);
+      const types = recorded.map(
+        (row) => (JSON.parse(row) as { result: { type: string; error?: { error: { type: string } } } }).result,
+      );
+      assert.equal(types.length, lines);
+      assert.equal(types.filter((result) => result.type === 'succeeded').length, ran);
+      const errored = types.filter((result) => result.type === 'errored');
+      assert.ok(errored.length > 0);
+      for (const result of errored)
+        assert.equal(result.error?.error.type, 'authentication_error', JSON.stringify(result));
+      await batchCost(made.id, ran);
+    },
+  );
 });

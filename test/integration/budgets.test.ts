@@ -50,10 +50,20 @@ describe('budgets per period', () => {
     const secretHash = await redis.hget('sy:{acct}:key:' + keyId, 'hash');
     const access = await keys.access(secretHash!);
     assert.ok(access && access !== 'disabled');
-    return { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) };
+    return {
+      ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
+      ...(access.budgets ? { budgets: access.budgets } : {}),
+    };
   }
 
-  const resv = (accountId: string, keyId: string, micros: number, now: number) => ({ requestId: `r-${++seq}-${Math.random().toString(36).slice(2)}`, keyId, accountId, micros, tokens: 1, deadline: now + 60_000 });
+  const resv = (accountId: string, keyId: string, micros: number, now: number) => ({
+    requestId: `r-${++seq}-${Math.random().toString(36).slice(2)}`,
+    keyId,
+    accountId,
+    micros,
+    tokens: 1,
+    deadline: now + 60_000,
+  });
 
   it("concurrent requests of two members never pass the team's budget, and the counter equals what was settled", async () => {
     const t = await team();
@@ -66,7 +76,11 @@ describe('budgets per period', () => {
     assert.equal(admitted.length, 10);
     const refused = outcomes.find((o) => !o.ok);
     assert.ok(refused && !refused.ok && refused.reason === 'budget' && refused.budget?.scope === 'team');
-    await Promise.all(admitted.map((r) => settle(redis, usageEntry(r.requestId, 700, { account_id: t.team, key_id: r.keyId }), policy, now)));
+    await Promise.all(
+      admitted.map((r) =>
+        settle(redis, usageEntry(r.requestId, 700, { account_id: t.team, key_id: r.keyId }), policy, now),
+      ),
+    );
     const counter = budgetCounter({ scope: 'team', period: 'day' }, now);
     const [spent, held] = await redis.hmget(billKey(t.team), `${counter}.spent`, `${counter}.reserved`);
     assert.equal(Number(spent), 7000);
@@ -81,8 +95,16 @@ describe('budgets per period', () => {
     const bob = await limitsOf(t.bobKey);
     assert.equal((await reserve(redis, resv(t.team, t.aliceKey, 1500, now), alice, now)).ok, true);
     const refused = await reserve(redis, resv(t.team, t.aliceKey, 1000, now), alice, now);
-    assert.ok(!refused.ok && refused.reason === 'budget' && refused.budget?.scope === 'member' && refused.budget.ownerId === t.alice);
-    assert.match(budgetRefusal(refused.budget!, now, 'Team X'), /your weekly cap in team "Team X".*resets at \d{4}-\d\d-\d\dT00:00:00\.000Z/);
+    assert.ok(
+      !refused.ok &&
+        refused.reason === 'budget' &&
+        refused.budget?.scope === 'member' &&
+        refused.budget.ownerId === t.alice,
+    );
+    assert.match(
+      budgetRefusal(refused.budget!, now, 'Team X'),
+      /your weekly cap in team "Team X".*resets at \d{4}-\d\d-\d\dT00:00:00\.000Z/,
+    );
     assert.equal((await reserve(redis, resv(t.team, t.bobKey, 1000, now), bob, now)).ok, true);
     // Not a member: no cap to set.
     assert.equal(await keys.setMemberCap(t.team, 'acct_nobody', { micros: 1, period: 'day' }), false);
@@ -119,7 +141,12 @@ describe('budgets per period', () => {
     const current = budgetCounter({ scope: 'team', period: 'month' }, boundary);
     assert.notEqual(old, current);
     // February's request settles in March: it counts in February, whose counter then goes (nothing held in it).
-    await settle(redis, usageEntry(early.requestId, 3000, { account_id: t.team, key_id: t.aliceKey }), policy, boundary + 5000);
+    await settle(
+      redis,
+      usageEntry(early.requestId, 3000, { account_id: t.team, key_id: t.aliceKey }),
+      policy,
+      boundary + 5000,
+    );
     const fields = await redis.hgetall(billKey(t.team));
     assert.equal(fields[`${old}.spent`], undefined, 'the past period is deleted once nothing is held in it');
     assert.equal(fields[`${current}.reserved`], '5000');
@@ -135,10 +162,17 @@ describe('budgets per period', () => {
     const now = Date.now();
     const record = await testRecord(redis);
     // Settled and written by the record's writer: two rows today, one yesterday (not counted).
-    const row = (id: string, key: string, cost: number, created: number) => ({ ...usageEntry(id, cost, { account_id: t.team, key_id: key, created }), settled: true });
+    const row = (id: string, key: string, cost: number, created: number) => ({
+      ...usageEntry(id, cost, { account_id: t.team, key_id: key, created }),
+      settled: true,
+    });
     await record
       .insertInto('usage')
-      .values([row(`u-${seq}-1`, t.bobKey, 6000, Math.floor(now / 1000)), row(`u-${seq}-2`, t.aliceKey, 1000, Math.floor(now / 1000)), row(`u-${seq}-3`, t.bobKey, 9000, Math.floor(now / 1000) - 2 * 86_400)])
+      .values([
+        row(`u-${seq}-1`, t.bobKey, 6000, Math.floor(now / 1000)),
+        row(`u-${seq}-2`, t.aliceKey, 1000, Math.floor(now / 1000)),
+        row(`u-${seq}-3`, t.bobKey, 9000, Math.floor(now / 1000) - 2 * 86_400),
+      ])
       .execute();
     await redis.flushdb();
     await loadHotState(redis, record);
@@ -158,8 +192,15 @@ describe('budgets per period', () => {
     const limits = await limitsOf(t.aliceKey);
     const tries = Array.from({ length: 10 }, () => resv(t.team, t.aliceKey, 1000, now));
     for (const r of tries) assert.equal((await reserve(redis, r, limits, now)).ok, true);
-    const settled = await Promise.all(tries.map((r) => settle(redis, usageEntry(r.requestId, 1000, { account_id: t.team, key_id: t.aliceKey }), policy, now)));
-    const crossed = settled.flatMap((s) => s.alerts).map((a) => a.percent).sort((a, b) => a - b);
+    const settled = await Promise.all(
+      tries.map((r) =>
+        settle(redis, usageEntry(r.requestId, 1000, { account_id: t.team, key_id: t.aliceKey }), policy, now),
+      ),
+    );
+    const crossed = settled
+      .flatMap((s) => s.alerts)
+      .map((a) => a.percent)
+      .sort((a, b) => a - b);
     assert.deepEqual(crossed, [50, 80, 100]);
   });
 });

@@ -39,7 +39,8 @@ function countWrites(redis: Redis): () => number {
 }
 
 /** The socket under a BullMQ client (its adapter forwards what it does not override to the ioredis instance). */
-const socketOf = async (client: Promise<unknown> | undefined) => ((await client) as { stream?: Socket } | undefined)?.stream;
+const socketOf = async (client: Promise<unknown> | undefined) =>
+  ((await client) as { stream?: Socket } | undefined)?.stream;
 
 describe('what the gateway relies on in BullMQ', () => {
   let url: string;
@@ -72,13 +73,34 @@ describe('what the gateway relies on in BullMQ', () => {
     const jobId = 'req_refused';
     // As api/requests/enqueue.ts sends them: the gated reservation and the add in the same turn, on one connection.
     const [outcome, added] = await Promise.all([
-      reserve(redis, { requestId: jobId, keyId: 'key_missing', accountId: 'acct_missing', micros: 10, tokens: 1, deadline: Date.now() + 60_000, gate: chat.toKey(jobId) }, {}),
+      reserve(
+        redis,
+        {
+          requestId: jobId,
+          keyId: 'key_missing',
+          accountId: 'acct_missing',
+          micros: 10,
+          tokens: 1,
+          deadline: Date.now() + 60_000,
+          gate: chat.toKey(jobId),
+        },
+        {},
+      ),
       chat.add('chat', { n: 1 }, { jobId }),
     ]);
     assert.equal(outcome.ok, false);
     assert.equal(added.id, jobId, 'the add answers as for an existing job, without an error');
-    assert.deepEqual(await chat.getJobCounts('waiting', 'prioritized', 'delayed', 'active'), { waiting: 0, prioritized: 0, delayed: 0, active: 0 });
-    assert.equal(await redis.hget(chat.toKey(jobId), 'refused'), '5', 'what stands under the id is the placeholder, not a job');
+    assert.deepEqual(await chat.getJobCounts('waiting', 'prioritized', 'delayed', 'active'), {
+      waiting: 0,
+      prioritized: 0,
+      delayed: 0,
+      active: 0,
+    });
+    assert.equal(
+      await redis.hget(chat.toKey(jobId), 'refused'),
+      '5',
+      'what stands under the id is the placeholder, not a job',
+    );
     // The api then removes whatever stands there; the id is free again and a later add queues.
     await chat.remove(jobId);
     assert.equal(await redis.exists(chat.toKey(jobId)), 0);
@@ -86,32 +108,50 @@ describe('what the gateway relies on in BullMQ', () => {
     assert.equal(await chat.getWaitingCount(), 1);
   });
 
-  it('runs commands on the connection it is given and writes a turn of them at once; only the blocking wait has its own', async () => {
-    const chat = queue('{reliance-batch}');
-    await chat.waitUntilReady();
-    assert.equal(await socketOf(chat.getBackend().client), (redis as unknown as { stream: Socket }).stream, "the queue's commands use the gateway's connection");
-    const writes = countWrites(redis);
-    await Promise.all(Array.from({ length: 50 }, (_, i) => chat.add('chat', { i })));
-    const batched = writes();
-    assert.ok(batched <= 3, `50 adds in one turn took ${batched} writes`);
+  it(
+    'runs commands on the connection it is given and writes a turn of them at once; only the blocking wait has its ' +
+      'own',
+    async () => {
+      const chat = queue('{reliance-batch}');
+      await chat.waitUntilReady();
+      assert.equal(
+        await socketOf(chat.getBackend().client),
+        (redis as unknown as { stream: Socket }).stream,
+        "the queue's commands use the gateway's connection",
+      );
+      const writes = countWrites(redis);
+      await Promise.all(Array.from({ length: 50 }, (_, i) => chat.add('chat', { i })));
+      const batched = writes();
+      assert.ok(batched <= 3, `50 adds in one turn took ${batched} writes`);
 
-    // The same adds on a connection without the batching: one write each, so the count above means something.
-    const plain = new Redis(url, { maxRetriesPerRequest: null });
-    closing.push({ close: async () => plain.disconnect() });
-    const plainQueue = queue('{reliance-plain}', plain);
-    await plainQueue.waitUntilReady();
-    const plainWrites = countWrites(plain);
-    await Promise.all(Array.from({ length: 50 }, (_, i) => plainQueue.add('chat', { i })));
-    assert.ok(plainWrites() >= 25, `without batching 50 adds took only ${plainWrites()} writes`);
+      // The same adds on a connection without the batching: one write each, so the count above means something.
+      const plain = new Redis(url, { maxRetriesPerRequest: null });
+      closing.push({ close: async () => plain.disconnect() });
+      const plainQueue = queue('{reliance-plain}', plain);
+      await plainQueue.waitUntilReady();
+      const plainWrites = countWrites(plain);
+      await Promise.all(Array.from({ length: 50 }, (_, i) => plainQueue.add('chat', { i })));
+      assert.ok(plainWrites() >= 25, `without batching 50 adds took only ${plainWrites()} writes`);
 
-    const worker = new Worker('{reliance-batch}', async () => 'done', { connection: redis, ...fetchLoopOptions(config, 4, 0) });
-    closing.push(worker);
-    await worker.waitUntilReady();
-    assert.equal(await socketOf(worker.getBackend().client), (redis as unknown as { stream: Socket }).stream, "the worker's commands use the gateway's connection");
-    const blocking = await socketOf(worker.getBackend().blockingClient);
-    assert.ok(blocking && blocking !== (redis as unknown as { stream: Socket }).stream, 'the blocking wait for a job has a connection of its own');
-    await waitFor(async () => (await chat.getCompletedCount()) === 50, 10_000, 'the batch processed');
-  });
+      const worker = new Worker('{reliance-batch}', async () => 'done', {
+        connection: redis,
+        ...fetchLoopOptions(config, 4, 0),
+      });
+      closing.push(worker);
+      await worker.waitUntilReady();
+      assert.equal(
+        await socketOf(worker.getBackend().client),
+        (redis as unknown as { stream: Socket }).stream,
+        "the worker's commands use the gateway's connection",
+      );
+      const blocking = await socketOf(worker.getBackend().blockingClient);
+      assert.ok(
+        blocking && blocking !== (redis as unknown as { stream: Socket }).stream,
+        'the blocking wait for a job has a connection of its own',
+      );
+      await waitFor(async () => (await chat.getCompletedCount()) === 50, 10_000, 'the batch processed');
+    },
+  );
 
   it('lets several fetch loops serve one queue, sharing its concurrency', async () => {
     const loops = capabilityLoops('chat', 130, 1);
@@ -182,38 +222,54 @@ describe('what the gateway relies on in BullMQ', () => {
     assert.equal(secondSawStall, false);
   });
 
-  it('hands a stalled job back through the plain wait list, ahead of every prioritized job, until its priority is set again', async () => {
-    const name = '{reliance-stalled-band}';
-    const chat = queue(name);
-    // A flex job, taken by a worker that dies without a word.
-    await chat.add('chat', { serviceTier: 'flex' }, { jobId: 'flex-stalls', priority: bandStart('flex') + maxPriorityLead });
-    const dying = new Worker(name, null, { connection: redis, lockDuration: 1000 });
-    assert.equal((await dying.getNextJob('dead-token'))?.id, 'flex-stalls');
-    await dying.close();
-    // Meanwhile interactive work waits, prioritized.
-    await chat.add('chat', { serviceTier: 'default' }, { jobId: 'default-waits', priority: bandStart('default') + maxPriorityLead });
-    const checker = new Worker(name, async () => undefined, { connection: redis, ...fetchLoopOptions(config, 1, 0), autorun: false });
-    closing.push(checker);
-    let stalls = 0;
-    checker.on('stalled', () => stalls++);
-    await checker.startStalledCheckTimer();
-    await waitFor(() => stalls === 1, 10_000, 'the stall found');
-    // BullMQ puts it in the wait list (not among the prioritized), which a worker serves first: it jumps every band.
-    assert.equal(await chat.getJobState('flex-stalls'), 'waiting');
-    assert.deepEqual(await redis.lrange(chat.keys.wait!, 0, -1), ['flex-stalls']);
-    const taker = new Worker(name, null, { connection: redis, lockDuration: 5000 });
-    closing.push(taker);
-    const jumped = (await taker.getNextJob('take-1'))!;
-    assert.equal(jumped.id, 'flex-stalls', 'taken before the interactive job');
-    // What the gateway's workers do with it (workers/worker.ts inFairOrder): back to its band's head, then to wait.
-    assert.equal(await backToBandHead(jumped as Job<{ serviceTier?: 'flex' }>), true);
-    await jumped.moveToDelayed(Date.now(), 'take-1');
-    assert.equal((await taker.getNextJob('take-2'))?.id, 'default-waits', 'the interactive band first');
-    const again = (await taker.getNextJob('take-3'))!;
-    assert.equal(again.id, 'flex-stalls');
-    assert.equal(again.priority, bandStart('flex'), 'at its own band\'s head');
-    assert.equal(await backToBandHead(again as Job<{ serviceTier?: 'flex' }>), false, 'once only');
-  });
+  it(
+    'hands a stalled job back through the plain wait list, ahead of every prioritized job, until its priority is ' +
+      'set again',
+    async () => {
+      const name = '{reliance-stalled-band}';
+      const chat = queue(name);
+      // A flex job, taken by a worker that dies without a word.
+      await chat.add(
+        'chat',
+        { serviceTier: 'flex' },
+        { jobId: 'flex-stalls', priority: bandStart('flex') + maxPriorityLead },
+      );
+      const dying = new Worker(name, null, { connection: redis, lockDuration: 1000 });
+      assert.equal((await dying.getNextJob('dead-token'))?.id, 'flex-stalls');
+      await dying.close();
+      // Meanwhile interactive work waits, prioritized.
+      await chat.add(
+        'chat',
+        { serviceTier: 'default' },
+        { jobId: 'default-waits', priority: bandStart('default') + maxPriorityLead },
+      );
+      const checker = new Worker(name, async () => undefined, {
+        connection: redis,
+        ...fetchLoopOptions(config, 1, 0),
+        autorun: false,
+      });
+      closing.push(checker);
+      let stalls = 0;
+      checker.on('stalled', () => stalls++);
+      await checker.startStalledCheckTimer();
+      await waitFor(() => stalls === 1, 10_000, 'the stall found');
+      // BullMQ puts it in the wait list (not among the prioritized), which a worker serves first: it jumps every band.
+      assert.equal(await chat.getJobState('flex-stalls'), 'waiting');
+      assert.deepEqual(await redis.lrange(chat.keys.wait!, 0, -1), ['flex-stalls']);
+      const taker = new Worker(name, null, { connection: redis, lockDuration: 5000 });
+      closing.push(taker);
+      const jumped = (await taker.getNextJob('take-1'))!;
+      assert.equal(jumped.id, 'flex-stalls', 'taken before the interactive job');
+      // What the gateway's workers do with it (workers/worker.ts inFairOrder): back to its band's head, then to wait.
+      assert.equal(await backToBandHead(jumped as Job<{ serviceTier?: 'flex' }>), true);
+      await jumped.moveToDelayed(Date.now(), 'take-1');
+      assert.equal((await taker.getNextJob('take-2'))?.id, 'default-waits', 'the interactive band first');
+      const again = (await taker.getNextJob('take-3'))!;
+      assert.equal(again.id, 'flex-stalls');
+      assert.equal(again.priority, bandStart('flex'), "at its own band's head");
+      assert.equal(await backToBandHead(again as Job<{ serviceTier?: 'flex' }>), false, 'once only');
+    },
+  );
 
   it("fails a job whose worker died twice, attempts left or not, with a reason the gateway's classifier knows", async () => {
     const name = '{reliance-stalled-out}';
@@ -221,11 +277,17 @@ describe('what the gateway relies on in BullMQ', () => {
     await chat.add('chat', { n: 1 }, { jobId: 'stalls-out', attempts: 5 });
     // The gateway's first fetch loop, not yet taking jobs: only its stalled check runs.
     let ran = false;
-    const worker = new Worker(name, async () => void (ran = true), { connection: redis, ...fetchLoopOptions(config, 1, 0), autorun: false });
+    const worker = new Worker(name, async () => void (ran = true), {
+      connection: redis,
+      ...fetchLoopOptions(config, 1, 0),
+      autorun: false,
+    });
     closing.push(worker);
     let stalls = 0;
     worker.on('stalled', () => stalls++);
-    const failed = new Promise<[Job | undefined, Error]>((resolve) => worker.on('failed', (job, error) => resolve([job, error])));
+    const failed = new Promise<[Job | undefined, Error]>((resolve) =>
+      worker.on('failed', (job, error) => resolve([job, error])),
+    );
     await worker.startStalledCheckTimer();
     // Twice a worker takes the job and dies without a word; each time the check finds it and hands it back.
     for (const take of [1, 2]) {
@@ -283,7 +345,10 @@ describe('what the gateway relies on in BullMQ', () => {
   });
 
   it("takes a backlog's jobs all before it starts one, unless the worker starts each as it takes it (StartingWorker)", async () => {
-    /** Fills a queue with a backlog, then starts a worker on it: how many jobs were still waiting when the first one started. */
+    /**
+     * Fills a queue with a backlog, then starts a worker on it: how many jobs were still waiting when the first one
+     * started.
+     */
     const waitingAtFirstStart = async (name: string, starting: boolean) => {
       const backlog = queue(name);
       await backlog.addBulk(Array.from({ length: 300 }, (_, i) => ({ name: 'chat', data: { i } })));
@@ -306,4 +371,3 @@ describe('what the gateway relies on in BullMQ', () => {
     assert.ok(waiting > 200, `${waiting} of 300 jobs still waiting when the first started`);
   });
 });
-

@@ -54,13 +54,22 @@ describe('a cached answer echoes the request it answers', () => {
   });
 
   const chatCalls = () => openai.requests.filter((request) => request.path.endsWith('/chat/completions')).length;
-  const ask = (content: string, extra: Record<string, unknown> = {}) => ({ model, max_tokens: 16, messages: [{ role: 'user' as const, content }], ...extra });
+  const ask = (content: string, extra: Record<string, unknown> = {}) => ({
+    model,
+    max_tokens: 16,
+    messages: [{ role: 'user' as const, content }],
+    ...extra,
+  });
 
   it('chat: a hit with another user and another service_tier says its own tier, and has an id of its own', async () => {
     openai.reset();
-    const first = await client.chat.completions.create(ask('Echo my tier', { user: 'alice', service_tier: 'default' }), cached).withResponse();
+    const first = await client.chat.completions
+      .create(ask('Echo my tier', { user: 'alice', service_tier: 'default' }), cached)
+      .withResponse();
     assert.equal(first.data.service_tier, 'default');
-    const hit = await client.chat.completions.create(ask('Echo my tier', { user: 'bob', service_tier: 'flex' }), cached).withResponse();
+    const hit = await client.chat.completions
+      .create(ask('Echo my tier', { user: 'bob', service_tier: 'flex' }), cached)
+      .withResponse();
     assert.match(hit.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
     assert.equal(chatCalls(), 1, 'one vendor call');
     assertMatchesSchema('CreateChatCompletionResponse', hit.data, 'a hit');
@@ -70,7 +79,16 @@ describe('a cached answer echoes the request it answers', () => {
     assert.ok(hit.data.created >= first.data.created);
     assert.equal(hit.data.choices[0]!.message.content, first.data.choices[0]!.message.content, 'the same answer');
     // The stream form: every chunk says this request's id and tier.
-    const streamed = await client.chat.completions.create({ ...ask('Echo my tier', { user: 'carol', service_tier: 'priority' }), stream: true, stream_options: { include_usage: true } }, cached).withResponse();
+    const streamed = await client.chat.completions
+      .create(
+        {
+          ...ask('Echo my tier', { user: 'carol', service_tier: 'priority' }),
+          stream: true,
+          stream_options: { include_usage: true },
+        },
+        cached,
+      )
+      .withResponse();
     assert.match(streamed.response.headers.get('cache-status') ?? '', /^Switchyard; hit; /);
     const ids = new Set<string>();
     let text = '';
@@ -106,10 +124,14 @@ describe('a cached answer echoes the request it answers', () => {
     };
     let leaderStarted!: () => void;
     const leaderFirst = new Promise<void>((resolve) => (leaderStarted = resolve));
-    const leaderCall = await client.chat.completions.create({ ...ask('Follow with my tier', { user: 'alice' }), stream: true }, cached).withResponse();
+    const leaderCall = await client.chat.completions
+      .create({ ...ask('Follow with my tier', { user: 'alice' }), stream: true }, cached)
+      .withResponse();
     const leader = read(leaderCall.data, leaderStarted);
     await leaderFirst;
-    const followerCall = await client.chat.completions.create({ ...ask('Follow with my tier', { user: 'bob', service_tier: 'flex' }), stream: true }, cached).withResponse();
+    const followerCall = await client.chat.completions
+      .create({ ...ask('Follow with my tier', { user: 'bob', service_tier: 'flex' }), stream: true }, cached)
+      .withResponse();
     assert.equal(followerCall.response.headers.get('cache-status'), 'Switchyard; fwd=miss; collapsed');
     const [led, followed] = await Promise.all([leader, read(followerCall.data)]);
     assert.equal(chatCalls(), 1);
@@ -124,7 +146,11 @@ describe('a cached answer echoes the request it answers', () => {
   it('messages: a request naming an alias is answered naming the alias, body and stream; and the other way round', async () => {
     anthropic.reset();
     const sdk = new Anthropic({ apiKey: key, baseURL: gateway.url, maxRetries: 0 });
-    const params = (name: string, content: string) => ({ model: name, max_tokens: 64, messages: [{ role: 'user' as const, content }] });
+    const params = (name: string, content: string) => ({
+      model: name,
+      max_tokens: 64,
+      messages: [{ role: 'user' as const, content }],
+    });
     const first = await sdk.messages.create(params(claude, 'Name me as I named you'), cached);
     assert.equal(first.model, claude);
     const hit = await sdk.messages.create(params(alias, 'Name me as I named you'), cached).withResponse();

@@ -29,7 +29,9 @@ describe('gateway with the built-in mock vendor', () => {
     const ids = page.data.map((m) => m.id);
     assert.ok(ids.includes('mock-chat') && ids.includes('mock-embedding') && ids.includes('mock-instruct'));
     // Offline, the mock stands in for every vendor: the real ids are listed too, owned by their vendor.
-    assert.ok(ids.includes('gpt-4o-mini') && ids.includes('claude-sonnet-4-5') && ids.includes('text-embedding-3-small'));
+    assert.ok(
+      ids.includes('gpt-4o-mini') && ids.includes('claude-sonnet-4-5') && ids.includes('text-embedding-3-small'),
+    );
     assert.equal(page.data.find((m) => m.id === 'claude-sonnet-4-5')!.owned_by, 'anthropic');
     for (const model of page.data) {
       assert.equal(model.object, 'model');
@@ -49,7 +51,13 @@ describe('gateway with the built-in mock vendor', () => {
           { role: 'developer', content: [{ type: 'text', text: 'Answer in English.' }] },
           { role: 'user', content: 'Hello there' },
           { role: 'assistant', content: 'Hi.' },
-          { role: 'user', content: [{ type: 'text', text: 'What is in this picture?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'What is in this picture?' },
+              { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } },
+            ],
+          },
         ],
         temperature: 0.5,
         top_p: 0.9,
@@ -81,7 +89,10 @@ describe('gateway with the built-in mock vendor', () => {
       messages: [
         {
           role: 'user',
-          content: [{ type: 'text', text: 'Describe these' }, ...[1, 2, 3].map(() => ({ type: 'image_url' as const, image_url: { url: image } }))],
+          content: [
+            { type: 'text', text: 'Describe these' },
+            ...[1, 2, 3].map(() => ({ type: 'image_url' as const, image_url: { url: image } })),
+          ],
         },
       ],
     });
@@ -96,7 +107,10 @@ describe('gateway with the built-in mock vendor', () => {
       max_tokens: 3,
     });
     assert.equal(completion.choices.length, 2);
-    assert.deepEqual(completion.choices.map((c) => c.index), [0, 1]);
+    assert.deepEqual(
+      completion.choices.map((c) => c.index),
+      [0, 1],
+    );
     for (const choice of completion.choices) assert.equal(choice.finish_reason, 'length');
     assert.ok(completion.usage!.completion_tokens <= 6);
   });
@@ -128,7 +142,10 @@ describe('gateway with the built-in mock vendor', () => {
     });
     const plain: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
     for await (const chunk of withoutUsage) plain.push(chunk);
-    assert.ok(plain.every((c) => c.choices.length === 1 && !c.usage), 'no usage chunk unless asked');
+    assert.ok(
+      plain.every((c) => c.choices.length === 1 && !c.usage),
+      'no usage chunk unless asked',
+    );
   });
 
   it('ends the raw SSE body with data: [DONE]', async () => {
@@ -159,15 +176,29 @@ describe('gateway with the built-in mock vendor', () => {
         },
       },
     ];
-    const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: 'user', content: 'Please call get_weather for Oslo' }];
-    const first = await client.chat.completions.create({ model: 'mock-chat', messages, tools, tool_choice: 'auto', parallel_tool_calls: true });
+    const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+      { role: 'user', content: 'Please call get_weather for Oslo' },
+    ];
+    const first = await client.chat.completions.create({
+      model: 'mock-chat',
+      messages,
+      tools,
+      tool_choice: 'auto',
+      parallel_tool_calls: true,
+    });
     const call = first.choices[0]!.message.tool_calls?.[0];
     assert.equal(first.choices[0]!.finish_reason, 'tool_calls');
     assert.ok(call && call.type === 'function');
     assert.equal(call.function.name, 'get_weather');
     assert.equal(typeof JSON.parse(call.function.arguments).city, 'string');
 
-    const stream = await client.chat.completions.create({ model: 'mock-chat', messages, tools, tool_choice: 'required', stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'mock-chat',
+      messages,
+      tools,
+      tool_choice: 'required',
+      stream: true,
+    });
     let args = '';
     let name = '';
     let finish: string | null = null;
@@ -208,12 +239,21 @@ describe('gateway with the built-in mock vendor', () => {
   });
 
   it('serves legacy completions, plain and streamed', async () => {
-    const plain = await client.completions.create({ model: 'mock-instruct', prompt: 'Say this is a test', max_tokens: 50 });
+    const plain = await client.completions.create({
+      model: 'mock-instruct',
+      prompt: 'Say this is a test',
+      max_tokens: 50,
+    });
     assert.equal(plain.object, 'text_completion');
     assert.ok(plain.choices[0]!.text.length > 0);
     assert.ok(plain.usage!.prompt_tokens > 0);
 
-    const stream = await client.completions.create({ model: 'mock-instruct', prompt: ['Say this is a test'], max_tokens: 50, stream: true });
+    const stream = await client.completions.create({
+      model: 'mock-instruct',
+      prompt: ['Say this is a test'],
+      max_tokens: 50,
+      stream: true,
+    });
     let text = '';
     let finish: string | null = null;
     for await (const chunk of stream) {
@@ -231,7 +271,10 @@ describe('gateway with the built-in mock vendor', () => {
       .create({ model: 'mock-embedding', input, encoding_format: 'float' })
       .withResponse();
     assert.equal(result.data.length, 600);
-    assert.deepEqual(result.data.map((d) => d.index), input.map((_, i) => i));
+    assert.deepEqual(
+      result.data.map((d) => d.index),
+      input.map((_, i) => i),
+    );
     assert.equal(result.data[599]!.embedding.length, 256);
     // The job is marked done once its settlement is written too, which may be just after the answer.
     const jobKey = `bull:{embeddings}:${response.headers.get('x-request-id')}`;
@@ -241,10 +284,17 @@ describe('gateway with the built-in mock vendor', () => {
   });
 
   it('embeds strings, arrays and token arrays as floats or base64', async () => {
-    const floats = await client.embeddings.create({ model: 'mock-embedding', input: ['hello', 'world'], encoding_format: 'float' });
+    const floats = await client.embeddings.create({
+      model: 'mock-embedding',
+      input: ['hello', 'world'],
+      encoding_format: 'float',
+    });
     assert.equal(floats.object, 'list');
     assert.equal(floats.data.length, 2);
-    assert.deepEqual(floats.data.map((d) => d.index), [0, 1]);
+    assert.deepEqual(
+      floats.data.map((d) => d.index),
+      [0, 1],
+    );
     const norm = Math.hypot(...floats.data[0]!.embedding);
     assert.ok(Math.abs(norm - 1) < 1e-6);
     assert.ok(floats.usage.prompt_tokens >= 2);
@@ -256,7 +306,15 @@ describe('gateway with the built-in mock vendor', () => {
     const raw = await fetch(`${gateway.url}/v1/embeddings`, {
       method: 'POST',
       headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mock-embedding', input: [[1, 2, 3], [4, 5]], encoding_format: 'base64', dimensions: 64 }),
+      body: JSON.stringify({
+        model: 'mock-embedding',
+        input: [
+          [1, 2, 3],
+          [4, 5],
+        ],
+        encoding_format: 'base64',
+        dimensions: 64,
+      }),
     });
     const body = (await raw.json()) as { data: Array<{ embedding: string }> };
     assert.equal(body.data.length, 2);
@@ -264,11 +322,18 @@ describe('gateway with the built-in mock vendor', () => {
   });
   it('answers real model ids offline, as a client would call them for real', async () => {
     for (const model of ['gpt-4o-mini', 'claude-sonnet-4-5', 'deepseek-chat']) {
-      const completion = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello offline' }] });
+      const completion = await client.chat.completions.create({
+        model,
+        messages: [{ role: 'user', content: 'Hello offline' }],
+      });
       assert.equal(completion.model, model);
       assert.match(completion.choices[0]!.message.content ?? '', /Hello offline/);
     }
-    const embedded = await client.embeddings.create({ model: 'text-embedding-3-small', input: 'hello', encoding_format: 'float' });
-    assert.equal(embedded.data[0]!.embedding.length, 1536, 'the model\'s own dimensions');
+    const embedded = await client.embeddings.create({
+      model: 'text-embedding-3-small',
+      input: 'hello',
+      encoding_format: 'float',
+    });
+    assert.equal(embedded.data[0]!.embedding.length, 1536, "the model's own dimensions");
   });
 });

@@ -37,14 +37,23 @@ describe('a client that hangs up before its answer', () => {
   it('is logged with status 499 (not 404), counted as status_class="499" and kept out of the latency histograms', async () => {
     const route = '/v1/chat/completions';
     const before = await scrape();
-    const firstBytesBefore = series(before, 'switchyard_http_time_to_first_byte_seconds_count', { route, model: 'mock-chat' });
-    const durationsBefore = series(before, 'switchyard_http_request_duration_seconds_count', { route, status_class: '4xx' });
+    const firstBytesBefore = series(before, 'switchyard_http_time_to_first_byte_seconds_count', {
+      route,
+      model: 'mock-chat',
+    });
+    const durationsBefore = series(before, 'switchyard_http_request_duration_seconds_count', {
+      route,
+      status_class: '4xx',
+    });
     const controller = new AbortController();
     const held = fetch(`${gateway.url}${route}`, {
       method: 'POST',
       signal: controller.signal,
       headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: '[mock:slow:5000] wait for me' }] }),
+      body: JSON.stringify({
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: '[mock:slow:5000] wait for me' }],
+      }),
     });
     setTimeout(() => controller.abort(), 500);
     await assert.rejects(held);
@@ -53,10 +62,23 @@ describe('a client that hangs up before its answer', () => {
     assert.match(line, /the client closed the connection before the answer/);
     assert.ok(!gateway.logs.some((l) => l.includes('"status":404')), 'no 404 logged');
     const after = await scrape();
-    assert.equal(series(after, 'switchyard_http_requests_total', { route, model: 'mock-chat', status_class: '499' }), 1);
-    assert.equal(series(after, 'switchyard_http_requests_total', { route, model: 'mock-chat', status_class: '4xx' }), 0);
-    assert.equal(series(after, 'switchyard_http_time_to_first_byte_seconds_count', { route, model: 'mock-chat' }), firstBytesBefore, 'no time to first byte: none was sent');
-    assert.equal(series(after, 'switchyard_http_request_duration_seconds_count', { route, status_class: '4xx' }), durationsBefore);
+    assert.equal(
+      series(after, 'switchyard_http_requests_total', { route, model: 'mock-chat', status_class: '499' }),
+      1,
+    );
+    assert.equal(
+      series(after, 'switchyard_http_requests_total', { route, model: 'mock-chat', status_class: '4xx' }),
+      0,
+    );
+    assert.equal(
+      series(after, 'switchyard_http_time_to_first_byte_seconds_count', { route, model: 'mock-chat' }),
+      firstBytesBefore,
+      'no time to first byte: none was sent',
+    );
+    assert.equal(
+      series(after, 'switchyard_http_request_duration_seconds_count', { route, status_class: '4xx' }),
+      durationsBefore,
+    );
   });
 
   it('a request answered in full is still counted and timed as before', async () => {
@@ -68,7 +90,18 @@ describe('a client that hangs up before its answer', () => {
     assert.equal(answer.status, 200);
     await answer.json();
     const metrics = await scrape();
-    assert.ok(series(metrics, 'switchyard_http_requests_total', { route: '/v1/chat/completions', model: 'mock-chat', status_class: '2xx' }) >= 1);
-    assert.ok(series(metrics, 'switchyard_http_time_to_first_byte_seconds_count', { route: '/v1/chat/completions', model: 'mock-chat' }) >= 1);
+    assert.ok(
+      series(metrics, 'switchyard_http_requests_total', {
+        route: '/v1/chat/completions',
+        model: 'mock-chat',
+        status_class: '2xx',
+      }) >= 1,
+    );
+    assert.ok(
+      series(metrics, 'switchyard_http_time_to_first_byte_seconds_count', {
+        route: '/v1/chat/completions',
+        model: 'mock-chat',
+      }) >= 1,
+    );
   });
 });

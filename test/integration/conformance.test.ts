@@ -27,7 +27,8 @@ const weatherTool: OpenAI.Chat.Completions.ChatCompletionTool = {
     parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
   },
 };
-const image = 'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+const image =
+  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
 
 function assertCompletionShape(completion: OpenAI.Chat.Completions.ChatCompletion, model: string) {
   assert.match(completion.id, /^chatcmpl-/);
@@ -40,7 +41,10 @@ function assertCompletionShape(completion: OpenAI.Chat.Completions.ChatCompletio
   assert.equal(choice.message.role, 'assistant');
   assert.ok('content' in choice.message && 'refusal' in choice.message, `${model}: content and refusal present`);
   assert.ok(['stop', 'tool_calls'].includes(choice.finish_reason));
-  assert.ok(completion.usage && completion.usage.total_tokens === completion.usage.prompt_tokens + completion.usage.completion_tokens);
+  assert.ok(
+    completion.usage &&
+      completion.usage.total_tokens === completion.usage.prompt_tokens + completion.usage.completion_tokens,
+  );
 }
 
 async function collect(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>) {
@@ -111,7 +115,12 @@ describe('every vendor behind one API', () => {
 
       it('streams with usage', async () => {
         const { chunks, text, finish } = await collect(
-          await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hello' }], stream: true, stream_options: { include_usage: true } }),
+          await client.chat.completions.create({
+            model,
+            messages: [{ role: 'user', content: 'Hello' }],
+            stream: true,
+            stream_options: { include_usage: true },
+          }),
         );
         assert.equal(new Set(chunks.map((c) => c.id)).size, 1, 'one id across the stream');
         assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk'));
@@ -124,7 +133,9 @@ describe('every vendor behind one API', () => {
       });
 
       it('runs a tool round trip, plain and streamed', async () => {
-        const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [{ role: 'user', content: 'What is the weather in Oslo?' }];
+        const messages: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+          { role: 'user', content: 'What is the weather in Oslo?' },
+        ];
         const first = await client.chat.completions.create({ model, messages, tools: [weatherTool] });
         assertCompletionShape(first, model);
         assert.equal(first.choices[0]!.finish_reason, 'tool_calls');
@@ -133,7 +144,9 @@ describe('every vendor behind one API', () => {
         assert.equal(call.function.name, 'get_weather');
         assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Oslo' });
 
-        const streamed = await collect(await client.chat.completions.create({ model, messages, tools: [weatherTool], stream: true }));
+        const streamed = await collect(
+          await client.chat.completions.create({ model, messages, tools: [weatherTool], stream: true }),
+        );
         assert.equal(streamed.finish, 'tool_calls');
         assert.equal(streamed.calls.length, 1);
         assert.equal(streamed.calls[0]!.name, 'get_weather');
@@ -148,17 +161,32 @@ describe('every vendor behind one API', () => {
         assertCompletionShape(answer, model);
         assert.equal(answer.choices[0]!.finish_reason, 'stop');
         assert.match(answer.choices[0]!.message.content ?? '', /21/);
-        const answerStream = await collect(await client.chat.completions.create({ model, messages: followUp, tools: [weatherTool], stream: true }));
+        const answerStream = await collect(
+          await client.chat.completions.create({ model, messages: followUp, tools: [weatherTool], stream: true }),
+        );
         assert.match(answerStream.text, /21/);
       });
 
       it(images ? 'takes an image part' : 'refuses an image part (text-only model)', async () => {
         const request = client.chat.completions.create({
           model,
-          messages: [{ role: 'user', content: [{ type: 'text', text: 'What is this?' }, { type: 'image_url', image_url: { url: image } }] }],
+          messages: [
+            {
+              role: 'user',
+              content: [
+                { type: 'text', text: 'What is this?' },
+                { type: 'image_url', image_url: { url: image } },
+              ],
+            },
+          ],
         });
         if (images) assertCompletionShape(await request, model);
-        else await assert.rejects(request, (error: unknown) => error instanceof OpenAI.APIError && error.status === 400 && error.param === 'messages[0].content[1].type');
+        else
+          await assert.rejects(
+            request,
+            (error: unknown) =>
+              error instanceof OpenAI.APIError && error.status === 400 && error.param === 'messages[0].content[1].type',
+          );
       });
     });
   }

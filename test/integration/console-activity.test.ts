@@ -67,9 +67,16 @@ describe('console activity API', () => {
   let carolRows: LogRow[] = [];
 
   async function person(email: string, keyNames: string[]): Promise<Person> {
-    const created = await admin.request<Account>('POST', '/console/api/admin/accounts', { email, password: 'member-password', role: 'member' });
+    const created = await admin.request<Account>('POST', '/console/api/admin/accounts', {
+      email,
+      password: 'member-password',
+      role: 'member',
+    });
     assert.equal(created.status, 201, JSON.stringify(created.json));
-    assert.equal((await admin.request('POST', `/console/api/admin/accounts/${created.json.id}/credits`, { amount_usd: 5 })).status, 200);
+    assert.equal(
+      (await admin.request('POST', `/console/api/admin/accounts/${created.json.id}/credits`, { amount_usd: 5 })).status,
+      200,
+    );
     const console = client();
     assert.equal((await console.signIn(email, 'member-password')).status, 200);
     const keys: Key[] = [];
@@ -97,13 +104,22 @@ describe('console activity API', () => {
   }
 
   const list = (who: ConsoleClient, query = '') => who.request<Page>('GET', `/console/api/requests${query}`);
-  const histogram = (who: ConsoleClient, query = '') => who.request<Histogram>('GET', `/console/api/requests/histogram${query}`);
+  const histogram = (who: ConsoleClient, query = '') =>
+    who.request<Histogram>('GET', `/console/api/requests/histogram${query}`);
   const madeBy = (p: Person) => p.keys.flatMap((key) => made.get(key.id)!).sort();
 
   before(async () => {
     let url: string;
     ({ redis, url } = await freshRedis(15));
-    gateway = await startGateway({ env: { REDIS_URL: url, TRUST_PROXY: 'on', ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, ADMIN_TOKEN: 'activity-admin-token' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: url,
+        TRUST_PROXY: 'on',
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: adminPassword,
+        ADMIN_TOKEN: 'activity-admin-token',
+      },
+    });
     admin = client();
     assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
     alice = await person('alice@activity.test', ['alice one', 'alice two']);
@@ -111,20 +127,46 @@ describe('console activity API', () => {
     carol = await person('carol@activity.test', ['carol one']);
 
     const [a1, a2] = alice.keys as [Key, Key];
-    for (let i = 0; i < 3; i++) await call(a1, { model, messages: [{ role: 'user', content: `hello ${i}` }], max_tokens: 8 }, { status: 200 });
-    await call(a1, { model, stream: true, messages: [{ role: 'user', content: 'Count slowly [mock:slow:20]' }], max_tokens: 4 }, { status: 200 });
+    for (let i = 0; i < 3; i++)
+      await call(a1, { model, messages: [{ role: 'user', content: `hello ${i}` }], max_tokens: 8 }, { status: 200 });
+    await call(
+      a1,
+      { model, stream: true, messages: [{ role: 'user', content: 'Count slowly [mock:slow:20]' }], max_tokens: 4 },
+      { status: 200 },
+    );
     await call(a1, { model, messages: 'not a list' }, { status: 400, logged: 'refused' });
-    await call(a1, { model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }, { status: 404, logged: 'refused' });
-    await call(a1, { model, messages: [{ role: 'user', content: 'Fail [mock:error:400]' }] }, { status: 400, logged: 'failed' });
-    for (let i = 0; i < 2; i++) await call(a2, { model: 'gpt-4o', messages: [{ role: 'user', content: `second key ${i}` }], max_tokens: 8 }, { status: 200 });
-    for (let i = 0; i < 2; i++) await call(bob.keys[0]!, { model, messages: [{ role: 'user', content: `bob ${i}` }], max_tokens: 8 }, { status: 200 });
+    await call(
+      a1,
+      { model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] },
+      { status: 404, logged: 'refused' },
+    );
+    await call(
+      a1,
+      { model, messages: [{ role: 'user', content: 'Fail [mock:error:400]' }] },
+      { status: 400, logged: 'failed' },
+    );
+    for (let i = 0; i < 2; i++)
+      await call(
+        a2,
+        { model: 'gpt-4o', messages: [{ role: 'user', content: `second key ${i}` }], max_tokens: 8 },
+        { status: 200 },
+      );
+    for (let i = 0; i < 2; i++)
+      await call(
+        bob.keys[0]!,
+        { model, messages: [{ role: 'user', content: `bob ${i}` }], max_tokens: 8 },
+        { status: 200 },
+      );
 
     // Every request's record whole: the api's half (its latency) and, unless it was refused, the worker's.
     const expected = new Set([...made.values()].flat());
     await waitFor(
       async () => {
         const rows = (await usageRows(redis)).filter((row) => expected.has(row.request_id));
-        return rows.length === expected.size && rows.every((row) => row.latency_ms !== null && (row.status === 'refused' || row.settled));
+        return (
+          rows.length === expected.size &&
+          rows.every((row) => row.latency_ms !== null && (row.status === 'refused' || row.settled))
+        );
       },
       15_000,
       'every request in the record',
@@ -147,7 +189,12 @@ describe('console activity API', () => {
       ttft_ms: null,
       created,
     });
-    carolRows = [row(1, base + 10, 'completed', 200), row(2, base + 20, 'refused', 400), row(3, base + 3600 + 5, 'failed', 502), row(4, base + 3 * 3600, 'completed', 200)];
+    carolRows = [
+      row(1, base + 10, 'completed', 200),
+      row(2, base + 20, 'refused', 400),
+      row(3, base + 3600 + 5, 'failed', 502),
+      row(4, base + 3 * 3600, 'completed', 200),
+    ];
     const record = await testRecord(redis);
     await record.transaction().execute((tx) => writeLog(tx, carolRows));
   });
@@ -160,10 +207,16 @@ describe('console activity API', () => {
   it('answers 401 not_signed_in without a session', async () => {
     const anonymous = client();
     await anonymous.open();
-    for (const path of ['/console/api/requests', '/console/api/requests/histogram', `/console/api/requests?account_id=${alice.account.id}`]) {
+    for (const path of [
+      '/console/api/requests',
+      '/console/api/requests/histogram',
+      `/console/api/requests?account_id=${alice.account.id}`,
+    ]) {
       expectError(await anonymous.request('GET', path), 401, 'not_signed_in');
     }
-    const stale = await fetch(`${gateway.url}/console/api/requests`, { headers: { cookie: 'sy_session=not-a-session' } });
+    const stale = await fetch(`${gateway.url}/console/api/requests`, {
+      headers: { cookie: 'sy_session=not-a-session' },
+    });
     assert.equal(stale.status, 401);
   });
 
@@ -182,12 +235,24 @@ describe('console activity API', () => {
     assert.deepEqual(ids(bobs.json.data), madeBy(bob));
     // Another account's key, or its time range, is not a way in either.
     const aliceKey = await list(bob.console, `?key_id=${alice.keys[0]!.id}`);
-    assert.deepEqual(aliceKey.json, { object: 'list', data: [], has_more: false, next_cursor: null, counts: { requests: 0, completed: 0, failed: 0, cancelled: 0, refused: 0 } });
-    const carolsHours = await list(bob.console, `?account_id=${carol.account.id}&since=${base}&until=${base + 4 * 3600}`);
+    assert.deepEqual(aliceKey.json, {
+      object: 'list',
+      data: [],
+      has_more: false,
+      next_cursor: null,
+      counts: { requests: 0, completed: 0, failed: 0, cancelled: 0, refused: 0 },
+    });
+    const carolsHours = await list(
+      bob.console,
+      `?account_id=${carol.account.id}&since=${base}&until=${base + 4 * 3600}`,
+    );
     assert.deepEqual(carolsHours.json.data, []);
     // Their histogram counts theirs only.
     const counted = await histogram(bob.console, `?account_id=${alice.account.id}`);
-    assert.equal(counted.json.data.reduce((sum, bar) => sum + bar.requests, 0), madeBy(bob).length);
+    assert.equal(
+      counted.json.data.reduce((sum, bar) => sum + bar.requests, 0),
+      madeBy(bob).length,
+    );
   });
 
   it('shows an admin every account’s requests, and one account’s with account_id', async () => {
@@ -208,15 +273,30 @@ describe('console activity API', () => {
     // The first page counts the whole filter's requests by how each ended, refusals included; a page after it does not.
     const firstTwo = await list(admin, `?account_id=${carol.account.id}&limit=2`);
     assert.deepEqual(firstTwo.json.counts, { requests: 4, completed: 2, failed: 1, cancelled: 0, refused: 1 });
-    const lastTwo = await list(admin, `?account_id=${carol.account.id}&limit=2&cursor=${encodeURIComponent(firstTwo.json.next_cursor!)}`);
+    const lastTwo = await list(
+      admin,
+      `?account_id=${carol.account.id}&limit=2&cursor=${encodeURIComponent(firstTwo.json.next_cursor!)}`,
+    );
     assert.equal(lastTwo.json.counts, undefined);
-    assert.deepEqual((await list(admin, `?account_id=${carol.account.id}&status=refused`)).json.counts, { requests: 1, completed: 0, failed: 0, cancelled: 0, refused: 1 });
+    assert.deepEqual((await list(admin, `?account_id=${carol.account.id}&status=refused`)).json.counts, {
+      requests: 1,
+      completed: 0,
+      failed: 0,
+      cancelled: 0,
+      refused: 1,
+    });
   });
 
   it('filters by key, model, status and time', async () => {
     const [a1, a2] = alice.keys as [Key, Key];
-    assert.deepEqual(ids((await list(alice.console, `?limit=100&key_id=${a2.id}`)).json.data), [...made.get(a2.id)!].sort());
-    assert.deepEqual(ids((await list(alice.console, `?limit=100&key_id=${a1.id}`)).json.data), [...made.get(a1.id)!].sort());
+    assert.deepEqual(
+      ids((await list(alice.console, `?limit=100&key_id=${a2.id}`)).json.data),
+      [...made.get(a2.id)!].sort(),
+    );
+    assert.deepEqual(
+      ids((await list(alice.console, `?limit=100&key_id=${a1.id}`)).json.data),
+      [...made.get(a1.id)!].sort(),
+    );
 
     const gpt4o = (await list(alice.console, '?limit=100&model=gpt-4o')).json.data;
     assert.deepEqual(ids(gpt4o), [...made.get(a2.id)!].sort());
@@ -226,7 +306,12 @@ describe('console activity API', () => {
 
     const refused = (await list(alice.console, '?limit=100&status=refused')).json.data;
     assert.deepEqual(ids(refused), [...byStatus.get('refused')!].sort());
-    assert.ok(refused.every((row) => row.status === 'refused' && row.http_status! >= 400 && row.error_code && row.cost_usd === 0 && !row.settled));
+    assert.ok(
+      refused.every(
+        (row) =>
+          row.status === 'refused' && row.http_status! >= 400 && row.error_code && row.cost_usd === 0 && !row.settled,
+      ),
+    );
     const failed = (await list(alice.console, '?status=failed')).json.data;
     assert.deepEqual(ids(failed), byStatus.get('failed'));
     assert.equal(failed[0]!.error_code, 'mock_error');
@@ -238,7 +323,8 @@ describe('console activity API', () => {
     assert.deepEqual((await list(alice.console, `?key_id=${a2.id}&status=refused`)).json.data, []);
 
     // since is inclusive, until exclusive (unix seconds or ISO 8601).
-    const hours = (query: string) => list(admin, `?account_id=${carol.account.id}${query}`).then((res) => res.json.data.map((row) => row.id));
+    const hours = (query: string) =>
+      list(admin, `?account_id=${carol.account.id}${query}`).then((res) => res.json.data.map((row) => row.id));
     assert.deepEqual(await hours(`&since=${base + 20}`), ['req_carol_4', 'req_carol_3', 'req_carol_2']);
     assert.deepEqual(await hours(`&until=${base + 20}`), ['req_carol_1']);
     assert.deepEqual(await hours(`&since=${base + 20}&until=${base + 3 * 3600}`), ['req_carol_3', 'req_carol_2']);
@@ -258,7 +344,10 @@ describe('console activity API', () => {
       let cursor: string | null = null;
       let pages = 0;
       do {
-        const page: ConsoleResponse<Page> = await list(admin, `?limit=${size}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`);
+        const page: ConsoleResponse<Page> = await list(
+          admin,
+          `?limit=${size}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`,
+        );
         assert.equal(page.status, 200, JSON.stringify(page.json));
         assert.ok(page.json.data.length <= size);
         assert.equal(page.json.has_more, page.json.next_cursor !== null);
@@ -276,9 +365,15 @@ describe('console activity API', () => {
     }
     // A member's pages stay within their account, filters and all.
     const first = await list(alice.console, '?limit=2&status=completed');
-    const second = await list(alice.console, `?limit=100&status=completed&cursor=${encodeURIComponent(first.json.next_cursor!)}`);
+    const second = await list(
+      alice.console,
+      `?limit=100&status=completed&cursor=${encodeURIComponent(first.json.next_cursor!)}`,
+    );
     const completedOfAlice = (await list(alice.console, '?limit=100&status=completed')).json.data.map((row) => row.id);
-    assert.deepEqual([...first.json.data, ...second.json.data].map((row) => row.id), completedOfAlice);
+    assert.deepEqual(
+      [...first.json.data, ...second.json.data].map((row) => row.id),
+      completedOfAlice,
+    );
   });
 
   it('counts requests and errors per bar of a round size, at most about 120 bars over at most 31 days', async () => {
@@ -311,14 +406,23 @@ describe('console activity API', () => {
     );
     assert.ok(own.json.data.every((bar) => bar.start % 900 === 0));
     // Filters apply as to the list.
-    const failedOnly = await histogram(admin, `?account_id=${carol.account.id}&since=${base}&until=${base + 4 * 3600}&status=failed`);
+    const failedOnly = await histogram(
+      admin,
+      `?account_id=${carol.account.id}&since=${base}&until=${base + 4 * 3600}&status=failed`,
+    );
     assert.deepEqual(failedOnly.json.data, [{ start: base + 3600, requests: 1, errors: 1 }]);
 
     // Alice's requests of the last minutes: every one counted, the three not completed as errors.
     const alices = await histogram(alice.console, '?since=' + (Math.floor(Date.now() / 1000) - 3600));
     assert.equal(alices.json.bucket_seconds, 60);
-    assert.equal(alices.json.data.reduce((sum, bar) => sum + bar.requests, 0), madeBy(alice).length);
-    assert.equal(alices.json.data.reduce((sum, bar) => sum + bar.errors, 0), 3);
+    assert.equal(
+      alices.json.data.reduce((sum, bar) => sum + bar.requests, 0),
+      madeBy(alice).length,
+    );
+    assert.equal(
+      alices.json.data.reduce((sum, bar) => sum + bar.errors, 0),
+      3,
+    );
     assert.ok(alices.json.data.length <= 60);
 
     // The size for each range: the smallest round one with at most 120 bars.
@@ -375,19 +479,38 @@ describe('console activity API', () => {
     // Three completions, the stream, the invalid body and the vendor's failure.
     assert.deepEqual([mini.requests, mini.errors], [6, 2]);
     assert.equal(mini.error_rate, 2 / 6);
-    assert.ok(mini.latency_p50_ms !== null && mini.latency_p95_ms !== null && mini.latency_p50_ms <= mini.latency_p95_ms);
+    assert.ok(
+      mini.latency_p50_ms !== null && mini.latency_p95_ms !== null && mini.latency_p50_ms <= mini.latency_p95_ms,
+    );
     assert.ok(mini.ttft_p50_ms !== null && mini.ttft_p50_ms >= 0, 'the stream gives a time to first token');
     const gpt4o = byModel.get('gpt-4o')!;
     assert.deepEqual([gpt4o.requests, gpt4o.errors, gpt4o.error_rate, gpt4o.ttft_p50_ms], [2, 0, 0, null]);
-    assert.deepEqual([byModel.get('')!.requests, byModel.get('')!.refused, byModel.get('')!.error_rate, byModel.get('')!.latency_p50_ms], [1, 1, 1, null]);
+    assert.deepEqual(
+      [
+        byModel.get('')!.requests,
+        byModel.get('')!.refused,
+        byModel.get('')!.error_rate,
+        byModel.get('')!.latency_p50_ms,
+      ],
+      [1, 1, 1, null],
+    );
     // The report's filters hold for it too.
-    const oneKey = await alice.console.request<{ latency: Latency[] }>('GET', `/console/api/usage?days=7&key_id=${alice.keys[1]!.id}`);
+    const oneKey = await alice.console.request<{ latency: Latency[] }>(
+      'GET',
+      `/console/api/usage?days=7&key_id=${alice.keys[1]!.id}`,
+    );
     assert.deepEqual(
       oneKey.json.latency.map((row) => [row.model, row.requests]),
       [['gpt-4o', 2]],
     );
-    const oneModel = await alice.console.request<{ latency: Latency[] }>('GET', `/console/api/usage?days=7&model=${model}`);
-    assert.deepEqual(oneModel.json.latency.map((row) => row.model), [model]);
+    const oneModel = await alice.console.request<{ latency: Latency[] }>(
+      'GET',
+      `/console/api/usage?days=7&model=${model}`,
+    );
+    assert.deepEqual(
+      oneModel.json.latency.map((row) => row.model),
+      [model],
+    );
     // Only the account's own: Bob's report has his model alone, with his two.
     const bobs = await bob.console.request<{ latency: Latency[] }>('GET', '/console/api/usage?days=7');
     assert.deepEqual(

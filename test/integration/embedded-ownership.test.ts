@@ -25,18 +25,27 @@ function recordingLog(): RecordLog & { lines: string[] } {
   return { lines, info: push, warn: push, error: push };
 }
 
-const answers = (url: string) => onDatabase(url, async (client) => (await client.query<{ n: number }>('select 1 as n')).rows[0]!.n);
+const answers = (url: string) =>
+  onDatabase(url, async (client) => (await client.query<{ n: number }>('select 1 as n')).rows[0]!.n);
 
-const postmaster = (dataDir: string) => Number(readFileSync(join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
+const postmaster = (dataDir: string) =>
+  Number(readFileSync(join(dataDir, 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
 
-describe('the embedded record\'s owner', () => {
+describe("the embedded record's owner", () => {
   const { defer, tempDir } = cleanupsAfter();
 
   it('killed with its server left running: a peer adopts the server, and stops it on close', async () => {
     const dataDir = tempDir('sy-own-');
     const owner = spawn(
       process.execPath,
-      ['--import', 'tsx', '--input-type=module', '-e', `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ${JSON.stringify(dataDir)}); console.log('owner ready'); setInterval(() => {}, 1000);`],
+      [
+        '--import',
+        'tsx',
+        '--input-type=module',
+        '-e',
+        `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ` +
+          `${JSON.stringify(dataDir)}); console.log('owner ready'); setInterval(() => {}, 1000);`,
+      ],
       { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
     );
     defer(() => owner.kill('SIGKILL'));
@@ -54,8 +63,14 @@ describe('the embedded record\'s owner', () => {
     owner.kill('SIGKILL');
     await once(owner, 'exit');
     await waitFor(() => peer.owner === process.pid, 10_000, 'the peer to adopt the server');
-    assert.ok(log.lines.some((line) => line.includes(`(pid ${owner.pid}) has stopped`)), log.lines.join('\n'));
-    assert.ok(log.lines.some((line) => line.includes('left running by a process that is gone')), log.lines.join('\n'));
+    assert.ok(
+      log.lines.some((line) => line.includes(`(pid ${owner.pid}) has stopped`)),
+      log.lines.join('\n'),
+    );
+    assert.ok(
+      log.lines.some((line) => line.includes('left running by a process that is gone')),
+      log.lines.join('\n'),
+    );
     assert.equal(postmaster(dataDir), server, 'the same server, adopted');
     assert.equal(peer.source, 'embedded');
     assert.equal(await answers(peer.url), 1);
@@ -86,7 +101,15 @@ describe('the embedded record\'s owner', () => {
       // A second's grace here; 10 s in a gateway.
       const owner = spawn(
         process.execPath,
-        ['--import', 'tsx', '--input-type=module', '-e', `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ${JSON.stringify(dataDir)}, { orphanGraceMs: 1000 }); console.log('owner ready'); setInterval(() => {}, 1000);`],
+        [
+          '--import',
+          'tsx',
+          '--input-type=module',
+          '-e',
+          `const { locateRecord } = await import('./storage/record/embedded.ts'); await locateRecord(undefined, ` +
+            `${JSON.stringify(dataDir)}, { orphanGraceMs: 1000 }); console.log('owner ready'); setInterval(() => ` +
+            `{}, 1000);`,
+        ],
         { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
       );
       defer(() => owner.kill('SIGKILL'));

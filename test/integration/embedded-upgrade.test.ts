@@ -75,66 +75,87 @@ async function makePgliteRecord(folder: string): Promise<void> {
 describe('a DATA_DIR of the PGlite embedded record', () => {
   const { defer, tempDir } = cleanupsAfter();
 
-  it('is refused while an older gateway holds it, then upgraded on the first start: keys, balances, ledger and usage kept, the folder kept renamed', async () => {
-    const dataDir = tempDir('sy-upg-');
-    await makePgliteRecord(join(dataDir, 'pg'));
-    const redis = await startPrivateRedis({ aof: false });
-    defer(() => redis.remove());
-    const env = { DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redis.url, ADMIN_TOKEN: adminToken };
+  it(
+    'is refused while an older gateway holds it, then upgraded on the first start: keys, balances, ledger and ' +
+      'usage kept, the folder kept renamed',
+    async () => {
+      const dataDir = tempDir('sy-upg-');
+      await makePgliteRecord(join(dataDir, 'pg'));
+      const redis = await startPrivateRedis({ aof: false });
+      defer(() => redis.remove());
+      const env = { DATABASE_URL: '', DATA_DIR: dataDir, REDIS_URL: redis.url, ADMIN_TOKEN: adminToken };
 
-    // An older gateway (this live process, as far as the lock says) still serves the folder.
-    writeFileSync(join(dataDir, 'pg.lock'), String(process.pid));
-    const refused = await startGateway({ env }).then(
-      (gateway) => {
-        defer(() => gateway.stop('SIGKILL'));
-        return '';
-      },
-      (error: Error) => error.message,
-    );
-    assert.match(refused, /older gateway that still runs \(pid \d+/);
-    assert.ok(existsSync(join(dataDir, 'pg', 'PG_VERSION')), 'the old record is where it was');
-    rmSync(join(dataDir, 'pg.lock'));
+      // An older gateway (this live process, as far as the lock says) still serves the folder.
+      writeFileSync(join(dataDir, 'pg.lock'), String(process.pid));
+      const refused = await startGateway({ env }).then(
+        (gateway) => {
+          defer(() => gateway.stop('SIGKILL'));
+          return '';
+        },
+        (error: Error) => error.message,
+      );
+      assert.match(refused, /older gateway that still runs \(pid \d+/);
+      assert.ok(existsSync(join(dataDir, 'pg', 'PG_VERSION')), 'the old record is where it was');
+      rmSync(join(dataDir, 'pg.lock'));
 
-    const gateway = await startGateway({ env });
-    defer(() => gateway.stop('SIGKILL'));
-    assert.ok(gateway.logs.some((line) => line.includes('upgraded the embedded record')), gateway.logs.join('\n'));
-    assert.ok(gateway.logs.some((line) => line.includes('pg.pglite-backup')), 'the log names the backup');
-    assert.ok(!existsSync(join(dataDir, 'pg')), 'the old folder is renamed');
-    const backup = join(dataDir, 'pg.pglite-backup');
-    assert.ok(existsSync(join(backup, 'PG_VERSION')), 'and kept');
-    assert.equal(lstatSync(backup).mode & 0o777, 0o700);
-    assert.ok(readdirSync(backup).every((name) => (lstatSync(join(backup, name)).mode & 0o077) === 0), 'the backup is the operator\'s alone');
+      const gateway = await startGateway({ env });
+      defer(() => gateway.stop('SIGKILL'));
+      assert.ok(
+        gateway.logs.some((line) => line.includes('upgraded the embedded record')),
+        gateway.logs.join('\n'),
+      );
+      assert.ok(
+        gateway.logs.some((line) => line.includes('pg.pglite-backup')),
+        'the log names the backup',
+      );
+      assert.ok(!existsSync(join(dataDir, 'pg')), 'the old folder is renamed');
+      const backup = join(dataDir, 'pg.pglite-backup');
+      assert.ok(existsSync(join(backup, 'PG_VERSION')), 'and kept');
+      assert.equal(lstatSync(backup).mode & 0o777, 0o700);
+      assert.ok(
+        readdirSync(backup).every((name) => (lstatSync(join(backup, name)).mode & 0o077) === 0),
+        "the backup is the operator's alone",
+      );
 
-    const { admin } = adminClient(() => gateway.url, adminToken);
-    const account = (await admin('GET', '/admin/accounts/acct_old')).json;
-    assert.equal(account.email, 'old@example.com');
-    assert.equal(account.balance_usd, 11.111111);
-    const ledger = (await admin('GET', '/admin/accounts/acct_old/ledger')).json.data as Json[];
-    assert.deepEqual(
-      ledger.map((entry) => [entry.amount_usd, entry.balance_usd, entry.note]),
-      [
-        [2.345678, 12.345678, 'second'],
-        [10, 10, 'first'],
-      ],
-    );
-    const key = (await admin('GET', '/admin/keys/key_old')).json;
-    assert.equal(key.spent_usd, 1.234567);
-    const usage = ((await admin('GET', '/admin/usage?account_id=acct_old')).json.data as Json[])[0];
-    assert.equal(usage?.requests, 2);
+      const { admin } = adminClient(() => gateway.url, adminToken);
+      const account = (await admin('GET', '/admin/accounts/acct_old')).json;
+      assert.equal(account.email, 'old@example.com');
+      assert.equal(account.balance_usd, 11.111111);
+      const ledger = (await admin('GET', '/admin/accounts/acct_old/ledger')).json.data as Json[];
+      assert.deepEqual(
+        ledger.map((entry) => [entry.amount_usd, entry.balance_usd, entry.note]),
+        [
+          [2.345678, 12.345678, 'second'],
+          [10, 10, 'first'],
+        ],
+      );
+      const key = (await admin('GET', '/admin/keys/key_old')).json;
+      assert.equal(key.spent_usd, 1.234567);
+      const usage = ((await admin('GET', '/admin/usage?account_id=acct_old')).json.data as Json[])[0];
+      assert.equal(usage?.requests, 2);
 
-    // The key authenticates and spends; a new credit takes the next ledger id (the sequence went on).
-    const answer = await gateway.client(secret).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'still here' }] });
-    assert.ok(answer.choices[0]!.message.content);
-    assert.equal((await admin('POST', '/admin/accounts/acct_old/credits', { amount_usd: 1, note: 'third' })).status, 200);
-    const after = (await admin('GET', '/admin/accounts/acct_old/ledger')).json.data as Json[];
-    assert.equal(after[0]!.note, 'third');
-    assert.ok(Number(after[0]!.id) > Number(after[1]!.id));
-    assert.equal(await gateway.stop(), 0);
+      // The key authenticates and spends; a new credit takes the next ledger id (the sequence went on).
+      const answer = await gateway
+        .client(secret)
+        .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'still here' }] });
+      assert.ok(answer.choices[0]!.message.content);
+      assert.equal(
+        (await admin('POST', '/admin/accounts/acct_old/credits', { amount_usd: 1, note: 'third' })).status,
+        200,
+      );
+      const after = (await admin('GET', '/admin/accounts/acct_old/ledger')).json.data as Json[];
+      assert.equal(after[0]!.note, 'third');
+      assert.ok(Number(after[0]!.id) > Number(after[1]!.id));
+      assert.equal(await gateway.stop(), 0);
 
-    // A second start finds nothing left to upgrade.
-    const again = await startGateway({ env });
-    defer(() => again.stop('SIGKILL'));
-    assert.ok(!again.logs.some((line) => line.includes('upgrad')), again.logs.join('\n'));
-    assert.equal((await adminClient(() => again.url, adminToken).admin('GET', '/admin/accounts/acct_old')).json.email, 'old@example.com');
-  });
+      // A second start finds nothing left to upgrade.
+      const again = await startGateway({ env });
+      defer(() => again.stop('SIGKILL'));
+      assert.ok(!again.logs.some((line) => line.includes('upgrad')), again.logs.join('\n'));
+      assert.equal(
+        (await adminClient(() => again.url, adminToken).admin('GET', '/admin/accounts/acct_old')).json.email,
+        'old@example.com',
+      );
+    },
+  );
 });

@@ -38,10 +38,13 @@ describe('endpoint route', () => {
     assert.equal(prefersAsync('return=minimal'), false);
     assert.equal(prefersAsync(undefined), false);
     assert.equal(asyncMode({ get: () => 'respond-async' }, false), true);
-    assert.throws(() => asyncMode({ get: () => 'respond-async' }, true), (e: unknown) => e instanceof GatewayError && e.status === 400 && e.param === 'stream');
+    assert.throws(
+      () => asyncMode({ get: () => 'respond-async' }, true),
+      (e: unknown) => e instanceof GatewayError && e.status === 400 && e.param === 'stream',
+    );
   });
 
-  it("refuses a model the key may not use, before anything is queued or reserved", async () => {
+  it('refuses a model the key may not use, before anything is queued or reserved', async () => {
     const { key } = await paidAccountKey(redis, 1_000_000, { models: ['mock-chat'] });
     const response = await chat(key, {});
     assert.equal(response.status, 403);

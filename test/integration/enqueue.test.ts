@@ -13,7 +13,9 @@ import { QueueShards } from '../../shared/queue-shards.js';
 import { queueNames } from '../../shared/queues.js';
 import { freshRedis } from '../support/gateway.js';
 
-/** The api's enqueue (`api/requests/enqueue.ts`): the reservation and the add, on a real Redis and real BullMQ queues. */
+/**
+ * The api's enqueue (`api/requests/enqueue.ts`): the reservation and the add, on a real Redis and real BullMQ queues.
+ */
 
 let redis: Redis;
 let queues: QueueShards;
@@ -43,7 +45,17 @@ function plan(id: string, extra: Partial<JobPlan> = {}): JobPlan {
     id,
     queue: 'chat',
     mode: 'held',
-    data: { requestId: id, replyTo: 'sy:reply:test', keyId: 'k1', accountId: 'a1', endpoint: 'chat.completions', model: 'gpt-4o-mini', stream: false, deadline, payload } as JobPlan['data'],
+    data: {
+      requestId: id,
+      replyTo: 'sy:reply:test',
+      keyId: 'k1',
+      accountId: 'a1',
+      endpoint: 'chat.completions',
+      model: 'gpt-4o-mini',
+      stream: false,
+      deadline,
+      payload,
+    } as JobPlan['data'],
     payload,
     options: { jobId: id, attempts: 1 },
     deadline,
@@ -58,7 +70,13 @@ describe('enqueue', () => {
   it('reserves a held job and adds it in one go: queued, its worst case held against the key and the account', async () => {
     const job = plan('req_held');
     const queue = queueFor(deps(), job, payer);
-    const enqueued = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 400, tokens: 10 } }, fair }, log);
+    const enqueued = await enqueue(
+      deps(),
+      queue,
+      job,
+      { spend: { access, estimate: { micros: 400, tokens: 10 } }, fair },
+      log,
+    );
     assert.equal(typeof enqueued.headers, 'object');
     const queued = await queue.getJob('req_held');
     assert.ok(queued, 'the job is in its queue');
@@ -71,7 +89,13 @@ describe('enqueue', () => {
   it('queues nothing for a refused request, leaves no placeholder under its id, and holds nothing', async () => {
     const job = plan('req_broke');
     const queue = queueFor(deps(), job, payer);
-    const error = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 1_001, tokens: 10 } }, fair }, log).then(
+    const error = await enqueue(
+      deps(),
+      queue,
+      job,
+      { spend: { access, estimate: { micros: 1_001, tokens: 10 } }, fair },
+      log,
+    ).then(
       () => assert.fail('queued'),
       (e: unknown) => e,
     );
@@ -101,21 +125,41 @@ describe('enqueue', () => {
   it('gives the reservation back when a queued job is abandoned (removed while it waited)', async () => {
     const job = plan('req_gone');
     const queue = queueFor(deps(), job, payer);
-    const enqueued = await enqueue(deps(), queue, job, { spend: { access, estimate: { micros: 300, tokens: 10 } }, fair }, log);
+    const enqueued = await enqueue(
+      deps(),
+      queue,
+      job,
+      { spend: { access, estimate: { micros: 300, tokens: 10 } }, fair },
+      log,
+    );
     assert.equal(await reserved(), 300);
     enqueued.abandon();
     for (let i = 0; i < 50 && (await reserved()) !== 0; i++) await new Promise((r) => setTimeout(r, 20));
     assert.equal(await reserved(), 0);
   });
 
-  it('refuses with 503 a capability this api does not serve, and with 429 an account that fills its lane\'s waiting room, not another account', async () => {
-    const chatOnly = new QueueShards(redis, config.queueShards, ['chat']);
-    const narrow = new Backpressure(redis, chatOnly, { ...config.maxWaiting, chat: 1 }, log, 200, 1);
-    const on = { queues: chatOnly, backpressure: narrow };
-    assert.throws(() => queueFor(on, { id: 'x', queue: 'image' }, payer), (e: unknown) => e instanceof GatewayError && e.status === 503);
-    queueFor(on, { id: 'a', queue: 'chat' }, payer);
-    assert.throws(() => queueFor(on, { id: 'b', queue: 'chat' }, payer), (e: unknown) => e instanceof GatewayError && e.status === 429 && e.code === 'rate_limit_exceeded' && /waiting/.test(e.message));
-    queueFor(on, { id: 'c', queue: 'chat' }, { accountId: 'a2', weight: 1 });
-    await chatOnly.close();
-  });
+  it(
+    "refuses with 503 a capability this api does not serve, and with 429 an account that fills its lane's waiting " +
+      'room, not another account',
+    async () => {
+      const chatOnly = new QueueShards(redis, config.queueShards, ['chat']);
+      const narrow = new Backpressure(redis, chatOnly, { ...config.maxWaiting, chat: 1 }, log, 200, 1);
+      const on = { queues: chatOnly, backpressure: narrow };
+      assert.throws(
+        () => queueFor(on, { id: 'x', queue: 'image' }, payer),
+        (e: unknown) => e instanceof GatewayError && e.status === 503,
+      );
+      queueFor(on, { id: 'a', queue: 'chat' }, payer);
+      assert.throws(
+        () => queueFor(on, { id: 'b', queue: 'chat' }, payer),
+        (e: unknown) =>
+          e instanceof GatewayError &&
+          e.status === 429 &&
+          e.code === 'rate_limit_exceeded' &&
+          /waiting/.test(e.message),
+      );
+      queueFor(on, { id: 'c', queue: 'chat' }, { accountId: 'a2', weight: 1 });
+      await chatOnly.close();
+    },
+  );
 });

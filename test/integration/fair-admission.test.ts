@@ -67,7 +67,9 @@ describe('fair admission through the gateway', () => {
   };
 
   const waitingOf = async (account: string) =>
-    (await readBacklog(redis, '{lane@openai}')).filter(([, who]) => who === account).reduce((sum, [, , n]) => sum + n, 0);
+    (await readBacklog(redis, '{lane@openai}'))
+      .filter(([, who]) => who === account)
+      .reduce((sum, [, , n]) => sum + n, 0);
 
   it('refuses a flood to the flooder (429 with retry-after), never to a quiet account on the same vendor or another', async () => {
     const flooder = await paidAccountKey(redis, 'unlimited');
@@ -76,7 +78,10 @@ describe('fair admission through the gateway', () => {
     const flood = await Promise.all(Array.from({ length: 40 }, () => backgroundResponse(flooder.key)));
     const refused = flood.filter((r) => r.status === 429);
     assert.ok(refused.length >= 15, `the flooder was refused ${refused.length} of 40`);
-    assert.ok(flood.every((r) => r.status === 200 || r.status === 429), `statuses: ${flood.map((r) => r.status).join(' ')}`);
+    assert.ok(
+      flood.every((r) => r.status === 200 || r.status === 429),
+      `statuses: ${flood.map((r) => r.status).join(' ')}`,
+    );
     assert.equal(refused[0]!.body.error?.code, 'rate_limit_exceeded');
     await waitFor(async () => (await waitingOf(flooder.account)) >= 15, 5_000, 'the flood counted in the lane');
 
@@ -86,10 +91,21 @@ describe('fair admission through the gateway', () => {
       Promise.all(Array.from({ length: 4 }, () => chat(quiet.key, openaiModel))),
       Promise.all(Array.from({ length: 4 }, () => chat(quiet.key, anthropicModel))),
     ]);
-    assert.deepEqual(openaiAnswers.map((r) => r.status), [200, 200, 200, 200], 'the quiet account on the flooded vendor');
-    assert.deepEqual(anthropicAnswers.map((r) => r.status), [200, 200, 200, 200], 'the quiet account on another vendor');
+    assert.deepEqual(
+      openaiAnswers.map((r) => r.status),
+      [200, 200, 200, 200],
+      'the quiet account on the flooded vendor',
+    );
+    assert.deepEqual(
+      anthropicAnswers.map((r) => r.status),
+      [200, 200, 200, 200],
+      'the quiet account on another vendor',
+    );
     // Its requests went ahead of the flood's backlog: 4 calls of 400 ms at a cap of 1, and the one in flight.
-    assert.ok(Date.now() - started < 4_000, `the quiet account's requests took ${Date.now() - started} ms behind a backlog of ${refused.length ? 20 : 0}`);
+    assert.ok(
+      Date.now() - started < 4_000,
+      `the quiet account's requests took ${Date.now() - started} ms behind a backlog of ${refused.length ? 20 : 0}`,
+    );
 
     // The 429 says when to retry and which limit.
     const more = await backgroundResponse(flooder.key);
@@ -104,9 +120,16 @@ describe('fair admission through the gateway', () => {
 
     // Cancel every background response still queued: each leaves the lane's count at once.
     for (const { body } of flood.filter((r) => r.status === 200)) {
-      await fetch(`${gateway.url}/v1/responses/${body.id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${flooder.key}` } });
+      await fetch(`${gateway.url}/v1/responses/${body.id}/cancel`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${flooder.key}` },
+      });
     }
-    if (more.status === 200) await fetch(`${gateway.url}/v1/responses/${more.body.id}/cancel`, { method: 'POST', headers: { authorization: `Bearer ${flooder.key}` } });
+    if (more.status === 200)
+      await fetch(`${gateway.url}/v1/responses/${more.body.id}/cancel`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${flooder.key}` },
+      });
     await waitFor(async () => (await waitingOf(flooder.account)) === 0, 10_000, 'the cancelled responses uncounted');
   });
 
@@ -115,17 +138,25 @@ describe('fair admission through the gateway', () => {
     // One in flight on the capped vendor, so the next ones wait.
     const blocker = chat(account.key, openaiModel);
     const queued = await Promise.all(Array.from({ length: 2 }, () => backgroundResponse(account.key)));
-    assert.deepEqual(queued.map((r) => r.status), [200, 200]);
+    assert.deepEqual(
+      queued.map((r) => r.status),
+      [200, 200],
+    );
     await waitFor(async () => (await waitingOf(account.account)) >= 1, 5_000, 'the responses counted');
-    for (const { body } of queued) await fetch(`${gateway.url}/v1/responses/${body.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${account.key}` } });
+    for (const { body } of queued)
+      await fetch(`${gateway.url}/v1/responses/${body.id}`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${account.key}` },
+      });
     await waitFor(async () => (await waitingOf(account.account)) === 0, 10_000, 'the deleted responses uncounted');
     assert.equal((await blocker).status, 200);
   });
 
-  it('moves an account\'s tag only for requests admitted: retrying against its own rate limit costs it nothing', async () => {
+  it("moves an account's tag only for requests admitted: retrying against its own rate limit costs it nothing", async () => {
     const other = await paidAccountKey(redis, 'unlimited');
     const limited = await paidAccountKey(redis, 'unlimited', { rpm: 2 });
-    // The other account keeps the lane busy (its cap and a tenth taken, the rest waiting), so the band's tags are not reset meanwhile.
+    // The other account keeps the lane busy (its cap and a tenth taken, the rest waiting), so the band's tags are not
+    // reset meanwhile.
     const busy = Array.from({ length: 5 }, () => chat(other.key, openaiModel));
     await waitFor(async () => (await waitingOf(other.account)) >= 2, 5_000, 'the lane busy');
     const clockBefore = Number((await redis.get('sy:fair:{lane@openai}:clock:default')) ?? 0);
@@ -135,7 +166,10 @@ describe('fair admission through the gateway', () => {
     assert.equal(statuses.filter((s) => s === 429).length, 8);
     // Each request here costs one unit (under 256 tokens reserved): two admitted, two units, whatever the refusals.
     const tag = Number(await redis.hget('sy:fair:{lane@openai}:tags:default', limited.account));
-    assert.ok(tag - clockBefore <= 3, `the limited account's tag moved ${tag - clockBefore} units for 2 admitted requests`);
+    assert.ok(
+      tag - clockBefore <= 3,
+      `the limited account's tag moved ${tag - clockBefore} units for 2 admitted requests`,
+    );
     await Promise.all(busy);
   });
 

@@ -60,7 +60,9 @@ describe('split api and worker processes', () => {
 
   it('serves requests through a worker in another process', async () => {
     const worker = await startWorker();
-    const completion = await api.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    const completion = await api
+      .client(apiKey)
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
     assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
     const embedded = await api.client(apiKey).embeddings.create({ model: 'mock-embedding', input: 'x' });
     assert.equal(embedded.data.length, 1);
@@ -162,7 +164,10 @@ describe('shutdown', () => {
    * A gateway whose vendor holds one chat call for `vendorDelayMs`, that call
    * under way: `run` gets them, and everything is torn down after it.
    */
-  async function withCallInFlight(vendorDelayMs: number, run: (gateway: GatewayProcess, apiKey: string, inFlight: Promise<unknown>) => Promise<void>): Promise<void> {
+  async function withCallInFlight(
+    vendorDelayMs: number,
+    run: (gateway: GatewayProcess, apiKey: string, inFlight: Promise<unknown>) => Promise<void>,
+  ): Promise<void> {
     const fake = await startFakeOpenAI();
     const fresh = await freshRedis(6);
     const apiKey = (await createKey(fresh.redis)).key;
@@ -171,7 +176,10 @@ describe('shutdown', () => {
     });
     try {
       fake.enqueue({ delayMs: vendorDelayMs });
-      const inFlight = gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] }).catch((error: unknown) => error);
+      const inFlight = gateway
+        .client(apiKey)
+        .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'slow' }] })
+        .catch((error: unknown) => error);
       await waitFor(() => fake.inFlight === 1, 5000, 'the vendor call');
       await run(gateway, apiKey, inFlight);
     } finally {
@@ -184,8 +192,13 @@ describe('shutdown', () => {
   it('drains on SIGTERM: in-flight requests finish, then the process exits 0', async () => {
     await withCallInFlight(1500, async (gateway, apiKey, inFlight) => {
       const exited = gateway.stop('SIGTERM');
-      await waitFor(() => gateway.logs.some((l) => l.includes('draining 1 request, up to 25 s')), 5000, 'the drain log line');
-      // While draining the listener stays open: a new request and a readiness probe get a 503, not a refused connection.
+      await waitFor(
+        () => gateway.logs.some((l) => l.includes('draining 1 request, up to 25 s')),
+        5000,
+        'the drain log line',
+      );
+      // While draining the listener stays open: a new request and a readiness probe get a 503, not a refused
+      // connection.
       const refused = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: `Bearer ${apiKey}` } });
       assert.equal(refused.status, 503);
       assert.equal(refused.headers.get('connection'), 'close');
@@ -202,7 +215,11 @@ describe('shutdown', () => {
   it('a second Ctrl-C exits at once without waiting for the drain', async () => {
     await withCallInFlight(20_000, async (gateway, _apiKey, inFlight) => {
       gateway.proc.kill('SIGINT');
-      await waitFor(() => gateway.logs.some((l) => l.includes('Ctrl-C again to exit now')), 5000, 'the first interrupt drains');
+      await waitFor(
+        () => gateway.logs.some((l) => l.includes('Ctrl-C again to exit now')),
+        5000,
+        'the first interrupt drains',
+      );
       const started = Date.now();
       const exited = gateway.stop('SIGINT');
       assert.equal(await exited, 130);

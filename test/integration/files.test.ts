@@ -25,7 +25,15 @@ import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
 const batchCap = 1024 * 1024;
 const userDataCap = 256 * 1024 * 1024;
-const jsonl = (n: number) => Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `r${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: 'mock-chat', messages: [{ role: 'user', content: `q${i}` }] } })).join('\n') + '\n';
+const jsonl = (n: number) =>
+  Array.from({ length: n }, (_, i) =>
+    JSON.stringify({
+      custom_id: `r${i}`,
+      method: 'POST',
+      url: '/v1/chat/completions',
+      body: { model: 'mock-chat', messages: [{ role: 'user', content: `q${i}` }] },
+    }),
+  ).join('\n') + '\n';
 
 /** The OpenAI error a promise rejects with. */
 async function refusal(promise: Promise<unknown>): Promise<InstanceType<typeof OpenAI.APIError>> {
@@ -46,11 +54,16 @@ function rssOf(pid: number): { now: number; peak: number } {
 }
 
 /** A multipart body (purpose first, then `size` bytes of file) made as it is sent, with no length: chunked. */
-function streamedUpload(purpose: string, size: number, seed: number): { body: ReadableStream<Uint8Array>; boundary: string } {
+function streamedUpload(
+  purpose: string,
+  size: number,
+  seed: number,
+): { body: ReadableStream<Uint8Array>; boundary: string } {
   const boundary = `----sy${randomBytes(8).toString('hex')}`;
   const head = Buffer.from(
     `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n${purpose}\r\n` +
-      `--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="large.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+      (`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="large.bin"\r\nContent-Type: ` +
+        `application/octet-stream\r\n\r\n`),
   );
   const tail = Buffer.from(`\r\n--${boundary}--\r\n`);
   let sent = -1;
@@ -74,7 +87,7 @@ function streamedUpload(purpose: string, size: number, seed: number): { body: Re
 
 function expectedDigest(size: number, seed: number): string {
   const hash = createHash('sha256');
-  for (let sent = 0; sent < size; ) {
+  for (let sent = 0; sent < size;) {
     const chunk = Buffer.alloc(Math.min(256 * 1024, size - sent), (sent / 4096 + seed) % 251);
     sent += chunk.length;
     hash.update(chunk);
@@ -104,7 +117,9 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     try {
       await waitFor(async () => added().length === 0 && (await redis.zcard(fileUploadsKey)) === 0, 10_000, what);
     } catch (error) {
-      throw new Error(`${(error as Error).message}: left ${added().join(', ') || 'no file'}; uploads under way: ${(await redis.zrange(fileUploadsKey, '0', '-1')).join(', ') || 'none'}`);
+      throw new Error(
+        `${(error as Error).message}: left ${added().join(', ') || 'no file'}; uploads under way: ${(await redis.zrange(fileUploadsKey, '0', '-1')).join(', ') || 'none'}`,
+      );
     }
   };
 
@@ -138,7 +153,10 @@ describe('the Files API (/v1/files) with the official SDK', () => {
 
   it('uploads, retrieves, downloads, lists and deletes a batch file', async () => {
     const content = jsonl(5);
-    const made = await client.files.create({ file: await toFile(Buffer.from(content), 'input.jsonl'), purpose: 'batch' });
+    const made = await client.files.create({
+      file: await toFile(Buffer.from(content), 'input.jsonl'),
+      purpose: 'batch',
+    });
     assert.match(made.id, /^file-[A-Za-z0-9]{22}$/);
     assert.equal(made.object, 'file');
     assert.equal(made.bytes, Buffer.byteLength(content));
@@ -156,13 +174,19 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const listed = await client.files.list();
     assert.ok(listed.data.some((file) => file.id === made.id));
 
-    const rawList = await fetch(`${gateway.url}/v1/files?purpose=batch`, { headers: { authorization: `Bearer ${apiKey}` } });
+    const rawList = await fetch(`${gateway.url}/v1/files?purpose=batch`, {
+      headers: { authorization: `Bearer ${apiKey}` },
+    });
     assertMatchesSchema('ListFilesResponse', await rawList.json(), 'GET /v1/files');
     const deleted = await client.files.delete(made.id);
     assertMatchesSchema('DeleteFileResponse', deleted, 'DELETE /v1/files/{id}');
     assert.deepEqual(deleted, { id: made.id, object: 'file', deleted: true });
     // One at a time: a refusal that came while the one before was awaited would be an unhandled rejection.
-    for (const call of [() => client.files.retrieve(made.id), () => client.files.content(made.id), () => client.files.delete(made.id)]) {
+    for (const call of [
+      () => client.files.retrieve(made.id),
+      () => client.files.content(made.id),
+      () => client.files.delete(made.id),
+    ]) {
       const error = await refusal(call());
       assert.equal(error.status, 404);
       assert.equal(error.message, `404 No such File object: ${made.id}`);
@@ -172,9 +196,16 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   });
 
   it("answers another account's file as unknown (404), and lists only the account's own", async () => {
-    const mine = await client.files.create({ file: await toFile(Buffer.from('private'), 'notes.txt'), purpose: 'user_data' });
+    const mine = await client.files.create({
+      file: await toFile(Buffer.from('private'), 'notes.txt'),
+      purpose: 'user_data',
+    });
     assert.equal(mine.expires_at, null, 'a user_data file is kept until deleted');
-    for (const call of [() => other.files.retrieve(mine.id), () => other.files.content(mine.id), () => other.files.delete(mine.id)]) {
+    for (const call of [
+      () => other.files.retrieve(mine.id),
+      () => other.files.content(mine.id),
+      () => other.files.delete(mine.id),
+    ]) {
       const error = await refusal(call());
       assert.equal(error.status, 404);
       assert.equal(error.message, `404 No such File object: ${mine.id}`);
@@ -188,25 +219,42 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const before = start.data.map((file) => file.id);
     const made: string[] = [];
     for (let i = 0; i < 5; i++) {
-      const file = await client.files.create({ file: await toFile(Buffer.from(jsonl(1)), `page${i}.jsonl`), purpose: i === 3 ? 'user_data' : 'batch' });
+      const file = await client.files.create({
+        file: await toFile(Buffer.from(jsonl(1)), `page${i}.jsonl`),
+        purpose: i === 3 ? 'user_data' : 'batch',
+      });
       made.push(file.id);
     }
     const all = [...before, ...made];
     const first = await client.files.list({ limit: 2, order: 'asc' });
-    assert.deepEqual(first.data.map((file) => file.id), all.slice(0, 2));
+    assert.deepEqual(
+      first.data.map((file) => file.id),
+      all.slice(0, 2),
+    );
     assert.equal(first.has_more, true);
     // The SDK's own paging follows `after` to the end.
     const walked: string[] = [];
     for await (const file of client.files.list({ limit: 2, order: 'asc' })) walked.push(file.id);
     assert.deepEqual(walked, all);
     const newest = await client.files.list({ limit: 3 });
-    assert.deepEqual(newest.data.map((file) => file.id), made.slice(2).reverse(), 'newest first by default');
+    assert.deepEqual(
+      newest.data.map((file) => file.id),
+      made.slice(2).reverse(),
+      'newest first by default',
+    );
     const next = await client.files.list({ limit: 3, after: made[2] });
-    assert.deepEqual(next.data.map((file) => file.id), all.slice(0, all.indexOf(made[2]!)).reverse().slice(0, 3));
+    assert.deepEqual(
+      next.data.map((file) => file.id),
+      all.slice(0, all.indexOf(made[2]!)).reverse().slice(0, 3),
+    );
     const userData = await client.files.list({ purpose: 'user_data', order: 'asc' });
     assert.ok(userData.data.every((file) => file.purpose === 'user_data'));
     assert.ok(userData.data.some((file) => file.id === made[3]));
-    assert.deepEqual((await client.files.list({ purpose: 'fine-tune' })).data, [], 'a purpose no file here has lists nothing');
+    assert.deepEqual(
+      (await client.files.list({ purpose: 'fine-tune' })).data,
+      [],
+      'a purpose no file here has lists nothing',
+    );
 
     const raw = await fetch(`${gateway.url}/v1/files?limit=1`, { headers: { authorization: `Bearer ${apiKey}` } });
     const page = (await raw.json()) as Record<string, unknown>;
@@ -215,7 +263,13 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     assert.equal(page.first_id, made[4]);
     assert.equal(page.last_id, made[4]);
 
-    for (const [query, param] of [['limit=0', 'limit'], ['limit=10001', 'limit'], ['limit=x', 'limit'], ['order=up', 'order'], [`after=${'file-'}nothere`, 'after']] as const) {
+    for (const [query, param] of [
+      ['limit=0', 'limit'],
+      ['limit=10001', 'limit'],
+      ['limit=x', 'limit'],
+      ['order=up', 'order'],
+      [`after=${'file-'}nothere`, 'after'],
+    ] as const) {
       const res = await fetch(`${gateway.url}/v1/files?${query}`, { headers: { authorization: `Bearer ${apiKey}` } });
       assert.equal(res.status, 400, query);
       assert.equal(((await res.json()) as { error: { param: string } }).error.param, param, query);
@@ -223,96 +277,147 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   });
 
   it('honours expires_after, and refuses one out of range', async () => {
-    const made = await client.files.create({ file: await toFile(Buffer.from('x'), 'x.txt'), purpose: 'user_data', expires_after: { anchor: 'created_at', seconds: 3600 } });
+    const made = await client.files.create({
+      file: await toFile(Buffer.from('x'), 'x.txt'),
+      purpose: 'user_data',
+      expires_after: { anchor: 'created_at', seconds: 3600 },
+    });
     assert.equal(made.expires_at, made.created_at + 3600);
-    const error = await refusal(client.files.create({ file: await toFile(Buffer.from('x'), 'x.jsonl'), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 60 } }));
+    const error = await refusal(
+      client.files.create({
+        file: await toFile(Buffer.from('x'), 'x.jsonl'),
+        purpose: 'batch',
+        expires_after: { anchor: 'created_at', seconds: 60 },
+      }),
+    );
     assert.equal(error.status, 400);
     assert.equal((error.error as { param: string }).param, 'expires_after.seconds');
   });
 
-  it('refuses a missing or unserved purpose, a missing file, stray fields and a body that is not multipart, keeping nothing', async () => {
-    const stored = new Set(filesOnDisk());
-    const post = (form: FormData) => fetch(`${gateway.url}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}` }, body: form });
-    const refused = async (res: Response, param: string | null, pattern: RegExp) => {
-      assert.equal(res.status, 400);
-      const { error } = (await res.json()) as { error: { param: string | null; message: string; type: string } };
-      assert.equal(error.type, 'invalid_request_error');
-      assert.equal(error.param, param);
-      assert.match(error.message, pattern);
-    };
+  it(
+    'refuses a missing or unserved purpose, a missing file, stray fields and a body that is not multipart, keeping ' +
+      'nothing',
+    async () => {
+      const stored = new Set(filesOnDisk());
+      const post = (form: FormData) =>
+        fetch(`${gateway.url}/v1/files`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${apiKey}` },
+          body: form,
+        });
+      const refused = async (res: Response, param: string | null, pattern: RegExp) => {
+        assert.equal(res.status, 400);
+        const { error } = (await res.json()) as { error: { param: string | null; message: string; type: string } };
+        assert.equal(error.type, 'invalid_request_error');
+        assert.equal(error.param, param);
+        assert.match(error.message, pattern);
+      };
 
-    const missing = await refusal(client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'a.jsonl'), purpose: undefined as unknown as 'batch' }));
-    assert.equal(missing.status, 400);
-    assert.equal((missing.error as { param: string }).param, 'purpose');
+      const missing = await refusal(
+        client.files.create({
+          file: await toFile(Buffer.from(jsonl(2)), 'a.jsonl'),
+          purpose: undefined as unknown as 'batch',
+        }),
+      );
+      assert.equal(missing.status, 400);
+      assert.equal((missing.error as { param: string }).param, 'purpose');
 
-    // The SDK sends the file first: it is stored, then deleted when the purpose is refused.
-    const unserved = await refusal(client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'a.jsonl'), purpose: 'assistants' }));
-    assert.equal(unserved.status, 400);
-    assert.equal((unserved.error as { param: string }).param, 'purpose');
-    assert.match(unserved.message, /'batch' or 'user_data'/);
+      // The SDK sends the file first: it is stored, then deleted when the purpose is refused.
+      const unserved = await refusal(
+        client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'a.jsonl'), purpose: 'assistants' }),
+      );
+      assert.equal(unserved.status, 400);
+      assert.equal((unserved.error as { param: string }).param, 'purpose');
+      assert.match(unserved.message, /'batch' or 'user_data'/);
 
-    const purposeFirst = new FormData();
-    purposeFirst.set('purpose', 'fine-tune');
-    purposeFirst.set('file', new Blob([jsonl(2)]), 'a.jsonl');
-    await refused(await post(purposeFirst), 'purpose', /'fine-tune'.*'batch' or 'user_data'/);
+      const purposeFirst = new FormData();
+      purposeFirst.set('purpose', 'fine-tune');
+      purposeFirst.set('file', new Blob([jsonl(2)]), 'a.jsonl');
+      await refused(await post(purposeFirst), 'purpose', /'fine-tune'.*'batch' or 'user_data'/);
 
-    const noFile = new FormData();
-    noFile.set('purpose', 'batch');
-    await refused(await post(noFile), 'file', /Missing required parameter: 'file'/);
+      const noFile = new FormData();
+      noFile.set('purpose', 'batch');
+      await refused(await post(noFile), 'file', /Missing required parameter: 'file'/);
 
-    const stray = new FormData();
-    stray.set('purpose', 'batch');
-    stray.set('model', 'gpt-4o');
-    stray.set('file', new Blob(['{}']), 'a.jsonl');
-    await refused(await post(stray), 'model', /Unrecognized request argument supplied: model/);
+      const stray = new FormData();
+      stray.set('purpose', 'batch');
+      stray.set('model', 'gpt-4o');
+      stray.set('file', new Blob(['{}']), 'a.jsonl');
+      await refused(await post(stray), 'model', /Unrecognized request argument supplied: model/);
 
-    const twoFiles = new FormData();
-    twoFiles.set('purpose', 'batch');
-    twoFiles.append('file', new Blob(['{}']), 'a.jsonl');
-    twoFiles.append('file', new Blob(['{}']), 'b.jsonl');
-    await refused(await post(twoFiles), 'file', /One file per upload/);
+      const twoFiles = new FormData();
+      twoFiles.set('purpose', 'batch');
+      twoFiles.append('file', new Blob(['{}']), 'a.jsonl');
+      twoFiles.append('file', new Blob(['{}']), 'b.jsonl');
+      await refused(await post(twoFiles), 'file', /One file per upload/);
 
-    const json = await fetch(`${gateway.url}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body: '{"purpose":"batch"}' });
-    await refused(json, null, /multipart\/form-data/);
+      const json = await fetch(`${gateway.url}/v1/files`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+        body: '{"purpose":"batch"}',
+      });
+      await refused(json, null, /multipart\/form-data/);
 
-    // A body cut inside the file part.
-    const boundary = 'cutcutcut';
-    const cut = await fetch(`${gateway.url}/v1/files`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
-      body: `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.jsonl"\r\n\r\n{"custom_id":`,
-    });
-    assert.equal(cut.status, 400);
+      // A body cut inside the file part.
+      const boundary = 'cutcutcut';
+      const cut = await fetch(`${gateway.url}/v1/files`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${apiKey}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+        body:
+          `--${boundary}\r\nContent-Disposition: form-data; ` +
+          `name="purpose"\r\n\r\nbatch\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; ` +
+          `filename="a.jsonl"\r\n\r\n{"custom_id":`,
+      });
+      assert.equal(cut.status, 400);
 
-    // A Batch API input named other than .jsonl, as OpenAI refuses it at upload: file first (the SDK's order), and
-    // purpose first (refused before its bytes are kept).
-    const csv = await refusal(client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'requests.csv'), purpose: 'batch' }));
-    assert.equal(csv.status, 400);
-    assert.equal((csv.error as { message: string }).message, 'Invalid file format for Batch API. Must be .jsonl');
-    assert.equal((csv.error as { param: string }).param, 'file');
-    const csvFirst = new FormData();
-    csvFirst.set('purpose', 'batch');
-    csvFirst.set('file', new Blob([jsonl(2)]), 'requests.jsonl.csv');
-    await refused(await post(csvFirst), 'file', /^Invalid file format for Batch API\. Must be \.jsonl$/);
+      // A Batch API input named other than .jsonl, as OpenAI refuses it at upload: file first (the SDK's order), and
+      // purpose first (refused before its bytes are kept).
+      const csv = await refusal(
+        client.files.create({ file: await toFile(Buffer.from(jsonl(2)), 'requests.csv'), purpose: 'batch' }),
+      );
+      assert.equal(csv.status, 400);
+      assert.equal((csv.error as { message: string }).message, 'Invalid file format for Batch API. Must be .jsonl');
+      assert.equal((csv.error as { param: string }).param, 'file');
+      const csvFirst = new FormData();
+      csvFirst.set('purpose', 'batch');
+      csvFirst.set('file', new Blob([jsonl(2)]), 'requests.jsonl.csv');
+      await refused(await post(csvFirst), 'file', /^Invalid file format for Batch API\. Must be \.jsonl$/);
 
-    await untilNothingBut(stored, 'the refused uploads deleted');
-  });
+      await untilNothingBut(stored, 'the refused uploads deleted');
+    },
+  );
 
   it('takes a batch file named .jsonl in any letter case, and any name for user_data', async () => {
-    const upper = await client.files.create({ file: await toFile(Buffer.from(jsonl(1)), 'REQUESTS.JSONL'), purpose: 'batch' });
+    const upper = await client.files.create({
+      file: await toFile(Buffer.from(jsonl(1)), 'REQUESTS.JSONL'),
+      purpose: 'batch',
+    });
     assert.deepEqual([upper.filename, upper.purpose], ['REQUESTS.JSONL', 'batch']);
-    const notes = await client.files.create({ file: await toFile(Buffer.from('a,b\n'), 'requests.csv'), purpose: 'user_data' });
+    const notes = await client.files.create({
+      file: await toFile(Buffer.from('a,b\n'), 'requests.csv'),
+      purpose: 'user_data',
+    });
     assert.deepEqual([notes.filename, notes.purpose], ['requests.csv', 'user_data']);
   });
 
   it('keeps nothing of an upload whose client goes away or goes silent mid-file (408)', async () => {
     const stored = new Set(filesOnDisk());
     const boundary = 'gonegonegone';
-    const head = `--${boundary}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nuser_data\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="half.bin"\r\n\r\n`;
+    const head =
+      `--${boundary}\r\nContent-Disposition: form-data; ` +
+      `name="purpose"\r\n\r\nuser_data\r\n--${boundary}\r\nContent-Disposition: form-data; name="file"; ` +
+      `filename="half.bin"\r\n\r\n`;
     /** Sends the head and 2 MiB of file, then `then` (hang up, or fall silent); resolves with the answer, if any. */
     const partial = (then: 'hang up' | 'fall silent') =>
       new Promise<{ status: number; body: string } | 'closed'>((resolve) => {
-        const req = request(`${gateway.url}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'transfer-encoding': 'chunked' } });
+        const req = request(`${gateway.url}/v1/files`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${apiKey}`,
+            'content-type': `multipart/form-data; boundary=${boundary}`,
+            'transfer-encoding': 'chunked',
+          },
+        });
         req.on('response', (res) => {
           let body = '';
           res.on('data', (chunk: Buffer) => (body += String(chunk)));
@@ -346,11 +451,18 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     const form = new FormData();
     form.set('purpose', 'batch');
     form.set('file', new Blob([big]), 'big.jsonl');
-    const res = await fetch(`${gateway.url}/v1/files`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}` }, body: form });
+    const res = await fetch(`${gateway.url}/v1/files`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}` },
+      body: form,
+    });
     assert.equal(res.status, 413);
     assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'file_too_large');
     // Exactly at the limit is taken.
-    const exact = await client.files.create({ file: await toFile(big.subarray(0, batchCap), 'exact.jsonl'), purpose: 'batch' });
+    const exact = await client.files.create({
+      file: await toFile(big.subarray(0, batchCap), 'exact.jsonl'),
+      purpose: 'batch',
+    });
     assert.equal(exact.bytes, batchCap);
     await client.files.delete(exact.id);
     await untilNothingBut(stored, 'the refused uploads deleted');
@@ -395,7 +507,10 @@ describe('the Files API (/v1/files) with the official SDK', () => {
     assert.equal(made.bytes, size);
     const peak = Math.max(polled, resetPeak ? rssOf(pid).peak : 0);
     const grew = peak - baseline;
-    assert.ok(grew < size / 3, `the api's RSS grew ${Math.round(grew / 1048576)} MiB for a ${size / 1048576} MiB upload`);
+    assert.ok(
+      grew < size / 3,
+      `the api's RSS grew ${Math.round(grew / 1048576)} MiB for a ${size / 1048576} MiB upload`,
+    );
 
     // Back out whole, streamed.
     const download = await client.files.content(made.id);
@@ -409,19 +524,35 @@ describe('the Files API (/v1/files) with the official SDK', () => {
   it('deletes a file at its expires_at: 404 at once, its bytes swept by the blob janitor', async () => {
     // Written as a batch writes its output files (through the same store), expiring in a moment.
     const files = new AccountFileStore(redis, new LocalBlobStore(blobDir));
-    const output = await files.put(account, { purpose: 'batch_output', filename: 'batch_output.jsonl', body: Readable.from(['{"id":"batch_req_1"}\n']), expiresAt: Math.floor(Date.now() / 1000) + 2 });
+    const output = await files.put(account, {
+      purpose: 'batch_output',
+      filename: 'batch_output.jsonl',
+      body: Readable.from(['{"id":"batch_req_1"}\n']),
+      expiresAt: Math.floor(Date.now() / 1000) + 2,
+    });
     const seen = await client.files.retrieve(output.id);
     assert.equal(seen.purpose, 'batch_output');
     assert.equal(seen.expires_at, output.expires_at);
     assert.ok((await client.files.list({ purpose: 'batch_output' })).data.some((file) => file.id === output.id));
-    await waitFor(async () => (await fetch(`${gateway.url}/v1/files/${output.id}`, { headers: { authorization: `Bearer ${apiKey}` } })).status === 404, 10_000, 'the file to expire');
+    await waitFor(
+      async () =>
+        (await fetch(`${gateway.url}/v1/files/${output.id}`, { headers: { authorization: `Bearer ${apiKey}` } }))
+          .status === 404,
+      10_000,
+      'the file to expire',
+    );
     const path = join(blobDir, fileBlobKey(account, output.id));
     await waitFor(() => !existsSync(path), 10_000, 'the janitor to delete its bytes');
     assert.ok(!(await client.files.list()).data.some((file) => file.id === output.id));
   });
 
   it('serves signed blob links under /v1/blobs/, and old ones under /v1/files/ until they expire', async () => {
-    const image = await client.images.generate({ model: 'mock-image', prompt: 'a fox', size: '256x256', response_format: 'url' });
+    const image = await client.images.generate({
+      model: 'mock-image',
+      prompt: 'a fox',
+      size: '256x256',
+      response_format: 'url',
+    });
     const link = image.data![0]!.url!;
     assert.match(link, /\/v1\/blobs\/images\/.+\?expires=\d+&signature=/);
     const fresh = await fetch(link);

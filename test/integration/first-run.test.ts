@@ -34,7 +34,14 @@ describe('the first hour', () => {
 
   before(async () => {
     ({ redis, url } = await freshRedis(2));
-    gateway = await startGateway({ env: { REDIS_URL: url, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: 'first-hour-password', METRICS_TOKEN: metricsToken } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: url,
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: 'first-hour-password',
+        METRICS_TOKEN: metricsToken,
+      },
+    });
   });
 
   after(async () => {
@@ -94,11 +101,15 @@ describe('the first hour', () => {
   it('npm run keys says which account a key belongs to, and --account takes an id or an email', async () => {
     const accounts = new AccountStore(redis, await testRecord(redis));
     const owner = await accounts.create({ email: 'cli-owner@example.com', name: 'CLI owner' });
-    const byEmail = await cli('keys', ['create', '--name', 'by email', '--account', 'cli-owner@example.com'], { REDIS_URL: url });
+    const byEmail = await cli('keys', ['create', '--name', 'by email', '--account', 'cli-owner@example.com'], {
+      REDIS_URL: url,
+    });
     assert.match(byEmail.stderr, new RegExp(`in account ${owner.id} \\("CLI owner", balance 0 USD\\)`));
     const byDefault = await cli('keys', ['create', '--name', 'default'], { REDIS_URL: url });
     assert.match(byDefault.stderr, /in account acct_default \("Default", balance unlimited\)/);
-    const missing = await cli('keys', ['create', '--name', 'x', '--account', 'nobody@example.com'], { REDIS_URL: url }).then(
+    const missing = await cli('keys', ['create', '--name', 'x', '--account', 'nobody@example.com'], {
+      REDIS_URL: url,
+    }).then(
       () => assert.fail('expected a refusal'),
       (error: { code: number; stderr: string }) => error,
     );
@@ -110,8 +121,17 @@ describe('the first hour', () => {
 describe('a Redis that is not there', () => {
   it('ends npm start, a worker and the CLI with one line naming host and port, never the password', async () => {
     const env = { REDIS_URL: 'redis://user:hunter2secret@127.0.0.1:1', PORT: '0' };
-    for (const args of [['bin/start.ts'], ['bin/start.ts', '--role=worker'], ['bin/keys.ts', 'list'], ['bin/accounts.ts', 'list']]) {
-      const proc = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    for (const args of [
+      ['bin/start.ts'],
+      ['bin/start.ts', '--role=worker'],
+      ['bin/keys.ts', 'list'],
+      ['bin/accounts.ts', 'list'],
+    ]) {
+      const proc = spawn(process.execPath, ['--import', 'tsx', ...args], {
+        cwd: root,
+        env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', ...env },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
       let output = '';
       proc.stdout.on('data', (d: Buffer) => (output += d.toString()));
       proc.stderr.on('data', (d: Buffer) => (output += d.toString()));

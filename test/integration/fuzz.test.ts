@@ -20,7 +20,14 @@ import {
   streamCase,
   type FuzzCase,
 } from '../support/fuzz-arbitraries.js';
-import { HealthPoller, judge, readLoopStall, sendCase, type Problem, type ProblemKind } from '../support/fuzz-harness.js';
+import {
+  HealthPoller,
+  judge,
+  readLoopStall,
+  sendCase,
+  type Problem,
+  type ProblemKind,
+} from '../support/fuzz-harness.js';
 
 /*
  * Property-based fuzzing of every endpoint of one running gateway (role all,
@@ -40,13 +47,20 @@ import { HealthPoller, judge, readLoopStall, sendCase, type Problem, type Proble
 
 // `npm test` replays one known seed, so CI judges the gateway, not the luck of the draw; FUZZ_SEED=random explores.
 const seed =
-  process.env.FUZZ_SEED === 'random' ? (Math.random() * 2 ** 31) | 0 : process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : 797150082;
+  process.env.FUZZ_SEED === 'random'
+    ? (Math.random() * 2 ** 31) | 0
+    : process.env.FUZZ_SEED
+      ? Number(process.env.FUZZ_SEED)
+      : 797150082;
 if (!Number.isInteger(seed)) throw new Error(`FUZZ_SEED must be an integer, got "${process.env.FUZZ_SEED}"`);
 const replayPath = process.env.FUZZ_PATH || undefined;
 const timeScale = Number(process.env.FUZZ_TIME_SCALE ?? 1) || 1;
 const withExamples = process.env.FUZZ_EXAMPLES !== '0';
 
-/** No answer may take longer. A 130 k-character tokenizer stall took about 16 s; this still reports it, as a stall, rather than as a hang. */
+/**
+ * No answer may take longer. A 130 k-character tokenizer stall took about 16 s; this still reports it, as a stall,
+ * rather than as a hang.
+ */
 const REQUEST_TIMEOUT_MS = 20_000;
 /** /readyz event_loop_max_ms: the worst stall of the gateway's event loop since the previous read. */
 const LOOP_LIMIT_MS = 200;
@@ -69,7 +83,8 @@ const CONFIRM_BELOW_MS = 1_000;
 const poisoning = new Set<ProblemKind>(['crash', 'unresponsive', 'no-answer']);
 const stallKinds = new Set<ProblemKind>(['loop-stall', 'health-stall']);
 
-const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text);
+const clip = (text: string, max: number) =>
+  text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text;
 
 describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, () => {
   let gateway: GatewayProcess;
@@ -81,7 +96,9 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
   /** Why the gateway had to be restarted between properties (each one a failure of some property). */
   const restarts: string[] = [];
   const worst = { loopMs: 0, loopCase: '', healthMs: 0, healthCase: '' };
-  /** The slowest /healthz during a short stall the same request did not repeat: the shared machine's, not the gateway's. */
+  /**
+   * The slowest /healthz during a short stall the same request did not repeat: the shared machine's, not the gateway's.
+   */
   let forgivenHealthMs = 0;
   let cases = 0;
 
@@ -97,13 +114,30 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
         signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
       }).then(async (res) => ({ status: res.status, body: (await res.json()) as { id?: string } }));
     for (let i = 0; i < 2; i++) {
-      await post('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: `warm up ${'a'.repeat(500)} ${'word '.repeat(500)}` }] });
+      await post('/v1/chat/completions', {
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: `warm up ${'a'.repeat(500)} ${'word '.repeat(500)}` }],
+      });
       await post('/v1/embeddings', { model: 'mock-embedding', input: ['warm', 'up'] });
       await post('/v1/completions', { model: 'mock-instruct', prompt: 'warm up' });
-      await post('/v1/images/generations', { model: 'mock-image', prompt: 'warm up', size: '256x256', response_format: 'b64_json' });
+      await post('/v1/images/generations', {
+        model: 'mock-image',
+        prompt: 'warm up',
+        size: '256x256',
+        response_format: 'b64_json',
+      });
     }
-    const video = await post('/v1/videos', { model: 'mock-video', prompt: 'a warm cat', seconds: '4', size: '720x1280' });
-    const job = await post('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'later' }] }, { prefer: 'respond-async' });
+    const video = await post('/v1/videos', {
+      model: 'mock-video',
+      prompt: 'a warm cat',
+      seconds: '4',
+      size: '720x1280',
+    });
+    const job = await post(
+      '/v1/chat/completions',
+      { model: 'mock-chat', messages: [{ role: 'user', content: 'later' }] },
+      { prefer: 'respond-async' },
+    );
     assert.equal(video.status, 200, JSON.stringify(video.body));
     assert.equal(job.status, 202, JSON.stringify(job.body));
     secrets.VIDEO = video.body.id!;
@@ -163,7 +197,8 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
         healthy = false;
       }
     }
-    if (!healthy) await restart(`before "${property}": the gateway was ${exited() ? 'gone' : 'not answering /healthz within 2 s'}`);
+    if (!healthy)
+      await restart(`before "${property}": the gateway was ${exited() ? 'gone' : 'not answering /healthz within 2 s'}`);
     await readLoop(10_000);
     poller.resetWindow();
   }
@@ -188,27 +223,45 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     // After a request that got no answer the gateway is likely frozen: no need to wait the full bound again.
     const loop = await readLoop(outcome.kind === 'timeout' ? 2_000 : REQUEST_TIMEOUT_MS);
     if (!loop.ok) {
-      if (!exited()) await Promise.race([once(gateway.proc, 'exit'), new Promise((resolve) => setTimeout(resolve, 1_000))]);
+      if (!exited())
+        await Promise.race([once(gateway.proc, 'exit'), new Promise((resolve) => setTimeout(resolve, 1_000))]);
       if (exited()) {
         problems.push({
           kind: 'crash',
-          text: `the gateway process exited (code ${gateway.proc.exitCode}, signal ${gateway.proc.signalCode}); its last log lines:\n${logTail()}`,
+          text:
+            `the gateway process exited (code ${gateway.proc.exitCode}, signal ${gateway.proc.signalCode}); its ` +
+            `last log lines:\n${logTail()}`,
         });
       } else problems.push({ kind: 'unresponsive', text: `GET /readyz after the request failed: ${loop.error}` });
       return problems;
     }
     const healthMs = await poller.windowMaxMs(REQUEST_TIMEOUT_MS);
     if (exited()) {
-      problems.push({ kind: 'crash', text: `the gateway process exited (code ${gateway.proc.exitCode}, signal ${gateway.proc.signalCode}); its last log lines:\n${logTail()}` });
+      problems.push({
+        kind: 'crash',
+        text:
+          `the gateway process exited (code ${gateway.proc.exitCode}, signal ${gateway.proc.signalCode}); its last ` +
+          `log lines:\n${logTail()}`,
+      });
       return problems;
     }
     if (process.env.FUZZ_DEBUG) {
       const status = outcome.kind === 'answer' ? outcome.status : outcome.kind;
-      console.error(`fuzz: ${status} in ${'ms' in outcome ? outcome.ms : '?'} ms, loop ${loop.ms} ms, healthz ${Math.round(healthMs)} ms: ${clip(describeCase(c), 300)}`);
+      console.error(
+        `fuzz: ${status} in ${'ms' in outcome ? outcome.ms : '?'} ms, loop ${loop.ms} ms, healthz ${Math.round(healthMs)} ms: ${clip(describeCase(c), 300)}`,
+      );
     }
     const stalls: Problem[] = [];
-    if (loop.ms >= LOOP_LIMIT_MS) stalls.push({ kind: 'loop-stall', text: `the event loop stalled ${loop.ms} ms (/readyz event_loop_max_ms; limit ${LOOP_LIMIT_MS})` });
-    if (healthMs >= HEALTH_LIMIT_MS) stalls.push({ kind: 'health-stall', text: `GET /healthz took ${Math.round(healthMs)} ms during this request (limit ${HEALTH_LIMIT_MS})` });
+    if (loop.ms >= LOOP_LIMIT_MS)
+      stalls.push({
+        kind: 'loop-stall',
+        text: `the event loop stalled ${loop.ms} ms (/readyz event_loop_max_ms; limit ${LOOP_LIMIT_MS})`,
+      });
+    if (healthMs >= HEALTH_LIMIT_MS)
+      stalls.push({
+        kind: 'health-stall',
+        text: `GET /healthz took ${Math.round(healthMs)} ms during this request (limit ${HEALTH_LIMIT_MS})`,
+      });
     if (stalls.length > 0 && problems.length === 0 && !retry && Math.max(loop.ms, healthMs) < CONFIRM_BELOW_MS) {
       // A short stall alone may be the shared machine: it counts only if the same request stalls again.
       const again = await exercise(c, stop, true);
@@ -218,9 +271,16 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
         forgivenHealthMs = Math.max(forgivenHealthMs, healthMs);
         return again;
       }
-      const confirmed = stalls.map((p) => ({ ...p, text: `${p.text}; second try: ${repeated.find((r) => r.kind === p.kind)?.text ?? 'under the limit'}` }));
+      const confirmed = stalls.map((p) => ({
+        ...p,
+        text: `${p.text}; second try: ${repeated.find((r) => r.kind === p.kind)?.text ?? 'under the limit'}`,
+      }));
       noteWorst(loop.ms, healthMs, c);
-      return [...confirmed, ...repeated.filter((r) => !stalls.some((p) => p.kind === r.kind)), ...again.filter((p) => !stallKinds.has(p.kind))];
+      return [
+        ...confirmed,
+        ...repeated.filter((r) => !stalls.some((p) => p.kind === r.kind)),
+        ...again.filter((p) => !stallKinds.has(p.kind)),
+      ];
     }
     noteWorst(loop.ms, healthMs, c);
     return [...problems, ...stalls];
@@ -237,7 +297,13 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
    * followed); once the gateway is down or frozen, later runs are not judged,
    * so the case that did it stays the counterexample.
    */
-  async function runProperty(t: TestContext, name: string, arbitrary: fc.Arbitrary<FuzzCase>, budgetMs: number, examples: FuzzCase[]): Promise<void> {
+  async function runProperty(
+    t: TestContext,
+    name: string,
+    arbitrary: fc.Arbitrary<FuzzCase>,
+    budgetMs: number,
+    examples: FuzzCase[],
+  ): Promise<void> {
     await ensureHealthy(name);
     const budget = Math.round(budgetMs * timeScale);
     let poisoned = false;
@@ -263,7 +329,9 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
       if (problems.some((p) => poisoning.has(p.kind))) poisoned = true;
       if (!firstKinds) late ??= { c, problems, path: String(index) };
       if (firstKinds && ![...kinds].some((k) => firstKinds!.has(k))) {
-        alsoSeen.push(`${[...kinds].join(', ')}: ${clip(describeCase(c), 600)}\n      ${problems.map((p) => clip(p.text, 600)).join('\n      ')}`);
+        alsoSeen.push(
+          `${[...kinds].join(', ')}: ${clip(describeCase(c), 600)}\n      ${problems.map((p) => clip(p.text, 600)).join('\n      ')}`,
+        );
         return;
       }
       firstKinds ??= kinds;
@@ -281,7 +349,8 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     const summary = `${name}: ${runs} requests judged in ${((Date.now() - startedAt) / 1000).toFixed(1)} s (seed ${seed})`;
     t.diagnostic(summary);
     if (poisoned) await restart(`"${name}" left the gateway down or frozen`);
-    // Interrupted before any run finished counts as failed in fast-check's report, with no counterexample: not ours to report.
+    // Interrupted before any run finished counts as failed in fast-check's report, with no counterexample: not ours to
+    // report.
     const shrunk = details.failed && details.counterexample !== null;
     if (!shrunk && !late) return;
 
@@ -298,7 +367,8 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
           what: 'failed on the run under way when its time budget ran out (not shrunk)',
           problems: late!.problems.map((p) => `[${p.kind}] ${p.text}`).join('\n'),
         };
-    // Regex characters in the title become '.', not escapes: a backslash would not survive the TAP output it is copied from.
+    // Regex characters in the title become '.', not escapes: a backslash would not survive the TAP output it is copied
+    // from.
     const pattern = `^${t.name.replace(/[.*+?^${}()|[\]\\]/g, '.')}$`;
     const replay = `FUZZ_SEED=${seed} FUZZ_PATH=${failure.path}${withExamples ? '' : ' FUZZ_EXAMPLES=0'} node --import tsx --test --test-name-pattern='${pattern}' test/integration/fuzz.test.ts`;
     const message = [
@@ -307,7 +377,9 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
       `  replay: ${replay}`,
       `  counterexample: ${failure.c ? clip(describeCase(failure.c), 2_000) : '(none)'}`,
       `  problems:\n    ${clip(failure.problems, 6_000).replaceAll('\n', '\n    ')}`,
-      ...(alsoSeen.length ? [`  also seen while shrinking (other failures, not followed):\n    ${alsoSeen.slice(0, 5).join('\n    ')}`] : []),
+      ...(alsoSeen.length
+        ? [`  also seen while shrinking (other failures, not followed):\n    ${alsoSeen.slice(0, 5).join('\n    ')}`]
+        : []),
     ].join('\n');
     console.error(message);
     assert.fail(message);
@@ -344,7 +416,10 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     await poller?.stop();
     if (gateway && !exited()) {
       gateway.proc.kill('SIGTERM');
-      const stopped = await Promise.race([once(gateway.proc, 'exit').then(() => true), new Promise((resolve) => setTimeout(() => resolve(false), 5_000))]);
+      const stopped = await Promise.race([
+        once(gateway.proc, 'exit').then(() => true),
+        new Promise((resolve) => setTimeout(() => resolve(false), 5_000)),
+      ]);
       if (!stopped) {
         gateway.proc.kill('SIGKILL');
         await once(gateway.proc, 'exit');
@@ -363,7 +438,12 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
   });
 
   it('JSON bodies: huge strings, arrays and objects', async (t) => {
-    await runProperty(t, 'JSON huge', jsonCase('huge'), 10_000, [knownCases.longRun, knownCases.manyInputs, knownCases.manyParts, knownCases.manyPartsServed]);
+    await runProperty(t, 'JSON huge', jsonCase('huge'), 10_000, [
+      knownCases.longRun,
+      knownCases.manyInputs,
+      knownCases.manyParts,
+      knownCases.manyPartsServed,
+    ]);
   });
 
   it('JSON bodies: unicode, raw bytes, invalid JSON, non-object bodies, content types', async (t) => {
@@ -379,7 +459,10 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
   });
 
   it('multipart: files past the size limit, more than 20 files, more than 150 fields', async (t) => {
-    await runProperty(t, 'multipart limits', multipartCase('limits'), 5_000, [knownMultipartCases.tooManyFiles, knownMultipartCases.tooManyFields]);
+    await runProperty(t, 'multipart limits', multipartCase('limits'), 5_000, [
+      knownMultipartCases.tooManyFiles,
+      knownMultipartCases.tooManyFields,
+    ]);
   });
 
   it('multipart: number fields, duplicates, files for text and text for files, part headers, boundaries', async (t) => {
@@ -402,11 +485,16 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     const loop = await readLoop(10_000);
     const health = poller.stats();
     t.diagnostic(
-      `${cases} requests; /healthz probes ${health.probes} (failed ${health.failures}), slowest ${Math.round(health.maxMs)} ms (in a stall not repeated: ${Math.round(forgivenHealthMs)} ms); ` +
+      `${cases} requests; /healthz probes ${health.probes} (failed ${health.failures}), slowest ` +
+        `${Math.round(health.maxMs)} ms (in a stall not repeated: ${Math.round(forgivenHealthMs)} ms); ` +
         `worst event-loop stall after one request ${worst.loopMs} ms; seed ${seed}`,
     );
     assert.ok(loop.ok, `GET /readyz after the run: ${!loop.ok ? loop.error : ''}`);
-    assert.deepEqual(restarts, [], 'the gateway had to be restarted (it crashed or froze; the property that did it failed above)');
+    assert.deepEqual(
+      restarts,
+      [],
+      'the gateway had to be restarted (it crashed or froze; the property that did it failed above)',
+    );
     assert.ok(loop.ms < LOOP_LIMIT_MS, `event loop stalled ${loop.ms} ms at the end of the run`);
     assert.equal(health.failures, 0, `${health.failures} /healthz probes failed during the run`);
     // The rule the cases follow holds for the run too: a slowest probe that fell in a short stall the same request
@@ -414,9 +502,13 @@ describe('fuzz: generated input at every endpoint', { timeout: 15 * 60_000 }, ()
     const slowestCounted = health.maxMs <= forgivenHealthMs ? worst.healthMs : health.maxMs;
     assert.ok(
       slowestCounted < HEALTH_LIMIT_MS,
-      `the slowest /healthz took ${Math.round(health.maxMs)} ms (limit ${HEALTH_LIMIT_MS}; ${Math.round(forgivenHealthMs)} ms in a stall not repeated); the worst single case: ${Math.round(worst.healthMs)} ms during ${clip(worst.healthCase, 800)}`,
+      `the slowest /healthz took ${Math.round(health.maxMs)} ms (limit ${HEALTH_LIMIT_MS}; ` +
+        `${Math.round(forgivenHealthMs)} ms in a stall not repeated); the worst single case: ` +
+        `${Math.round(worst.healthMs)} ms during ${clip(worst.healthCase, 800)}`,
     );
-    const chat = await gateway.client(secrets.KEY!).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'still there?' }] });
+    const chat = await gateway
+      .client(secrets.KEY!)
+      .chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'still there?' }] });
     assert.equal(chat.object, 'chat.completion');
     assert.match(chat.choices[0]?.message.content ?? '', /still there/);
   });

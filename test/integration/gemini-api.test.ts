@@ -2,7 +2,14 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { Redis } from 'ioredis';
-import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import {
+  freshRedis,
+  paidAccountKey,
+  requestRecord,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 import {
   assertShape,
   batchEmbedContentsResponseShape,
@@ -32,7 +39,10 @@ interface Sent {
   text: string;
 }
 
-async function send(url: string, init: { method?: string; headers?: Record<string, string>; body?: unknown } = {}): Promise<Sent> {
+async function send(
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: unknown } = {},
+): Promise<Sent> {
   const res = await fetch(url, {
     method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
     headers: { ...(init.body === undefined ? {} : { 'content-type': 'application/json' }), ...init.headers },
@@ -50,9 +60,13 @@ function googleError(sent: Sent, status: number, name: string): GoogleErrorBody[
   return body.error;
 }
 
-const retryDelay = (error: GoogleErrorBody['error']) => error.details?.find((detail) => detail['@type'] === 'type.googleapis.com/google.rpc.RetryInfo')?.retryDelay;
+const retryDelay = (error: GoogleErrorBody['error']) =>
+  error.details?.find((detail) => detail['@type'] === 'type.googleapis.com/google.rpc.RetryInfo')?.retryDelay;
 
-/** The `data:` of each SSE frame of a Google stream, checking every frame is exactly `data: <json>` (Gemini CLI's reader takes nothing else). */
+/**
+ * The `data:` of each SSE frame of a Google stream, checking every frame is exactly `data: <json>` (Gemini CLI's reader
+ * takes nothing else).
+ */
 function sseChunks(text: string): unknown[] {
   const frames = text.split('\n\n').filter((frame) => frame.trim() !== '');
   return frames.map((frame) => {
@@ -72,7 +86,12 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
     redis = fresh.redis;
     key = (await paidAccountKey(redis, 'unlimited')).key;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, MODEL_ALIASES: 'my-gemini=gpt-4o-mini', MAX_BODY_BYTES: String(256 * 1024), SSE_KEEPALIVE_MS: '100' },
+      env: {
+        REDIS_URL: fresh.url,
+        MODEL_ALIASES: 'my-gemini=gpt-4o-mini',
+        MAX_BODY_BYTES: String(256 * 1024),
+        SSE_KEEPALIVE_MS: '100',
+      },
     });
   });
 
@@ -91,23 +110,43 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       const page = assertShape(listModelsResponseShape, JSON.parse(first.text));
       assert.equal(page.models.length, 3);
       assert.ok(page.nextPageToken);
-      const second = assertShape(listModelsResponseShape, JSON.parse((await send(url(`/v1beta/models?pageSize=3&pageToken=${page.nextPageToken}`), { headers: goog() })).text));
+      const second = assertShape(
+        listModelsResponseShape,
+        JSON.parse(
+          (await send(url(`/v1beta/models?pageSize=3&pageToken=${page.nextPageToken}`), { headers: goog() })).text,
+        ),
+      );
       assert.equal(second.models.length, 3);
-      assert.ok(second.models.every((model) => !page.models.some((seen) => seen.name === model.name)), 'the second page goes on from the first');
-      const all = assertShape(listModelsResponseShape, JSON.parse((await send(url('/v1beta/models?pageSize=1000'), { headers: goog() })).text));
+      assert.ok(
+        second.models.every((model) => !page.models.some((seen) => seen.name === model.name)),
+        'the second page goes on from the first',
+      );
+      const all = assertShape(
+        listModelsResponseShape,
+        JSON.parse((await send(url('/v1beta/models?pageSize=1000'), { headers: goog() })).text),
+      );
       assert.equal(all.nextPageToken, undefined);
       const chat = all.models.find((model) => model.name === 'models/gpt-4o-mini')!;
       assert.deepEqual(chat.supportedGenerationMethods, ['generateContent', 'streamGenerateContent', 'countTokens']);
       const embedder = all.models.find((model) => model.name === 'models/text-embedding-3-small')!;
       assert.deepEqual(embedder.supportedGenerationMethods, ['embedContent', 'batchEmbedContents']);
       assert.equal(all.models.find((model) => model.name === 'models/gemini-2.5-pro')?.thinking, true);
-      assert.ok(!all.models.some((model) => model.name === 'models/dall-e-3'), 'no Gemini method serves an image model');
+      assert.ok(
+        !all.models.some((model) => model.name === 'models/dall-e-3'),
+        'no Gemini method serves an image model',
+      );
       googleError(await send(url('/v1beta/models?pageToken=nonsense'), { headers: goog() }), 400, 'INVALID_ARGUMENT');
 
-      const one = assertShape(modelShape, JSON.parse((await send(url('/v1beta/models/gpt-4o-mini'), { headers: goog() })).text));
+      const one = assertShape(
+        modelShape,
+        JSON.parse((await send(url('/v1beta/models/gpt-4o-mini'), { headers: goog() })).text),
+      );
       assert.equal(one.name, 'models/gpt-4o-mini');
       assert.equal(one.inputTokenLimit, 128000);
-      const alias = assertShape(modelShape, JSON.parse((await send(url('/v1beta/models/my-gemini'), { headers: goog() })).text));
+      const alias = assertShape(
+        modelShape,
+        JSON.parse((await send(url('/v1beta/models/my-gemini'), { headers: goog() })).text),
+      );
       assert.equal(alias.name, 'models/my-gemini');
       assert.equal(alias.baseModelId, 'gpt-4o-mini');
       const missing = googleError(await send(url('/v1beta/models/nope'), { headers: goog() }), 404, 'NOT_FOUND');
@@ -115,9 +154,15 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
     });
 
     it('answers /v1/models in Google’s shape when the key comes as x-goog-api-key, in OpenAI’s otherwise', async () => {
-      const google = assertShape(listModelsResponseShape, JSON.parse((await send(url('/v1/models?pageSize=2'), { headers: goog() })).text));
+      const google = assertShape(
+        listModelsResponseShape,
+        JSON.parse((await send(url('/v1/models?pageSize=2'), { headers: goog() })).text),
+      );
       assert.equal(google.models.length, 2);
-      assert.equal(assertShape(modelShape, JSON.parse((await send(url('/v1/models/gpt-4o-mini'), { headers: goog() })).text)).name, 'models/gpt-4o-mini');
+      assert.equal(
+        assertShape(modelShape, JSON.parse((await send(url('/v1/models/gpt-4o-mini'), { headers: goog() })).text)).name,
+        'models/gpt-4o-mini',
+      );
       googleError(await send(url('/v1/models/nope'), { headers: goog() }), 404, 'NOT_FOUND');
       const openai = JSON.parse((await send(url('/v1/models'), { headers: { authorization: `Bearer ${key}` } })).text);
       assert.equal(openai.object, 'list');
@@ -129,22 +174,39 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       assert.equal((await send(url('/v1beta/models'), { headers: goog() })).status, 200);
       assert.equal((await send(url(`/v1beta/models?key=${key}`))).status, 200);
       assert.equal((await send(url('/v1beta/models'), { headers: { authorization: `Bearer ${key}` } })).status, 200);
-      assert.equal((await send(url(`/v1/models/gpt-4o-mini:countTokens?key=${key}`), { body: ask('hi') })).status !== 401, true);
+      assert.equal(
+        (await send(url(`/v1/models/gpt-4o-mini:countTokens?key=${key}`), { body: ask('hi') })).status !== 401,
+        true,
+      );
     });
 
-    it('answers a missing key 401 UNAUTHENTICATED and a wrong one 403 PERMISSION_DENIED (API_KEY_INVALID), on both spellings', async () => {
-      for (const path of ['/v1beta/models/gpt-4o-mini:generateContent', '/v1/models/gpt-4o-mini:generateContent']) {
-        const missing = googleError(await send(url(path), { body: ask('hi') }), 401, 'UNAUTHENTICATED');
-        assert.match(missing.message, /x-goog-api-key/);
-        const wrong = googleError(await send(url(path), { body: ask('hi'), headers: { 'x-goog-api-key': 'sk-not-a-key' } }), 403, 'PERMISSION_DENIED');
-        assert.equal(wrong.details?.find((detail) => detail['@type'] === 'type.googleapis.com/google.rpc.ErrorInfo')?.reason, 'API_KEY_INVALID');
-      }
-      googleError(await send(url('/v1beta/models?key=sk-not-a-key')), 403, 'PERMISSION_DENIED');
-      // x-goog-api-key is Google's header: on an OpenAI path it names no key, and the answer says so.
-      const openai = await send(url('/v1/chat/completions'), { body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, headers: goog() });
-      assert.equal(openai.status, 401);
-      assert.match(JSON.parse(openai.text).error.message, /x-goog-api-key is read on Google's paths/);
-    });
+    it(
+      'answers a missing key 401 UNAUTHENTICATED and a wrong one 403 PERMISSION_DENIED (API_KEY_INVALID), on both ' +
+        'spellings',
+      async () => {
+        for (const path of ['/v1beta/models/gpt-4o-mini:generateContent', '/v1/models/gpt-4o-mini:generateContent']) {
+          const missing = googleError(await send(url(path), { body: ask('hi') }), 401, 'UNAUTHENTICATED');
+          assert.match(missing.message, /x-goog-api-key/);
+          const wrong = googleError(
+            await send(url(path), { body: ask('hi'), headers: { 'x-goog-api-key': 'sk-not-a-key' } }),
+            403,
+            'PERMISSION_DENIED',
+          );
+          assert.equal(
+            wrong.details?.find((detail) => detail['@type'] === 'type.googleapis.com/google.rpc.ErrorInfo')?.reason,
+            'API_KEY_INVALID',
+          );
+        }
+        googleError(await send(url('/v1beta/models?key=sk-not-a-key')), 403, 'PERMISSION_DENIED');
+        // x-goog-api-key is Google's header: on an OpenAI path it names no key, and the answer says so.
+        const openai = await send(url('/v1/chat/completions'), {
+          body: { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+          headers: goog(),
+        });
+        assert.equal(openai.status, 401);
+        assert.match(JSON.parse(openai.text).error.message, /x-goog-api-key is read on Google's paths/);
+      },
+    );
 
     it('never writes a ?key= to the logs', async () => {
       const secret = 'sk-secret-in-the-url-0123456789';
@@ -158,15 +220,42 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
 
   describe('errors in Google’s shape', () => {
     it('answers an unknown model, a model of another kind and an unknown method 404 NOT_FOUND', async () => {
-      const unknown = googleError(await send(url('/v1beta/models/nope:generateContent'), { body: ask('hi'), headers: goog() }), 404, 'NOT_FOUND');
-      assert.equal(unknown.message, 'models/nope is not found for API version v1beta, or is not supported for generateContent. Call ListModels to see the list of available models and their supported methods.');
-      const v1 = googleError(await send(url('/v1/models/nope:streamGenerateContent?alt=sse'), { body: ask('hi'), headers: goog() }), 404, 'NOT_FOUND');
+      const unknown = googleError(
+        await send(url('/v1beta/models/nope:generateContent'), { body: ask('hi'), headers: goog() }),
+        404,
+        'NOT_FOUND',
+      );
+      assert.equal(
+        unknown.message,
+        'models/nope is not found for API version v1beta, or is not supported for generateContent. Call ' +
+          'ListModels to see the list of available models and their supported methods.',
+      );
+      const v1 = googleError(
+        await send(url('/v1/models/nope:streamGenerateContent?alt=sse'), { body: ask('hi'), headers: goog() }),
+        404,
+        'NOT_FOUND',
+      );
       assert.match(v1.message, /for API version v1, or is not supported for streamGenerateContent/);
-      const kind = googleError(await send(url('/v1beta/models/text-embedding-3-small:generateContent'), { body: ask('hi'), headers: goog() }), 404, 'NOT_FOUND');
+      const kind = googleError(
+        await send(url('/v1beta/models/text-embedding-3-small:generateContent'), { body: ask('hi'), headers: goog() }),
+        404,
+        'NOT_FOUND',
+      );
       assert.match(kind.message, /not supported for generateContent/);
-      const method = googleError(await send(url('/v1beta/models/gpt-4o-mini:predict'), { body: ask('hi'), headers: goog() }), 404, 'NOT_FOUND');
-      assert.match(method.message, /generateContent, streamGenerateContent, countTokens, embedContent, batchEmbedContents/);
-      googleError(await send(url('/v1beta/tunedModels/x:generateContent'), { body: ask('hi'), headers: goog() }), 404, 'NOT_FOUND');
+      const method = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:predict'), { body: ask('hi'), headers: goog() }),
+        404,
+        'NOT_FOUND',
+      );
+      assert.match(
+        method.message,
+        /generateContent, streamGenerateContent, countTokens, embedContent, batchEmbedContents/,
+      );
+      googleError(
+        await send(url('/v1beta/tunedModels/x:generateContent'), { body: ask('hi'), headers: goog() }),
+        404,
+        'NOT_FOUND',
+      );
       googleError(await send(url('/v1beta/files'), { headers: goog() }), 404, 'NOT_FOUND');
     });
 
@@ -175,24 +264,55 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       const error = googleError(sent, 405, 'INVALID_ARGUMENT');
       assert.match(error.message, /POST/);
       assert.equal(sent.headers.get('allow'), 'POST');
-      googleError(await send(url('/v1/models/gpt-4o-mini:generateContent'), { method: 'DELETE', headers: goog() }), 405, 'INVALID_ARGUMENT');
+      googleError(
+        await send(url('/v1/models/gpt-4o-mini:generateContent'), { method: 'DELETE', headers: goog() }),
+        405,
+        'INVALID_ARGUMENT',
+      );
     });
 
     it('names the field a body gets wrong by its path in the body, as Google does', async () => {
-      const type = googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: { contents: [{ parts: [{ text: 5 }] }] }, headers: goog() }), 400, 'INVALID_ARGUMENT');
-      assert.match(type.message, /^Invalid value at 'contents\[0\]\.parts\[0\]\.text'/);
-      const missing = googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: {}, headers: goog() }), 400, 'INVALID_ARGUMENT');
-      assert.match(missing.message, /^Invalid value at 'contents'/);
-      const role = googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: { contents: [{ role: 'assistant', parts: [{ text: 'x' }] }] }, headers: goog() }), 400, 'INVALID_ARGUMENT');
-      assert.match(role.message, /^Invalid value at 'contents\[0\]\.role'/);
-      const video = googleError(
-        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: { contents: [{ parts: [{ inlineData: { mimeType: 'video/mp4', data: 'AAAA' } }] }] }, headers: goog() }),
+      const type = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+          body: { contents: [{ parts: [{ text: 5 }] }] },
+          headers: goog(),
+        }),
         400,
         'INVALID_ARGUMENT',
       );
-      assert.match(video.message, /^Invalid value at 'contents\[0\]\.parts\[0\]\.inlineData\.mimeType': inline video\/mp4 is served for Gemini models only/);
+      assert.match(type.message, /^Invalid value at 'contents\[0\]\.parts\[0\]\.text'/);
+      const missing = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: {}, headers: goog() }),
+        400,
+        'INVALID_ARGUMENT',
+      );
+      assert.match(missing.message, /^Invalid value at 'contents'/);
+      const role = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+          body: { contents: [{ role: 'assistant', parts: [{ text: 'x' }] }] },
+          headers: goog(),
+        }),
+        400,
+        'INVALID_ARGUMENT',
+      );
+      assert.match(role.message, /^Invalid value at 'contents\[0\]\.role'/);
+      const video = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+          body: { contents: [{ parts: [{ inlineData: { mimeType: 'video/mp4', data: 'AAAA' } }] }] },
+          headers: goog(),
+        }),
+        400,
+        'INVALID_ARGUMENT',
+      );
+      assert.match(
+        video.message,
+        /^Invalid value at 'contents\[0\]\.parts\[0\]\.inlineData\.mimeType': inline video\/mp4 is served for Gemini models only/,
+      );
       const batch = googleError(
-        await send(url('/v1beta/models/text-embedding-3-small:batchEmbedContents'), { body: { requests: [{ model: 'models/other', content: { parts: [{ text: 'a' }] } }] }, headers: goog() }),
+        await send(url('/v1beta/models/text-embedding-3-small:batchEmbedContents'), {
+          body: { requests: [{ model: 'models/other', content: { parts: [{ text: 'a' }] } }] },
+          headers: goog(),
+        }),
         400,
         'INVALID_ARGUMENT',
       );
@@ -200,19 +320,42 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
     });
 
     it('refuses a body that is not JSON, one too large, and a chunked one past the limit, in Google’s shape', async () => {
-      const json = googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: '{"contents": [', headers: goog() }), 400, 'INVALID_ARGUMENT');
+      const json = googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: '{"contents": [', headers: goog() }),
+        400,
+        'INVALID_ARGUMENT',
+      );
       assert.match(json.message, /could not parse the JSON body/);
-      googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: '[1,2]', headers: goog() }), 400, 'INVALID_ARGUMENT');
+      googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: '[1,2]', headers: goog() }),
+        400,
+        'INVALID_ARGUMENT',
+      );
       const large = ask('x'.repeat(300 * 1024));
-      googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: large, headers: goog() }), 413, 'INVALID_ARGUMENT');
+      googleError(
+        await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: large, headers: goog() }),
+        413,
+        'INVALID_ARGUMENT',
+      );
       // Chunked (no Content-Length): refused once what arrived passes the limit.
       const chunked = await new Promise<Sent>((resolve, reject) => {
         const target = new URL(url('/v1beta/models/gpt-4o-mini:generateContent'));
-        const req = httpRequest({ host: target.hostname, port: target.port, path: target.pathname, method: 'POST', headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked', ...goog() } }, (res) => {
-          let text = '';
-          res.on('data', (chunk: Buffer) => (text += chunk.toString()));
-          res.on('end', () => resolve({ status: res.statusCode!, headers: new Headers(res.headers as Record<string, string>), text }));
-        });
+        const req = httpRequest(
+          {
+            host: target.hostname,
+            port: target.port,
+            path: target.pathname,
+            method: 'POST',
+            headers: { 'content-type': 'application/json', 'transfer-encoding': 'chunked', ...goog() },
+          },
+          (res) => {
+            let text = '';
+            res.on('data', (chunk: Buffer) => (text += chunk.toString()));
+            res.on('end', () =>
+              resolve({ status: res.statusCode!, headers: new Headers(res.headers as Record<string, string>), text }),
+            );
+          },
+        );
         req.on('error', (error) => (/EPIPE|ECONNRESET/.test(String(error)) ? undefined : reject(error)));
         req.write('{"contents":[{"parts":[{"text":"');
         const piece = 'y'.repeat(64 * 1024);
@@ -226,7 +369,10 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
   describe('answers (through the worker)', () => {
     it('answers generateContent on both spellings, the model named as asked, billed and logged as gemini.generate', async () => {
       for (const path of ['/v1beta/models/my-gemini:generateContent', '/v1/models/my-gemini:generateContent']) {
-        const sent = await send(url(path), { body: { ...ask('Hello'), systemInstruction: { parts: [{ text: 'Be brief.' }] } }, headers: goog() });
+        const sent = await send(url(path), {
+          body: { ...ask('Hello'), systemInstruction: { parts: [{ text: 'Be brief.' }] } },
+          headers: goog(),
+        });
         assert.equal(sent.status, 200, sent.text);
         assert.match(sent.headers.get('content-type') ?? '', /application\/json/);
         const body = assertShape(generateContentResponseShape, JSON.parse(sent.text));
@@ -246,43 +392,85 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
     });
 
     it('streams ?alt=sse as data-only frames, Gemini CLI’s form', async () => {
-      const sent = await send(url('/v1beta/models/gpt-4o-mini:streamGenerateContent?alt=sse'), { body: ask('Tell me a story'), headers: goog() });
+      const sent = await send(url('/v1beta/models/gpt-4o-mini:streamGenerateContent?alt=sse'), {
+        body: ask('Tell me a story'),
+        headers: goog(),
+      });
       assert.equal(sent.status, 200, sent.text);
       assert.match(sent.headers.get('content-type') ?? '', /^text\/event-stream/);
       const chunks = sseChunks(sent.text).map((chunk) => assertShape(generateContentResponseShape, chunk, 'chunk'));
       assert.ok(chunks.length > 1, 'several chunks');
-      const text = chunks.map((chunk) => chunk.candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join('') ?? '').join('');
+      const text = chunks
+        .map((chunk) => chunk.candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join('') ?? '')
+        .join('');
       assert.ok(text.length > 0);
       assert.equal(chunks.at(-1)!.candidates?.[0]?.finishReason, 'STOP');
       assert.ok(chunks.every((chunk) => chunk.modelVersion === 'gpt-4o-mini'));
     });
 
     it('streams Google’s JSON array by default, on /v1 too', async () => {
-      for (const path of ['/v1beta/models/gpt-4o-mini:streamGenerateContent', '/v1/models/gpt-4o-mini:streamGenerateContent?alt=json']) {
+      for (const path of [
+        '/v1beta/models/gpt-4o-mini:streamGenerateContent',
+        '/v1/models/gpt-4o-mini:streamGenerateContent?alt=json',
+      ]) {
         const sent = await send(url(path), { body: ask('Tell me a story'), headers: goog() });
         assert.equal(sent.status, 200, sent.text);
         assert.match(sent.headers.get('content-type') ?? '', /^application\/json/);
-        const chunks = (JSON.parse(sent.text) as unknown[]).map((chunk) => assertShape(generateContentResponseShape, chunk, 'element'));
+        const chunks = (JSON.parse(sent.text) as unknown[]).map((chunk) =>
+          assertShape(generateContentResponseShape, chunk, 'element'),
+        );
         assert.ok(chunks.length > 1);
         assert.equal(chunks.at(-1)!.candidates?.[0]?.finishReason, 'STOP');
       }
     });
 
     it('counts tokens of contents and of a generateContentRequest', async () => {
-      const plain = assertShape(countTokensResponseShape, JSON.parse((await send(url('/v1beta/models/gpt-4o-mini:countTokens'), { body: ask('How many tokens is this?'), headers: goog() })).text));
+      const plain = assertShape(
+        countTokensResponseShape,
+        JSON.parse(
+          (
+            await send(url('/v1beta/models/gpt-4o-mini:countTokens'), {
+              body: ask('How many tokens is this?'),
+              headers: goog(),
+            })
+          ).text,
+        ),
+      );
       assert.ok(plain.totalTokens > 0);
       const whole = await send(url('/v1/models/gpt-4o-mini:countTokens'), {
-        body: { generateContentRequest: { model: 'models/gpt-4o-mini', ...ask('How many tokens is this?'), systemInstruction: { parts: [{ text: 'A long system instruction to count.' }] } } },
+        body: {
+          generateContentRequest: {
+            model: 'models/gpt-4o-mini',
+            ...ask('How many tokens is this?'),
+            systemInstruction: { parts: [{ text: 'A long system instruction to count.' }] },
+          },
+        },
         headers: goog(),
       });
       assert.ok(assertShape(countTokensResponseShape, JSON.parse(whole.text)).totalTokens > plain.totalTokens);
     });
 
     it('embeds one content and a batch', async () => {
-      const one = assertShape(embedContentResponseShape, JSON.parse((await send(url('/v1beta/models/text-embedding-3-small:embedContent'), { body: { content: { parts: [{ text: 'Hello' }] } }, headers: goog() })).text));
+      const one = assertShape(
+        embedContentResponseShape,
+        JSON.parse(
+          (
+            await send(url('/v1beta/models/text-embedding-3-small:embedContent'), {
+              body: { content: { parts: [{ text: 'Hello' }] } },
+              headers: goog(),
+            })
+          ).text,
+        ),
+      );
       assert.ok(one.embedding.values.length > 0);
       const batch = await send(url('/v1/models/text-embedding-3-small:batchEmbedContents'), {
-        body: { requests: ['a', 'b', 'c'].map((text) => ({ model: 'models/text-embedding-3-small', content: { parts: [{ text }] }, outputDimensionality: 64 })) },
+        body: {
+          requests: ['a', 'b', 'c'].map((text) => ({
+            model: 'models/text-embedding-3-small',
+            content: { parts: [{ text }] },
+            outputDimensionality: 64,
+          })),
+        },
         headers: goog(),
       });
       const embeddings = assertShape(batchEmbedContentsResponseShape, JSON.parse(batch.text)).embeddings;
@@ -297,7 +485,14 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       assert.equal(miss.status, 200, miss.text);
       assert.match(miss.headers.get('cache-status') ?? '', /fwd=miss; stored/);
       const first = JSON.parse(miss.text) as GenerateContentResponse;
-      await waitFor(async () => (await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body, headers: { ...headers } })).headers.get('cache-status')?.includes('hit') ?? false, 5000, 'the entry stored');
+      await waitFor(
+        async () =>
+          (await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body, headers: { ...headers } })).headers
+            .get('cache-status')
+            ?.includes('hit') ?? false,
+        5000,
+        'the entry stored',
+      );
 
       const hit = await send(url('/v1beta/models/my-gemini:generateContent'), { body, headers });
       assert.match(hit.headers.get('cache-status') ?? '', /hit/);
@@ -310,7 +505,12 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       assert.match(sse.headers.get('cache-status') ?? '', /hit/);
       assert.match(sse.headers.get('content-type') ?? '', /^text\/event-stream/);
       const sseText = sseChunks(sse.text)
-        .map((chunk) => (chunk as GenerateContentResponse).candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join('') ?? '')
+        .map(
+          (chunk) =>
+            (chunk as GenerateContentResponse).candidates?.[0]?.content?.parts
+              ?.map((part) => part.text ?? '')
+              .join('') ?? '',
+        )
         .join('');
       assert.equal(sseText, first.candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join(''));
 
@@ -326,14 +526,28 @@ describe("Google's Gemini API over HTTP: paths, keys, errors, models, streams, c
       const body = ask(`A question asked four times at once ${Date.now()}`);
       const headers = { ...goog(), 'cache-control': 'max-age=600' };
       const forms = ['sse', 'array', 'sse', 'array'] as const;
-      const sent = await Promise.all(forms.map((form) => send(url(`/v1beta/models/gpt-4o-mini:streamGenerateContent${form === 'sse' ? '?alt=sse' : ''}`), { body, headers })));
+      const sent = await Promise.all(
+        forms.map((form) =>
+          send(url(`/v1beta/models/gpt-4o-mini:streamGenerateContent${form === 'sse' ? '?alt=sse' : ''}`), {
+            body,
+            headers,
+          }),
+        ),
+      );
       const texts = sent.map((answer, i) => {
         assert.equal(answer.status, 200, answer.text);
-        const chunks = (forms[i] === 'sse' ? sseChunks(answer.text) : (JSON.parse(answer.text) as unknown[])).map((chunk) => assertShape(generateContentResponseShape, chunk, `${forms[i]} chunk`));
+        const chunks = (forms[i] === 'sse' ? sseChunks(answer.text) : (JSON.parse(answer.text) as unknown[])).map(
+          (chunk) => assertShape(generateContentResponseShape, chunk, `${forms[i]} chunk`),
+        );
         assert.equal(chunks.at(-1)!.candidates?.[0]?.finishReason, 'STOP');
-        return chunks.map((chunk) => chunk.candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join('') ?? '').join('');
+        return chunks
+          .map((chunk) => chunk.candidates?.[0]?.content?.parts?.map((part) => part.text ?? '').join('') ?? '')
+          .join('');
       });
-      assert.ok(texts.every((text) => text === texts[0] && text.length > 0), 'one answer for all');
+      assert.ok(
+        texts.every((text) => text === texts[0] && text.length > 0),
+        'one answer for all',
+      );
       const leaders = sent.filter((answer) => /fwd=miss; stored/.test(answer.headers.get('cache-status') ?? ''));
       assert.equal(leaders.length, 1, sent.map((answer) => answer.headers.get('cache-status')).join(' | '));
     });
@@ -351,7 +565,13 @@ describe('Google’s Gemini API on an api whose jobs wait (no worker): deadlines
     key = (await paidAccountKey(redis, 'unlimited')).key;
     api = await startGateway({
       role: 'api',
-      env: { REDIS_URL: fresh.url, REQUEST_DEADLINE_MS: '2500', SSE_KEEPALIVE_MS: '100', QUEUE_MAX_WAITING: '2', SHUTDOWN_GRACE_MS: '3000' },
+      env: {
+        REDIS_URL: fresh.url,
+        REQUEST_DEADLINE_MS: '2500',
+        SSE_KEEPALIVE_MS: '100',
+        QUEUE_MAX_WAITING: '2',
+        SHUTDOWN_GRACE_MS: '3000',
+      },
     });
   });
 
@@ -361,42 +581,73 @@ describe('Google’s Gemini API on an api whose jobs wait (no worker): deadlines
   });
 
   const url = (path: string) => `${api.url}${path}`;
-  const waiting = () => redis.zcard('bull:{chat}:prioritized').then(async (n) => n + (await redis.llen('bull:{chat}:wait')));
+  const waiting = () =>
+    redis.zcard('bull:{chat}:prioritized').then(async (n) => n + (await redis.llen('bull:{chat}:wait')));
 
   // First: the waiting room counts an account's waiting jobs as of its last reading, and these are the first to wait.
-  it('refuses past the waiting room and past the key’s rate 429 RESOURCE_EXHAUSTED with retryDelay and the rate headers', async () => {
-    const controllers = [new AbortController(), new AbortController()];
-    const held = controllers.map((controller) =>
-      fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), { method: 'POST', signal: controller.signal, headers: { 'x-goog-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(ask('wait')) }).catch(() => undefined),
-    );
-    await waitFor(async () => (await waiting()) === 2, 5000, 'two waiting jobs');
-    await new Promise((resolve) => setTimeout(resolve, 800));
-    const full = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: ask('one too many'), headers: { 'x-goog-api-key': key } });
-    const error = googleError(full, 429, 'RESOURCE_EXHAUSTED');
-    assert.equal(full.headers.get('retry-after'), '1');
-    assert.equal(retryDelay(error), '1s');
-    for (const controller of controllers) controller.abort();
-    await Promise.all(held);
+  it(
+    'refuses past the waiting room and past the key’s rate 429 RESOURCE_EXHAUSTED with retryDelay and the rate ' +
+      'headers',
+    async () => {
+      const controllers = [new AbortController(), new AbortController()];
+      const held = controllers.map((controller) =>
+        fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+          method: 'POST',
+          signal: controller.signal,
+          headers: { 'x-goog-api-key': key, 'content-type': 'application/json' },
+          body: JSON.stringify(ask('wait')),
+        }).catch(() => undefined),
+      );
+      await waitFor(async () => (await waiting()) === 2, 5000, 'two waiting jobs');
+      await new Promise((resolve) => setTimeout(resolve, 800));
+      const full = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+        body: ask('one too many'),
+        headers: { 'x-goog-api-key': key },
+      });
+      const error = googleError(full, 429, 'RESOURCE_EXHAUSTED');
+      assert.equal(full.headers.get('retry-after'), '1');
+      assert.equal(retryDelay(error), '1s');
+      for (const controller of controllers) controller.abort();
+      await Promise.all(held);
 
-    const limited = (await paidAccountKey(redis, 'unlimited', { rpm: 1 })).key;
-    const first = new AbortController();
-    const waitingOne = fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), { method: 'POST', signal: first.signal, headers: { 'x-goog-api-key': limited, 'content-type': 'application/json' }, body: JSON.stringify(ask('wait')) }).catch(() => undefined);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    const second = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: ask('again'), headers: { 'x-goog-api-key': limited } });
-    const rate = googleError(second, 429, 'RESOURCE_EXHAUSTED');
-    assert.ok(Number(second.headers.get('retry-after')) >= 1);
-    assert.equal(retryDelay(rate), `${second.headers.get('retry-after')}s`);
-    assert.equal(second.headers.get('x-ratelimit-limit-requests'), '1');
-    first.abort();
-    await waitingOne;
-  });
+      const limited = (await paidAccountKey(redis, 'unlimited', { rpm: 1 })).key;
+      const first = new AbortController();
+      const waitingOne = fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+        method: 'POST',
+        signal: first.signal,
+        headers: { 'x-goog-api-key': limited, 'content-type': 'application/json' },
+        body: JSON.stringify(ask('wait')),
+      }).catch(() => undefined);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const second = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+        body: ask('again'),
+        headers: { 'x-goog-api-key': limited },
+      });
+      const rate = googleError(second, 429, 'RESOURCE_EXHAUSTED');
+      assert.ok(Number(second.headers.get('retry-after')) >= 1);
+      assert.equal(retryDelay(rate), `${second.headers.get('retry-after')}s`);
+      assert.equal(second.headers.get('x-ratelimit-limit-requests'), '1');
+      first.abort();
+      await waitingOne;
+    },
+  );
 
   it('answers a request past its deadline 504 DEADLINE_EXCEEDED', async () => {
-    googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: ask('wait'), headers: { 'x-goog-api-key': key } }), 504, 'DEADLINE_EXCEEDED');
+    googleError(
+      await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+        body: ask('wait'),
+        headers: { 'x-goog-api-key': key },
+      }),
+      504,
+      'DEADLINE_EXCEEDED',
+    );
   });
 
   it('keeps a waiting sse stream alive with blank lines, then ends it with a Google error event', async () => {
-    const sent = await send(url('/v1beta/models/gpt-4o-mini:streamGenerateContent?alt=sse'), { body: ask('wait'), headers: { 'x-goog-api-key': key } });
+    const sent = await send(url('/v1beta/models/gpt-4o-mini:streamGenerateContent?alt=sse'), {
+      body: ask('wait'),
+      headers: { 'x-goog-api-key': key },
+    });
     assert.equal(sent.status, 200);
     assert.match(sent.headers.get('content-type') ?? '', /^text\/event-stream/);
     assert.match(sent.text, /^\n+data: \{"error":/);
@@ -405,7 +656,10 @@ describe('Google’s Gemini API on an api whose jobs wait (no worker): deadlines
   });
 
   it('keeps a waiting array stream alive with whitespace, then ends it as an array holding the error', async () => {
-    const sent = await send(url('/v1/models/gpt-4o-mini:streamGenerateContent'), { body: ask('wait'), headers: { 'x-goog-api-key': key } });
+    const sent = await send(url('/v1/models/gpt-4o-mini:streamGenerateContent'), {
+      body: ask('wait'),
+      headers: { 'x-goog-api-key': key },
+    });
     assert.equal(sent.status, 200);
     assert.match(sent.headers.get('content-type') ?? '', /^application\/json/);
     assert.match(sent.text, /^\n+\[\{"error":/);
@@ -415,17 +669,32 @@ describe('Google’s Gemini API on an api whose jobs wait (no worker): deadlines
 
   it('refuses a request the balance cannot cover 429 RESOURCE_EXHAUSTED with a QuotaFailure', async () => {
     const poor = (await paidAccountKey(redis, 1)).key;
-    const error = googleError(await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: { ...ask('hi'), generationConfig: { maxOutputTokens: 1000 } }, headers: { 'x-goog-api-key': poor } }), 429, 'RESOURCE_EXHAUSTED');
+    const error = googleError(
+      await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+        body: { ...ask('hi'), generationConfig: { maxOutputTokens: 1000 } },
+        headers: { 'x-goog-api-key': poor },
+      }),
+      429,
+      'RESOURCE_EXHAUSTED',
+    );
     assert.ok(error.details?.some((detail) => detail['@type'] === 'type.googleapis.com/google.rpc.QuotaFailure'));
   });
 
   it('answers 503 UNAVAILABLE while draining, with retryDelay', async () => {
     const controller = new AbortController();
-    const inFlight = fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), { method: 'POST', signal: controller.signal, headers: { 'x-goog-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify(ask('wait')) }).catch(() => undefined);
+    const inFlight = fetch(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+      method: 'POST',
+      signal: controller.signal,
+      headers: { 'x-goog-api-key': key, 'content-type': 'application/json' },
+      body: JSON.stringify(ask('wait')),
+    }).catch(() => undefined);
     await waitFor(async () => (await waiting()) >= 1, 5000, 'a waiting job');
     api.proc.kill('SIGTERM');
     await new Promise((resolve) => setTimeout(resolve, 300));
-    const refused = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), { body: ask('during the drain'), headers: { 'x-goog-api-key': key } });
+    const refused = await send(url('/v1beta/models/gpt-4o-mini:generateContent'), {
+      body: ask('during the drain'),
+      headers: { 'x-goog-api-key': key },
+    });
     const error = googleError(refused, 503, 'UNAVAILABLE');
     assert.equal(retryDelay(error), '1s');
     controller.abort();

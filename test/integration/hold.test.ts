@@ -19,8 +19,8 @@ import { ReplyPublisher } from '../../workers/reply-publisher.js';
 import { freshRedis } from '../support/gateway.js';
 
 /**
- * The api's hold (`api/relay/hold-for-reply.ts`): a client held open for its queued job's answer, on a real Redis and a real
- * BullMQ queue, answered by the worker's own publisher. No worker runs: the tests publish as one would.
+ * The api's hold (`api/relay/hold-for-reply.ts`): a client held open for its queued job's answer, on a real Redis and a
+ * real BullMQ queue, answered by the worker's own publisher. No worker runs: the tests publish as one would.
  */
 
 let redis: Redis;
@@ -55,12 +55,18 @@ before(async () => {
         await new ReplyPublisher(redis, hub.channel, jobId, { stream: false }).done('{"early":true}');
         await sleep(100);
       }
-      await holdForReply(ctx, { config, redis, hub, queues: new QueueShards(redis, {} as Record<QueueName, number>, [], []) }, expected, queue, {
-        stream,
-        deadline: Date.now() + Number(ctx.query.ms ?? 10_000),
-        notes: { firstChunk: () => undefined, failed: () => undefined },
-        abandon: () => abandoned.push(jobId),
-      });
+      await holdForReply(
+        ctx,
+        { config, redis, hub, queues: new QueueShards(redis, {} as Record<QueueName, number>, [], []) },
+        expected,
+        queue,
+        {
+          stream,
+          deadline: Date.now() + Number(ctx.query.ms ?? 10_000),
+          notes: { firstChunk: () => undefined, failed: () => undefined },
+          abandon: () => abandoned.push(jobId),
+        },
+      );
     } finally {
       expected.release();
     }
@@ -92,7 +98,9 @@ describe('hold', () => {
   it("answers a plain request with its job's body", async () => {
     const answer = fetch(`${base}/?job=plain`);
     await held('plain');
-    await new ReplyPublisher(redis, hub.channel, 'plain', { stream: false }).done('{"id":"chatcmpl-1","object":"chat.completion"}');
+    await new ReplyPublisher(redis, hub.channel, 'plain', { stream: false }).done(
+      '{"id":"chatcmpl-1","object":"chat.completion"}',
+    );
     const response = await answer;
     assert.equal(response.status, 200);
     assert.deepEqual(await response.json(), { id: 'chatcmpl-1', object: 'chat.completion' });

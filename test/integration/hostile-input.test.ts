@@ -16,15 +16,26 @@ interface Answer {
 }
 
 /** A raw HTTP/1.1 request, so headers such as `Connection` and sizes Node's fetch would refuse go out as written. */
-function rawRequest(url: string, options: { method?: string; path: string; headers?: Record<string, string>; body?: Buffer | string }): Promise<Answer> {
+function rawRequest(
+  url: string,
+  options: { method?: string; path: string; headers?: Record<string, string>; body?: Buffer | string },
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const target = new URL(options.path, url);
     const req = httpRequest(
-      { host: target.hostname, port: target.port, path: target.pathname + target.search, method: options.method ?? 'POST', headers: options.headers },
+      {
+        host: target.hostname,
+        port: target.port,
+        path: target.pathname + target.search,
+        method: options.method ?? 'POST',
+        headers: options.headers,
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text: Buffer.concat(chunks).toString('utf8') }),
+        );
         res.on('error', reject);
       },
     );
@@ -47,16 +58,24 @@ function rawExchange(url: string, raw: string): Promise<string> {
   });
 }
 
-function assertOpenAIError(answer: Answer, status: number, expected: Partial<ErrorBody['error']> = {}): ErrorBody['error'] {
+function assertOpenAIError(
+  answer: Answer,
+  status: number,
+  expected: Partial<ErrorBody['error']> = {},
+): ErrorBody['error'] {
   assert.equal(answer.status, status, answer.text);
   const body = JSON.parse(answer.text) as ErrorBody;
   assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
   assert.ok(body.error.message.length > 0);
-  for (const [name, value] of Object.entries(expected)) assert.equal(body.error[name as keyof ErrorBody['error']], value, `${name}: ${answer.text}`);
+  for (const [name, value] of Object.entries(expected))
+    assert.equal(body.error[name as keyof ErrorBody['error']], value, `${name}: ${answer.text}`);
   return body.error;
 }
 
-function multipart(boundary: string, parts: Array<{ name: string; value?: string; filename?: string; type?: string; data?: Buffer }>): Buffer {
+function multipart(
+  boundary: string,
+  parts: Array<{ name: string; value?: string; filename?: string; type?: string; data?: Buffer }>,
+): Buffer {
   const chunks: Buffer[] = [];
   for (const part of parts) {
     const disposition = `form-data; name="${part.name}"${part.filename ? `; filename="${part.filename}"` : ''}`;
@@ -110,25 +129,47 @@ describe('hostile input', () => {
 
   const auth = () => ({ authorization: `Bearer ${apiKey}` });
   const postJson = (path: string, body: unknown, headers: Record<string, string> = {}, target = gateway) =>
-    rawRequest(target.url, { path, headers: { ...auth(), 'content-type': 'application/json', ...headers }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    rawRequest(target.url, {
+      path,
+      headers: { ...auth(), 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
   const postForm = (path: string, boundary: string, body: Buffer) =>
-    rawRequest(gateway.url, { path, headers: { ...auth(), 'content-type': `multipart/form-data; boundary=${boundary}` }, body });
+    rawRequest(gateway.url, {
+      path,
+      headers: { ...auth(), 'content-type': `multipart/form-data; boundary=${boundary}` },
+      body,
+    });
 
   /** The worst event-loop stall since the previous read, as the gateway measures it. */
-  const loopStallMs = async () => (JSON.parse((await rawRequest(gateway.url, { method: 'GET', path: '/readyz' })).text) as { event_loop_max_ms: number }).event_loop_max_ms;
+  const loopStallMs = async () =>
+    (
+      JSON.parse((await rawRequest(gateway.url, { method: 'GET', path: '/readyz' })).text) as {
+        event_loop_max_ms: number;
+      }
+    ).event_loop_max_ms;
 
   async function assertStillServes(): Promise<void> {
-    const ok = await postJson('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'still there?' }] });
+    const ok = await postJson('/v1/chat/completions', {
+      model: 'mock-chat',
+      messages: [{ role: 'user', content: 'still there?' }],
+    });
     assert.equal(ok.status, 200, ok.text);
   }
 
   it('answers a multipart body cut short with a 400 on every upload endpoint, and stays up', async () => {
     const cut = Buffer.concat([
       Buffer.from('--B\r\nContent-Disposition: form-data; name="model"\r\n\r\nmock-transcribe\r\n'),
-      Buffer.from('--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFFxxxx'),
+      Buffer.from(
+        '--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: ' +
+          'audio/wav\r\n\r\nRIFFxxxx',
+      ),
     ]);
     for (const path of ['/v1/audio/transcriptions', '/v1/images/edits', '/v1/videos']) {
-      assertOpenAIError(await postForm(path, 'B', cut), 400, { type: 'invalid_request_error', code: 'invalid_multipart' });
+      assertOpenAIError(await postForm(path, 'B', cut), 400, {
+        type: 'invalid_request_error',
+        code: 'invalid_multipart',
+      });
     }
     assert.equal(gateway.proc.exitCode, null, 'the process is still running');
     await assertStillServes();
@@ -137,10 +178,19 @@ describe('hostile input', () => {
   it('counts a huge one-character prompt without freezing the event loop', async () => {
     await loopStallMs();
     const runs = [
-      postJson('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: 'a'.repeat(130_000) }] }),
+      postJson('/v1/chat/completions', {
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: 'a'.repeat(130_000) }],
+      }),
       // CJK with no spaces is one pre-token: the slowest case for byte-pair encoding.
-      postJson('/v1/chat/completions', { model: 'mock-chat', messages: [{ role: 'user', content: '漢字'.repeat(100_000) }] }),
-      postJson('/v1/embeddings', { model: 'mock-embedding', input: Array.from({ length: 60 }, (_, i) => `${i}${'b'.repeat(9000)}`) }),
+      postJson('/v1/chat/completions', {
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: '漢字'.repeat(100_000) }],
+      }),
+      postJson('/v1/embeddings', {
+        model: 'mock-embedding',
+        input: Array.from({ length: 60 }, (_, i) => `${i}${'b'.repeat(9000)}`),
+      }),
       postJson('/v1/completions', { model: 'mock-chat', prompt: 'c'.repeat(200_000) }),
     ];
     const answers = await Promise.all(runs);
@@ -158,17 +208,40 @@ describe('hostile input', () => {
 
   it('holds no request on the event loop for long, however many messages and parts a body has within the limits', async () => {
     const responsesInput = (messages: number, parts: number) =>
-      Array.from({ length: messages }, (_, i) => ({ role: 'user', content: Array.from({ length: parts }, (_, j) => ({ type: 'input_text', text: `m${i}p${j} hi` })) }));
+      Array.from({ length: messages }, (_, i) => ({
+        role: 'user',
+        content: Array.from({ length: parts }, (_, j) => ({ type: 'input_text', text: `m${i}p${j} hi` })),
+      }));
     const chatMessages = (messages: number, parts: number) =>
-      Array.from({ length: messages }, (_, i) => ({ role: 'user', content: Array.from({ length: parts }, (_, j) => ({ type: 'text', text: `m${i}p${j} hi` })) }));
-    // gemini-2.5-flash's million-token window lets the large ones through to the queue: the whole path is measured, not just a refusal.
+      Array.from({ length: messages }, (_, i) => ({
+        role: 'user',
+        content: Array.from({ length: parts }, (_, j) => ({ type: 'text', text: `m${i}p${j} hi` })),
+      }));
+    // gemini-2.5-flash's million-token window lets the large ones through to the queue: the whole path is measured, not
+    // just a refusal.
     const cases: Array<{ path: string; body: unknown; expect: number[] }> = [
       // 110,000 objects and arrays: past the bound on a body's containers, refused before it is parsed.
-      { path: '/v1/responses', body: { model: 'gemini-2.5-flash', max_output_tokens: 16, input: responsesInput(9_999, 10) }, expect: [400] },
-      { path: '/v1/chat/completions', body: { model: 'gemini-2.5-flash', max_tokens: 16, messages: chatMessages(9_999, 10) }, expect: [400] },
+      {
+        path: '/v1/responses',
+        body: { model: 'gemini-2.5-flash', max_output_tokens: 16, input: responsesInput(9_999, 10) },
+        expect: [400],
+      },
+      {
+        path: '/v1/chat/completions',
+        body: { model: 'gemini-2.5-flash', max_tokens: 16, messages: chatMessages(9_999, 10) },
+        expect: [400],
+      },
       // Just inside it: validated, translated, counted and queued in slices.
-      { path: '/v1/responses', body: { model: 'gemini-2.5-flash', max_output_tokens: 16, input: responsesInput(9_999, 3) }, expect: [200] },
-      { path: '/v1/chat/completions', body: { model: 'gemini-2.5-flash', max_tokens: 16, messages: chatMessages(9_999, 3) }, expect: [200] },
+      {
+        path: '/v1/responses',
+        body: { model: 'gemini-2.5-flash', max_output_tokens: 16, input: responsesInput(9_999, 3) },
+        expect: [200],
+      },
+      {
+        path: '/v1/chat/completions',
+        body: { model: 'gemini-2.5-flash', max_tokens: 16, messages: chatMessages(9_999, 3) },
+        expect: [200],
+      },
     ];
     for (const { path, body, expect } of cases) {
       // Before the bound and the slices one such Responses body held the loop 400-575 ms, four 1.28 s; each step now
@@ -197,14 +270,23 @@ describe('hostile input', () => {
     // validated, translated and serialised whole), four at once 1.5 s, and the api's RSS went from 0.77 to 1.38 GB.
     const body = JSON.stringify({
       model: 'gpt-4o',
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this?' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(47_000_000)}` } }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'what is this?' },
+            { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(47_000_000)}` } },
+          ],
+        },
+      ],
     });
     const stalls: number[] = [];
     for (let round = 0; round < 3; round++) {
       await loopStallMs();
       const answers = await Promise.all(Array.from({ length: 4 }, () => postJson('/v1/chat/completions', body)));
       stalls.push(await loopStallMs());
-      for (const answer of answers) assertOpenAIError(answer, 400, { code: 'image_too_large', param: 'messages[0].content[1].image_url.url' });
+      for (const answer of answers)
+        assertOpenAIError(answer, 400, { code: 'image_too_large', param: 'messages[0].content[1].image_url.url' });
       // Joining, decoding and scanning a 47 MB body are a turn of the loop each, some 50 ms apiece on an idle machine.
       if (stalls.at(-1)! < 200) break;
     }
@@ -215,7 +297,11 @@ describe('hostile input', () => {
   it('refuses JSON nested thousands deep with a 400 naming the field, on every JSON endpoint', async () => {
     const deep = (n: number) => '['.repeat(n) + ']'.repeat(n);
     const cases: Array<[string, string, string]> = [
-      ['/v1/chat/completions', `{"model":"mock-chat","messages":[{"role":"user","content":${deep(5000)}}]}`, 'messages'],
+      [
+        '/v1/chat/completions',
+        `{"model":"mock-chat","messages":[{"role":"user","content":${deep(5000)}}]}`,
+        'messages',
+      ],
       ['/v1/completions', `{"model":"mock-chat","prompt":"x","metadata":${deep(5000)}}`, 'metadata'],
       ['/v1/embeddings', `{"model":"mock-embedding","input":${deep(5000)}}`, 'input'],
       ['/v1/images/generations', `{"model":"mock-image","prompt":"x","extra":{"a":${deep(100_000)}}}`, 'extra'],
@@ -240,7 +326,11 @@ describe('hostile input', () => {
 
   it('logs the status the client got, errors included', async () => {
     const answers = [
-      await rawRequest(gateway.url, { path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{}' }),
+      await rawRequest(gateway.url, {
+        path: '/v1/chat/completions',
+        headers: { 'content-type': 'application/json' },
+        body: '{}',
+      }),
       await postJson('/v1/chat/completions', '{"model":'),
       await rawRequest(gateway.url, { method: 'GET', path: '/v1/no-such-thing', headers: auth() }),
     ];
@@ -256,7 +346,10 @@ describe('hostile input', () => {
       ids.map((id) => logged().find((line) => line.reqId === id)?.status),
       answers.map((answer) => answer.status),
     );
-    assert.deepEqual(answers.map((answer) => answer.status), [401, 400, 404]);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [401, 400, 404],
+    );
   });
 
   it('builds file links from PUBLIC_BASE_URL or the Host, and believes X-Forwarded-Host only with TRUST_PROXY', async () => {
@@ -277,13 +370,24 @@ describe('hostile input', () => {
 
   it('answers oversized headers and URLs with an OpenAI-shaped 431', async () => {
     assertOpenAIError(
-      await rawRequest(gateway.url, { method: 'GET', path: '/v1/models', headers: { ...auth(), 'x-padding': 'p'.repeat(20_000) } }),
+      await rawRequest(gateway.url, {
+        method: 'GET',
+        path: '/v1/models',
+        headers: { ...auth(), 'x-padding': 'p'.repeat(20_000) },
+      }),
       431,
       { code: 'request_header_too_large' },
     );
-    assertOpenAIError(await rawRequest(gateway.url, { method: 'GET', path: `/v1/models/${'m'.repeat(20_000)}`, headers: auth() }), 431);
+    assertOpenAIError(
+      await rawRequest(gateway.url, { method: 'GET', path: `/v1/models/${'m'.repeat(20_000)}`, headers: auth() }),
+      431,
+    );
     // Requests Node would answer with a bare status or a closed socket: no Host on HTTP/1.1, CONNECT, TRACE.
-    for (const raw of ['GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n', 'CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n', 'TRACE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n']) {
+    for (const raw of [
+      'GET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n',
+      'CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n',
+      'TRACE /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+    ]) {
       const answer = await rawExchange(gateway.url, raw);
       assert.match(answer, /^HTTP\/1\.1 4\d\d /, raw);
       const body = JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)) as ErrorBody;
@@ -293,14 +397,31 @@ describe('hostile input', () => {
   });
 
   it('refuses too many files or fields instead of dropping them', async () => {
-    const files = Array.from({ length: 21 }, (_, i) => ({ name: 'image[]', filename: `${i}.png`, type: 'image/png', data: Buffer.from('x') }));
-    assertOpenAIError(await postForm('/v1/images/edits', 'F', multipart('F', [{ name: 'model', value: 'dall-e-2' }, ...files])), 400, {
-      code: 'too_many_files',
-    });
+    const files = Array.from({ length: 21 }, (_, i) => ({
+      name: 'image[]',
+      filename: `${i}.png`,
+      type: 'image/png',
+      data: Buffer.from('x'),
+    }));
+    assertOpenAIError(
+      await postForm('/v1/images/edits', 'F', multipart('F', [{ name: 'model', value: 'dall-e-2' }, ...files])),
+      400,
+      {
+        code: 'too_many_files',
+      },
+    );
     const fields = Array.from({ length: 151 }, (_, i) => ({ name: `f${i}`, value: 'v' }));
-    assertOpenAIError(await postForm('/v1/audio/transcriptions', 'F', multipart('F', [{ name: 'model', value: 'mock-transcribe' }, ...fields])), 400, {
-      code: 'too_many_fields',
-    });
+    assertOpenAIError(
+      await postForm(
+        '/v1/audio/transcriptions',
+        'F',
+        multipart('F', [{ name: 'model', value: 'mock-transcribe' }, ...fields]),
+      ),
+      400,
+      {
+        code: 'too_many_fields',
+      },
+    );
   });
 
   it('refuses number fields that are not finite numbers, and an empty one, with what was sent', async () => {
@@ -310,7 +431,9 @@ describe('hostile input', () => {
         { name: 'temperature', value },
         { name: 'file', filename: 'a.wav', type: 'audio/wav', data: wav() },
       ]);
-      const error = assertOpenAIError(await postForm('/v1/audio/transcriptions', 'N', form), 400, { param: 'temperature' });
+      const error = assertOpenAIError(await postForm('/v1/audio/transcriptions', 'N', form), 400, {
+        param: 'temperature',
+      });
       assert.match(error.message, /expected a finite number, but got/);
       assert.doesNotMatch(error.message, /got a number/);
     }
@@ -323,7 +446,11 @@ describe('hostile input', () => {
   });
 
   it('closes a stream whose client asked for Connection: close', async () => {
-    const answer = await postJson('/v1/chat/completions', { model: 'mock-chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }, { connection: 'close' });
+    const answer = await postJson(
+      '/v1/chat/completions',
+      { model: 'mock-chat', stream: true, messages: [{ role: 'user', content: 'hi' }] },
+      { connection: 'close' },
+    );
     assert.equal(answer.status, 200, answer.text);
     assert.equal(answer.headers.connection, 'close');
     assert.match(answer.text, /data: \[DONE\]/);

@@ -1,7 +1,18 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -61,12 +72,17 @@ describe("the image's default command, as an unprivileged user with nothing but 
     mkdirSync(app);
     // Links to this checkout's, unless it sits where that user may not go (a clone under root's 0700 home): then
     // hard links of its files (a copy across file systems), which the image's COPY makes too.
-    const reachable = !user || spawnSync('test', ['-r', join(root, 'node_modules', 'pg', 'package.json')], { ...user }).status === 0;
+    const reachable =
+      !user || spawnSync('test', ['-r', join(root, 'node_modules', 'pg', 'package.json')], { ...user }).status === 0;
     for (const name of ['dist', 'node_modules']) {
       if (reachable) symlinkSync(join(root, name), join(app, name));
       else if (spawnSync('cp', ['-al', join(root, name), join(app, name)]).status !== 0) {
         rmSync(join(app, name), { recursive: true, force: true });
-        assert.equal(spawnSync('cp', ['-a', join(root, name), join(app, name)]).status, 0, `${name} copied for the image's user`);
+        assert.equal(
+          spawnSync('cp', ['-a', join(root, name), join(app, name)]).status,
+          0,
+          `${name} copied for the image's user`,
+        );
       }
     }
     copyFileSync(join(root, 'package.json'), join(app, 'package.json'));
@@ -111,11 +127,13 @@ describe("the image's default command, as an unprivileged user with nothing but 
       },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
-    for (const stream of [gateway.stdout!, gateway.stderr!]) stream.on('data', (data: Buffer) => logs.push(...data.toString().split('\n').filter(Boolean)));
+    for (const stream of [gateway.stdout!, gateway.stderr!])
+      stream.on('data', (data: Buffer) => logs.push(...data.toString().split('\n').filter(Boolean)));
     base = `http://127.0.0.1:${port}`;
     await waitFor(
       async () => {
-        if (gateway!.exitCode !== null) throw new Error(`the gateway exited with ${gateway!.exitCode}:\n${logs.join('\n')}`);
+        if (gateway!.exitCode !== null)
+          throw new Error(`the gateway exited with ${gateway!.exitCode}:\n${logs.join('\n')}`);
         return (await fetch(`${base}/healthz`).catch(() => undefined))?.status === 200;
       },
       90_000,
@@ -135,7 +153,11 @@ describe("the image's default command, as an unprivileged user with nothing but 
 
   it('starts on the embedded record it makes in the volume, and serves a key and an image stored there', async () => {
     const admin = { authorization: 'Bearer image-start-admin', 'content-type': 'application/json' };
-    const made = await fetch(`${base}/admin/keys`, { method: 'POST', headers: admin, body: JSON.stringify({ name: 'image' }) });
+    const made = await fetch(`${base}/admin/keys`, {
+      method: 'POST',
+      headers: admin,
+      body: JSON.stringify({ name: 'image' }),
+    });
     assert.equal(made.status, 201, await made.clone().text());
     const { key } = (await made.json()) as { key: string };
     const res = await fetch(`${base}/v1/images/generations`, {
@@ -151,7 +173,10 @@ describe("the image's default command, as an unprivileged user with nothing but 
 
     const dataDir = here(stage.env.DATA_DIR!);
     const blobDir = here(stage.env.BLOB_DIR!);
-    assert.ok(existsSync(join(dataDir, 'postgres', 'PG_VERSION')), `the embedded record's cluster in ${stage.env.DATA_DIR}`);
+    assert.ok(
+      existsSync(join(dataDir, 'postgres', 'PG_VERSION')),
+      `the embedded record's cluster in ${stage.env.DATA_DIR}`,
+    );
     assert.ok(filesUnder(blobDir).length > 0, `the image's blob in ${stage.env.BLOB_DIR}`);
     // Everything written is the user's, inside the volume; the app directory is as it was.
     if (user) for (const file of filesUnder(volumeDir)) assert.equal(statSync(file).uid, user.uid, file);

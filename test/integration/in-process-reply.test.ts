@@ -40,9 +40,13 @@ describe('replies handed over in memory when the api and the worker share a proc
   /** A plain and a streamed chat, answered in full: the request ids. */
   async function chats(gateway: GatewayProcess): Promise<string[]> {
     const client = gateway.client(key.key);
-    const plain = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'one plain' }] }).withResponse();
+    const plain = await client.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'one plain' }] })
+      .withResponse();
     assert.match(plain.data.choices[0]!.message.content ?? '', /one plain/);
-    const stream = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'one streamed' }], stream: true }).withResponse();
+    const stream = await client.chat.completions
+      .create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'one streamed' }], stream: true })
+      .withResponse();
     let text = '';
     for await (const chunk of stream.data) text += chunk.choices[0]?.delta?.content ?? '';
     assert.match(text, /one streamed/);
@@ -56,7 +60,11 @@ describe('replies handed over in memory when the api and the worker share a proc
     const ids = await chats(gateway);
     for (const id of ids) {
       assert.ok(id, 'each answer names its request');
-      await waitFor(async () => (await redis.zscore('bull:{chat}:completed', id)) !== null, 5000, `job ${id} completed in BullMQ`);
+      await waitFor(
+        async () => (await redis.zscore('bull:{chat}:completed', id)) !== null,
+        5000,
+        `job ${id} completed in BullMQ`,
+      );
     }
     assert.ok(((await readKeySpend(redis, defaultAccountId, key.id))?.spentMicros ?? 0) > spentBefore, 'both billed');
     assert.deepEqual(heard, [], 'no reply crossed Redis pub/sub');
@@ -66,9 +74,18 @@ describe('replies handed over in memory when the api and the worker share a proc
   it('with the workers in their own process: the same requests answered through the reply channel', async () => {
     const gateway = await startGateway({ env: { REDIS_URL: url, WORKER_PROCESS: 'on' } });
     started.push(gateway);
-    await waitFor(() => gateway.logs.some((line) => line.includes('workers started')), 20_000, 'the worker process to start');
+    await waitFor(
+      () => gateway.logs.some((line) => line.includes('workers started')),
+      20_000,
+      'the worker process to start',
+    );
     const ids = await chats(gateway);
-    for (const id of ids) await waitFor(async () => (await redis.zscore('bull:{chat}:completed', id)) !== null, 5000, `job ${id} completed in BullMQ`);
+    for (const id of ids)
+      await waitFor(
+        async () => (await redis.zscore('bull:{chat}:completed', id)) !== null,
+        5000,
+        `job ${id} completed in BullMQ`,
+      );
     assert.ok(heard.length >= 2, `the replies crossed pub/sub (${heard.length} messages)`);
   });
 });

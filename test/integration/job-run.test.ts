@@ -17,7 +17,14 @@ import { loadConfig, type Config } from '../../shared/config.js';
 import { endpoints } from '../../shared/endpoints.js';
 import type { WireError } from '../../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
-import { billingBucket, billKey, replyChannel, settledKey, usageStreamKey, vendorInflightKey } from '../../shared/redis-keys.js';
+import {
+  billingBucket,
+  billKey,
+  replyChannel,
+  settledKey,
+  usageStreamKey,
+  vendorInflightKey,
+} from '../../shared/redis-keys.js';
 import { readBill, readKeySpend, reserve } from '../../shared/money/billing.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import type { UsageEntry } from '../../shared/money/usage.js';
@@ -104,8 +111,20 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
       log,
       vendorHttp,
       access,
-      media: { config, redis: workerRedis, blobs: createBlobStore(config), urlSecret: await resolveUrlSecret(workerRedis, config.blobUrlSecret) },
-      settlement: { config, redis: workerRedis, prices, policy: { bufferRecords: config.usageBufferRecords }, log, overruns: new OverrunReport(log) },
+      media: {
+        config,
+        redis: workerRedis,
+        blobs: createBlobStore(config),
+        urlSecret: await resolveUrlSecret(workerRedis, config.blobUrlSecret),
+      },
+      settlement: {
+        config,
+        redis: workerRedis,
+        prices,
+        policy: { bufferRecords: config.usageBufferRecords },
+        log,
+        overruns: new OverrunReport(log),
+      },
     });
 
     const name = shardQueueName('chat', 0, 1);
@@ -113,7 +132,10 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     cleanups.defer(() => apiRedis.disconnect());
     queue = new Queue(name, { connection: apiRedis });
     cleanups.defer(() => queue.close());
-    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, processor, { connection: workerRedis, ...fetchLoopOptions(config, 4, 0) });
+    const worker = new StartingWorker<GatewayJobData, GatewayJobResult>(name, processor, {
+      connection: workerRedis,
+      ...fetchLoopOptions(config, 4, 0),
+    });
     worker.on('error', () => undefined);
     cleanups.defer(() => worker.close());
     await worker.waitUntilReady();
@@ -130,20 +152,46 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
 
   /**
    * A chat request as the api queues it: an account with a balance and a key, the reservation, the job
-   * from `buildJob` (its deadline from `deadlineMs`, the api's REQUEST_DEADLINE_MS_CHAT), the reply channel listened to.
+   * from `buildJob` (its deadline from `deadlineMs`, the api's REQUEST_DEADLINE_MS_CHAT), the reply channel listened
+   * to.
    */
   async function submit(options: { deadlineMs?: number } = {}) {
     const n = ++requests;
     const account = `acct_jobrun_${n}`;
     const keyId = `key_jobrun_${n}`;
     const requestId = `req_jobrun_${n}_${randomBytes(4).toString('hex')}`;
-    await redis.hset(billKey(account), { id: account, reserved: 0, balance: startBalance, [`${keyId}.spent`]: 0, [`${keyId}.reserved`]: 0 });
+    await redis.hset(billKey(account), {
+      id: account,
+      reserved: 0,
+      balance: startBalance,
+      [`${keyId}.spent`]: 0,
+      [`${keyId}.reserved`]: 0,
+    });
     const replyTo = replyChannel(`jobrun-api-${n}`);
     await subscriber.subscribe(replyTo);
-    const apiConfig = options.deadlineMs === undefined ? config : loadConfig({ ...env, REQUEST_DEADLINE_MS_CHAT: String(options.deadlineMs) });
-    const payload = endpoints['chat.completions'].schema.parse({ model, messages: [{ role: 'user', content: `hello ${n}` }] });
-    const plan = buildJob('chat.completions', { payload, stream: false }, { requestId, replyTo, keyId, accountId: account, model, baseUrl: 'http://127.0.0.1' }, 'held', apiConfig);
-    assert.deepEqual(await reserve(redis, { requestId, keyId, accountId: account, micros: reservedMicros, tokens: 100, deadline: plan.deadline }, {}), { ok: true });
+    const apiConfig =
+      options.deadlineMs === undefined
+        ? config
+        : loadConfig({ ...env, REQUEST_DEADLINE_MS_CHAT: String(options.deadlineMs) });
+    const payload = endpoints['chat.completions'].schema.parse({
+      model,
+      messages: [{ role: 'user', content: `hello ${n}` }],
+    });
+    const plan = buildJob(
+      'chat.completions',
+      { payload, stream: false },
+      { requestId, replyTo, keyId, accountId: account, model, baseUrl: 'http://127.0.0.1' },
+      'held',
+      apiConfig,
+    );
+    assert.deepEqual(
+      await reserve(
+        redis,
+        { requestId, keyId, accountId: account, micros: reservedMicros, tokens: 100, deadline: plan.deadline },
+        {},
+      ),
+      { ok: true },
+    );
     assert.equal((await readBill(redis, account))?.reservedMicros, reservedMicros);
     await queue.add(plan.data.endpoint, plan.data, plan.options);
     return { id: plan.id, account, keyId, requestId, replyTo };
@@ -153,8 +201,13 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
 
   /** The job once it ran for the last time (completed, or failed for good), and every reply its channel got. */
   async function outcome({ id, replyTo }: Submitted) {
-    await waitFor(async () => ['completed', 'failed'].includes(await queue.getJobState(id)), 15_000, `job ${id} to end`);
-    // The replies were published before the job ended; a round trip on the subscriber's connection has them all delivered.
+    await waitFor(
+      async () => ['completed', 'failed'].includes(await queue.getJobState(id)),
+      15_000,
+      `job ${id} to end`,
+    );
+    // The replies were published before the job ended; a round trip on the subscriber's connection has them all
+    // delivered.
     await subscriber.ping();
     const job = (await queue.getJob(id))!;
     return { job, state: await queue.getJobState(id), replies: heard.get(replyTo) ?? [] };
@@ -171,7 +224,9 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
   /** What the request settled: its usage entries in its bucket's stream, the account's and key's money after. */
   async function money({ account, keyId, requestId }: Submitted) {
     const stream = await redis.xrange(usageStreamKey(billingBucket(account)), '-', '+');
-    const entries = stream.map(([, fields]) => JSON.parse(fields[1]!) as UsageEntry).filter((entry) => entry.request_id === requestId);
+    const entries = stream
+      .map(([, fields]) => JSON.parse(fields[1]!) as UsageEntry)
+      .filter((entry) => entry.request_id === requestId);
     return {
       entries,
       bill: await readBill(redis, account),
@@ -192,9 +247,23 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     return entries[0]!;
   }
 
-  const vendorError = (status: number, message: string, type: string, code: string | null, param: string | null = null) => ({ status, json: { error: { message, type, param, code } } });
+  const vendorError = (
+    status: number,
+    message: string,
+    type: string,
+    code: string | null,
+    param: string | null = null,
+  ) => ({ status, json: { error: { message, type, param, code } } });
   const slotsHeld = () => redis.zcard(vendorInflightKey('openai'));
-  const fakeCost = () => prices.costMicros(model, { inputTokens: FAKE_USAGE.prompt_tokens, cachedTokens: 0, outputTokens: FAKE_USAGE.completion_tokens, images: 0, audioSeconds: 0, videoSeconds: 0 });
+  const fakeCost = () =>
+    prices.costMicros(model, {
+      inputTokens: FAKE_USAGE.prompt_tokens,
+      cachedTokens: 0,
+      outputTokens: FAKE_USAGE.completion_tokens,
+      images: 0,
+      audioSeconds: 0,
+      videoSeconds: 0,
+    });
 
   it('answers a plain chat job on its reply channel with the chat.completion, and settles it once', async () => {
     const submitted = await submit();
@@ -203,7 +272,12 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     const done = terminal(replies);
     assert.equal(done.kind, 'done');
     assert.equal(done.jobId, submitted.id);
-    const body = JSON.parse(done.payload) as { object: string; model: string; choices: Array<{ message: { role: string; content: string }; finish_reason: string }>; usage: typeof FAKE_USAGE };
+    const body = JSON.parse(done.payload) as {
+      object: string;
+      model: string;
+      choices: Array<{ message: { role: string; content: string }; finish_reason: string }>;
+      usage: typeof FAKE_USAGE;
+    };
     assert.equal(body.object, 'chat.completion');
     assert.equal(body.model, model);
     assert.equal(body.choices[0]!.message.role, 'assistant');
@@ -229,29 +303,40 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     assert.equal(await slotsHeld(), 0, 'the vendor slot is given back');
   });
 
-  it('fails a job the vendor refuses with a 400 at once: the OpenAI error to the client, settled as failed at no cost', async () => {
-    fake.enqueue(vendorError(400, "Invalid value for 'temperature'.", 'invalid_request_error', 'invalid_value', 'temperature'));
-    const submitted = await submit();
-    const { job, state, replies } = await outcome(submitted);
-    assert.equal(state, 'failed');
-    assert.equal(job.attemptsMade, 1, 'no retry');
-    assert.equal(fake.requests.length, 1, 'the vendor was called once');
-    const reply = terminal(replies);
-    assert.equal(reply.kind, 'error');
-    const wire = JSON.parse(reply.payload) as WireError;
-    assert.equal(wire.status, 400);
-    assert.deepEqual(wire.error, { message: "Invalid value for 'temperature'.", type: 'invalid_request_error', param: 'temperature', code: 'invalid_value' });
-    assert.equal(job.failedReason, wire.error.message);
+  it(
+    'fails a job the vendor refuses with a 400 at once: the OpenAI error to the client, settled as failed at no ' +
+      'cost',
+    async () => {
+      fake.enqueue(
+        vendorError(400, "Invalid value for 'temperature'.", 'invalid_request_error', 'invalid_value', 'temperature'),
+      );
+      const submitted = await submit();
+      const { job, state, replies } = await outcome(submitted);
+      assert.equal(state, 'failed');
+      assert.equal(job.attemptsMade, 1, 'no retry');
+      assert.equal(fake.requests.length, 1, 'the vendor was called once');
+      const reply = terminal(replies);
+      assert.equal(reply.kind, 'error');
+      const wire = JSON.parse(reply.payload) as WireError;
+      assert.equal(wire.status, 400);
+      assert.deepEqual(wire.error, {
+        message: "Invalid value for 'temperature'.",
+        type: 'invalid_request_error',
+        param: 'temperature',
+        code: 'invalid_value',
+      });
+      assert.equal(job.failedReason, wire.error.message);
 
-    const entry = await settledOnce(submitted, 0);
-    assert.equal(entry.status, 'failed');
-    assert.equal(entry.error_code, 'invalid_value');
-    // Its message too, for the request log (a batch request's only record of it).
-    assert.equal(entry.error_message, wire.error.message);
-    assert.equal(entry.vendor, 'openai');
-    assert.equal(entry.attempts, 1);
-    assert.equal(await slotsHeld(), 0);
-  });
+      const entry = await settledOnce(submitted, 0);
+      assert.equal(entry.status, 'failed');
+      assert.equal(entry.error_code, 'invalid_value');
+      // Its message too, for the request log (a batch request's only record of it).
+      assert.equal(entry.error_message, wire.error.message);
+      assert.equal(entry.vendor, 'openai');
+      assert.equal(entry.attempts, 1);
+      assert.equal(await slotsHeld(), 0);
+    },
+  );
 
   it('retries a job after a vendor 5xx and answers and bills it once, from the attempt that succeeded', async () => {
     fake.enqueue(vendorError(503, 'overloaded', 'server_error', null));
@@ -262,7 +347,10 @@ describe('a job run (workers/job-run.ts) on a real queue', () => {
     assert.equal(fake.requests.length, 2);
     const done = terminal(replies);
     assert.equal(done.kind, 'done');
-    assert.equal((JSON.parse(done.payload) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    assert.equal(
+      (JSON.parse(done.payload) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content,
+      FAKE_REPLY_TEXT,
+    );
 
     const entry = await settledOnce(submitted, fakeCost());
     assert.equal(entry.status, 'completed');

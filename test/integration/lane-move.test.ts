@@ -6,8 +6,14 @@ import OpenAI from 'openai';
 import { fallbackCatalogFile, writeJsonFile } from '../support/fallback-catalog.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
-import { createKey, freshRedis, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
-
+import {
+  createKey,
+  freshRedis,
+  requestRecord,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 
 // Item 6 of the fair-share issue: a cap is charged to the vendor actually called. A model's requests wait in its
 // first route's lane; when that vendor's channel rests and the worker routes to a fallback on another capped
@@ -60,8 +66,14 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
 
   it('moves the jobs to the spare vendor’s lane, runs them at its cap, bills each once and leaves no stub', async () => {
     // The primary's credentials are refused: its channel rests, and the request that met it is served by the fallback.
-    primary.setDefault(() => ({ status: 401, json: { error: { message: 'revoked', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } }));
-    const first = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] });
+    primary.setDefault(() => ({
+      status: 401,
+      json: { error: { message: 'revoked', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } },
+    }));
+    const first = await client.chat.completions.create({
+      model: 'house-model',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(first.choices[0]!.message.content, FAKE_REPLY_TEXT);
     await new Promise((r) => setTimeout(r, 1100)); // every worker re-reads cooldowns once a second
     backup.reset();
@@ -69,7 +81,11 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     // Four at once. In OpenAI's lane (cap 1) they would run one by one; in the spare lane, two at a time.
     const started = Date.now();
     const answers = await Promise.all(
-      Array.from({ length: 4 }, () => client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse()),
+      Array.from({ length: 4 }, () =>
+        client.chat.completions
+          .create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] })
+          .withResponse(),
+      ),
     );
     const elapsed = Date.now() - started;
     for (const { data } of answers) assert.equal(data.choices[0]!.message.content, FAKE_REPLY_TEXT);
@@ -85,7 +101,11 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
       assert.match(record.channel ?? '', /^spare:/);
       assert.ok((record.input_tokens ?? 0) > 0, 'settled with its usage');
       // Each is in the spare lane's record of completed jobs, and the stub it left in OpenAI's lane is gone.
-      await waitFor(async () => (await (await spareLane.getJob(requestId))?.getState()) === 'completed', 5_000, 'the moved job completed');
+      await waitFor(
+        async () => (await (await spareLane.getJob(requestId))?.getState()) === 'completed',
+        5_000,
+        'the moved job completed',
+      );
       assert.equal(await openaiLane.getJob(requestId), undefined, 'the stub in the first lane was removed');
     }
     // Settled, each: no reservation is left held.
@@ -93,20 +113,40 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     for (const deadlines of await redis.keys('sy:*resv-deadlines')) held += await redis.zcard(deadlines);
     assert.equal(held, 0, 'no reservation left held');
     // Both lanes' backlogs are back to nothing.
-    assert.deepEqual((await openaiLane.getJobCounts('wait', 'prioritized', 'active', 'delayed')), { wait: 0, prioritized: 0, active: 0, delayed: 0 });
-    assert.deepEqual((await spareLane.getJobCounts('wait', 'prioritized', 'active', 'delayed')), { wait: 0, prioritized: 0, active: 0, delayed: 0 });
+    assert.deepEqual(await openaiLane.getJobCounts('wait', 'prioritized', 'active', 'delayed'), {
+      wait: 0,
+      prioritized: 0,
+      active: 0,
+      delayed: 0,
+    });
+    assert.deepEqual(await spareLane.getJobCounts('wait', 'prioritized', 'active', 'delayed'), {
+      wait: 0,
+      prioritized: 0,
+      active: 0,
+      delayed: 0,
+    });
   });
 
-  it('a held client follows its job to the other lane: a call that outlasts the api’s liveness sweep is still answered', async () => {
-    // The stub left in OpenAI's lane completes, then goes: the api's sweep (every 5 s) sees both while this call runs.
-    backup.enqueue({ delayMs: 7000 });
-    const { data, response } = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
-    assert.equal(data.choices[0]!.message.content, FAKE_REPLY_TEXT);
-    const requestId = response.headers.get('x-request-id')!;
-    // The answer goes out beside the job's bill: BullMQ records the job completed a moment after the client has it.
-    await waitFor(async () => (await (await spareLane.getJob(requestId))?.getState()) === 'completed', 5_000, 'the moved job completed');
-    assert.equal(await openaiLane.getJob(requestId), undefined);
-  });
+  it(
+    'a held client follows its job to the other lane: a call that outlasts the api’s liveness sweep is still ' +
+      'answered',
+    async () => {
+      // The stub left in OpenAI's lane completes, then goes: the api's sweep (every 5 s) sees both while this call runs.
+      backup.enqueue({ delayMs: 7000 });
+      const { data, response } = await client.chat.completions
+        .create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] })
+        .withResponse();
+      assert.equal(data.choices[0]!.message.content, FAKE_REPLY_TEXT);
+      const requestId = response.headers.get('x-request-id')!;
+      // The answer goes out beside the job's bill: BullMQ records the job completed a moment after the client has it.
+      await waitFor(
+        async () => (await (await spareLane.getJob(requestId))?.getState()) === 'completed',
+        5_000,
+        'the moved job completed',
+      );
+      assert.equal(await openaiLane.getJob(requestId), undefined);
+    },
+  );
 
   it('a background response moved to the other lane is still found, read and completed under its id', async () => {
     const created = await client.responses.create({ model: 'house-model', input: 'hello', background: true });
@@ -117,7 +157,11 @@ describe('a fallback to another capped vendor waits in that vendor’s lane', ()
     }
     assert.equal(latest.status, 'completed');
     assert.equal(latest.output_text, FAKE_REPLY_TEXT);
-    await waitFor(async () => (await (await spareLane.getJob(created.id))?.getState()) === 'completed', 5_000, 'the moved job completed');
+    await waitFor(
+      async () => (await (await spareLane.getJob(created.id))?.getState()) === 'completed',
+      5_000,
+      'the moved job completed',
+    );
     assert.equal(await openaiLane.getJob(created.id), undefined);
   });
 });

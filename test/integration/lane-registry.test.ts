@@ -48,12 +48,16 @@ describe('lanes registered in Redis', () => {
     const worker = await gateway('worker', vendor);
     const { key } = await paidAccountKey(fresh.redis, 'unlimited');
     const client = api.client(key, { timeout: 60_000 });
-    const answers = Array.from({ length: 3 }, () => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'stranded?' }], max_tokens: 8 }));
+    const answers = Array.from({ length: 3 }, () =>
+      client.chat.completions.create({ model, messages: [{ role: 'user', content: 'stranded?' }], max_tokens: 8 }),
+    );
 
     // Reported while its jobs wait: /readyz (still ready: every other lane is served) and /metrics.
     await waitFor(
       async () => {
-        const ready = (await (await fetch(`${api.url}/readyz`)).json()) as { stranded_lanes?: Array<{ lane: string; waiting: number }> };
+        const ready = (await (await fetch(`${api.url}/readyz`)).json()) as {
+          stranded_lanes?: Array<{ lane: string; waiting: number }>;
+        };
         return ready.stranded_lanes?.some((lane) => lane.lane === '{lane@openai}' && lane.waiting > 0) === true;
       },
       15_000,
@@ -66,32 +70,52 @@ describe('lanes registered in Redis', () => {
     const done = await Promise.all(answers);
     assert.equal(done.length, 3);
     for (const answer of done) assert.ok(answer.choices[0]?.message.content);
-    assert.ok(worker.logs.some((line) => line.includes('draining it with no cap')), 'the worker says it drains a stranded lane');
+    assert.ok(
+      worker.logs.some((line) => line.includes('draining it with no cap')),
+      'the worker says it drains a stranded lane',
+    );
     // Once empty, nothing is reported.
-    await waitFor(async () => !('stranded_lanes' in ((await (await fetch(`${api.url}/readyz`)).json()) as object)), 15_000, 'the lane no longer reported');
+    await waitFor(
+      async () => !('stranded_lanes' in ((await (await fetch(`${api.url}/readyz`)).json()) as object)),
+      15_000,
+      'the lane no longer reported',
+    );
   });
 
   it('holds one cap per vendor across capabilities: chat and embeddings to a capped vendor wait in one lane', async () => {
     const openai = await fake(300);
     const fresh = await freshRedis(13);
     redises.push(fresh.redis);
-    const gw = await gateway('all', { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-one-cap', OPENAI_BASE_URL: openai.url, OPENAI_MAX_CONCURRENCY: '2' });
+    const gw = await gateway('all', {
+      REDIS_URL: fresh.url,
+      OPENAI_API_KEY: 'sk-one-cap',
+      OPENAI_BASE_URL: openai.url,
+      OPENAI_MAX_CONCURRENCY: '2',
+    });
     const { key } = await paidAccountKey(fresh.redis, 'unlimited');
     const client = gw.client(key, { timeout: 60_000 });
-    // Jobs out of the vendor's queues at once, whatever layout they are in: one shared lane now, one per capability before.
+    // Jobs out of the vendor's queues at once, whatever layout they are in: one shared lane now, one per capability
+    // before.
     const actives = ['{lane@openai}', '{chat@openai}', '{embeddings@openai}'];
     let most = 0;
     let sampling = true;
     const sampler = (async () => {
       while (sampling) {
         const counts = await Promise.all(actives.map((name) => fresh.redis.llen(`bull:${name}:active`)));
-        most = Math.max(most, counts.reduce((a, b) => a + b, 0));
+        most = Math.max(
+          most,
+          counts.reduce((a, b) => a + b, 0),
+        );
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     })();
     await Promise.all([
-      ...Array.from({ length: 8 }, () => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'one cap' }], max_tokens: 8 })),
-      ...Array.from({ length: 8 }, () => client.embeddings.create({ model: 'text-embedding-3-small', input: 'one cap' })),
+      ...Array.from({ length: 8 }, () =>
+        client.chat.completions.create({ model, messages: [{ role: 'user', content: 'one cap' }], max_tokens: 8 }),
+      ),
+      ...Array.from({ length: 8 }, () =>
+        client.embeddings.create({ model: 'text-embedding-3-small', input: 'one cap' }),
+      ),
     ]);
     sampling = false;
     await sampler;
@@ -101,12 +125,17 @@ describe('lanes registered in Redis', () => {
     assert.ok(most >= 2, 'the lane was used');
   });
 
-  it('paces a vendor capped by RPM alone in its lane: a quiet account is served before another\'s backlog', async () => {
+  it("paces a vendor capped by RPM alone in its lane: a quiet account is served before another's backlog", async () => {
     const openai = await fake(20);
     const fresh = await freshRedis(15);
     redises.push(fresh.redis);
     // 600 a minute: BullMQ lets 10 jobs a second out of the lane; the rest wait there in their fair order.
-    const gw = await gateway('all', { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-rpm', OPENAI_BASE_URL: openai.url, OPENAI_RPM: '600' });
+    const gw = await gateway('all', {
+      REDIS_URL: fresh.url,
+      OPENAI_API_KEY: 'sk-rpm',
+      OPENAI_BASE_URL: openai.url,
+      OPENAI_RPM: '600',
+    });
     const flooder = await paidAccountKey(fresh.redis, 'unlimited');
     const quiet = await paidAccountKey(fresh.redis, 'unlimited');
     const done: string[] = [];
@@ -116,7 +145,11 @@ describe('lanes registered in Redis', () => {
         .chat.completions.create({ model, messages: [{ role: 'user', content: label }], max_tokens: 8 })
         .then(() => void done.push(label));
     const flood = Array.from({ length: 30 }, () => ask(flooder.key, 'flood'));
-    await waitFor(async () => (await fresh.redis.zcard('bull:{lane@openai}:prioritized')) >= 10, 10_000, 'the flood waiting in the lane');
+    await waitFor(
+      async () => (await fresh.redis.zcard('bull:{lane@openai}:prioritized')) >= 10,
+      10_000,
+      'the flood waiting in the lane',
+    );
     const before = done.length;
     await Promise.all([...flood, ask(quiet.key, 'quiet')]);
     const at = done.indexOf('quiet') - before;

@@ -78,7 +78,10 @@ describe('npm run keys', () => {
     const { url, redis } = await freshRedis(9);
     try {
       const env = { ...process.env, REDIS_URL: url, DATABASE_URL: await recordUrlFor(url) };
-      const created = await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create', '--name', 'cli test'], { cwd: root, env });
+      const created = await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create', '--name', 'cli test'], {
+        cwd: root,
+        env,
+      });
       const key = created.stdout.trim();
       assert.match(key, /^sy-[\w-]{40,}$/);
       const store = new KeyStore(redis, await testRecord(redis));
@@ -89,7 +92,10 @@ describe('npm run keys', () => {
       assert.ok(!listed.stdout.includes(key));
       await run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'revoke', id], { cwd: root, env });
       assert.equal(await store.lookup(hashSecret(key)), undefined);
-      await assert.rejects(() => run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create'], { cwd: root, env }), /needs --name/);
+      await assert.rejects(
+        () => run(process.execPath, ['--import', 'tsx', 'bin/keys.ts', 'create'], { cwd: root, env }),
+        /needs --name/,
+      );
     } finally {
       redis.disconnect();
     }

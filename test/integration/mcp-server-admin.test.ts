@@ -47,11 +47,21 @@ describe('MCP servers added by an admin', () => {
     dir = mkdtempSync(join(tmpdir(), 'mcp-admin-'));
     const file = join(dir, 'mcp.json');
     // One server of the file, which the admin API may not change.
-    writeFileSync(file, JSON.stringify({ servers: { fixed: { url: kb.url, headers: { Authorization: `Bearer ${upstreamToken}` } } } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ servers: { fixed: { url: kb.url, headers: { Authorization: `Bearer ${upstreamToken}` } } } }),
+    );
     let url: string;
     ({ redis, url } = await freshRedis(10));
     record = await testRecord(redis);
-    const env = { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '60000', SECRETS_KEY: secretsKey };
+    const env = {
+      REDIS_URL: url,
+      ADMIN_TOKEN: adminToken,
+      MOCK_VENDOR: 'on',
+      MCP_SERVERS_FILE: file,
+      MCP_CHECK_INTERVAL_MS: '60000',
+      SECRETS_KEY: secretsKey,
+    };
     [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
   });
 
@@ -76,13 +86,21 @@ describe('MCP servers added by an admin', () => {
 
   async function connect(secret: string, path: string): Promise<Client> {
     const client = new Client({ name: 'test-agent', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(`${api.url}${path}`), { requestInit: { headers: { authorization: `Bearer ${secret}` } } }));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${api.url}${path}`), {
+        requestInit: { headers: { authorization: `Bearer ${secret}` } },
+      }),
+    );
     clients.push(client);
     return client;
   }
 
-  const balanceOf = async (accountId: string) => Number((await admin('GET', `/admin/accounts/${accountId}`)).json.balance_usd);
-  const served = async (name: string) => ((await admin('GET', '/admin/mcp/servers')).json.data as Array<{ name: string; status: string }>).find((server) => server.name === name);
+  const balanceOf = async (accountId: string) =>
+    Number((await admin('GET', `/admin/accounts/${accountId}`)).json.balance_usd);
+  const served = async (name: string) =>
+    ((await admin('GET', '/admin/mcp/servers')).json.data as Array<{ name: string; status: string }>).find(
+      (server) => server.name === name,
+    );
 
   it('adds a server that the api and the workers serve at once, with its headers sealed and never shown', async () => {
     const { accountId, secret } = await creditedKey('adds@example.com');
@@ -98,7 +116,9 @@ describe('MCP servers added by an admin', () => {
     assert.equal(added.json.source, 'admin');
     assert.deepEqual(added.json.header_names, ['Authorization']);
     assert.equal(added.json.url, kb.url, 'shown without its query');
-    assert.ok(!JSON.stringify(added.json).includes(upstreamToken) && !JSON.stringify(added.json).includes('tenant=acme'));
+    assert.ok(
+      !JSON.stringify(added.json).includes(upstreamToken) && !JSON.stringify(added.json).includes('tenant=acme'),
+    );
     // A worker checks it at once (no round is due for a minute): its tools are listed within a few seconds.
     await within(10_000, async () => (await served('kb'))?.status === 'ok', 'the new server is checked at once');
     const listing = JSON.stringify((await admin('GET', '/admin/mcp/servers')).json);
@@ -108,11 +128,16 @@ describe('MCP servers added by an admin', () => {
     assert.equal(row.url, kb.url);
     assert.equal(row.header_names, '["Authorization"]');
     assert.match(row.secret ?? '', /^v1\./);
-    assert.ok(!row.secret!.includes(upstreamToken) && !Buffer.from(row.secret!.split('.')[2]!, 'base64url').toString('latin1').includes(upstreamToken));
+    assert.ok(
+      !row.secret!.includes(upstreamToken) &&
+        !Buffer.from(row.secret!.split('.')[2]!, 'base64url').toString('latin1').includes(upstreamToken),
+    );
     // Called through the gateway: the upstream got the sealed header and the URL's query; billed the server's price.
     const before = await balanceOf(accountId);
     const client = await connect(secret, '/mcp/kb');
-    assert.deepEqual((await client.callTool({ name: 'search', arguments: { word: 'queue' } })).content, [{ type: 'text', text: 'notes with queue: 2' }]);
+    assert.deepEqual((await client.callTool({ name: 'search', arguments: { word: 'queue' } })).content, [
+      { type: 'text', text: 'notes with queue: 2' },
+    ]);
     assert.ok(kb.seen.length > 0 && kb.seen.every((request) => request.authorization === `Bearer ${upstreamToken}`));
     assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 2500);
     // On /mcp beside the file's server.
@@ -139,17 +164,28 @@ describe('MCP servers added by an admin', () => {
     assert.equal(Math.round((before - (await balanceOf(accountId))) * 1e6), 4000);
     // The cap of 1 holds across the worker: two slow calls run one after the other.
     kb.slow.most = 0;
-    await Promise.all([client.callTool({ name: 'slow', arguments: { ms: 300 } }), client.callTool({ name: 'slow', arguments: { ms: 300 } })]);
+    await Promise.all([
+      client.callTool({ name: 'slow', arguments: { ms: 300 } }),
+      client.callTool({ name: 'slow', arguments: { ms: 300 } }),
+    ]);
     assert.equal(kb.slow.most, 1);
     // Headers replaced by wrong ones: the upstream refuses the next call (the worker connects again with them).
     const wrong = await admin('PATCH', '/admin/mcp/servers/kb', { headers: { Authorization: 'Bearer not-the-token' } });
     assert.equal(wrong.status, 200, JSON.stringify(wrong.json));
     await wait(1000);
-    await assert.rejects(client.callTool({ name: 'search', arguments: { word: 'x' } }), /MCP server kb failed|401|Unauthorized/i);
-    const right = await admin('PATCH', '/admin/mcp/servers/kb', { headers: { Authorization: `Bearer ${upstreamToken}` }, max_concurrency: 3 });
+    await assert.rejects(
+      client.callTool({ name: 'search', arguments: { word: 'x' } }),
+      /MCP server kb failed|401|Unauthorized/i,
+    );
+    const right = await admin('PATCH', '/admin/mcp/servers/kb', {
+      headers: { Authorization: `Bearer ${upstreamToken}` },
+      max_concurrency: 3,
+    });
     assert.equal(right.status, 200);
     await wait(1000);
-    assert.deepEqual((await client.callTool({ name: 'search', arguments: { word: 'queue' } })).content, [{ type: 'text', text: 'notes with queue: 2' }]);
+    assert.deepEqual((await client.callTool({ name: 'search', arguments: { word: 'queue' } })).content, [
+      { type: 'text', text: 'notes with queue: 2' },
+    ]);
   });
 
   it('refuses what an admin may not do here, each with its reason', async () => {
@@ -161,7 +197,11 @@ describe('MCP servers added by an admin', () => {
     assert.equal(taken.status, 409);
     assert.equal(taken.json.error.code, 'mcp_server_exists');
     assert.equal((await admin('POST', '/admin/mcp/servers', { name: 'kb', url: kb.url })).status, 409);
-    const command = await admin('POST', '/admin/mcp/servers', { name: 'local', command: '/bin/sh', args: ['-c', 'id'] });
+    const command = await admin('POST', '/admin/mcp/servers', {
+      name: 'local',
+      command: '/bin/sh',
+      args: ['-c', 'id'],
+    });
     assert.equal(command.status, 400);
     assert.match(command.json.error.message, /MCP_SERVERS_FILE only/);
     for (const body of [
@@ -177,7 +217,11 @@ describe('MCP servers added by an admin', () => {
       { name: 'js', url: 'javascript:alert(1)' },
       { name: 'spaces', url: kb.url, headers: { 'X Token': 'v' } },
       { name: 'array', url: kb.url, headers: ['Authorization: x'] },
-      { name: 'many', url: kb.url, headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`x-h${i}`, 'v'])) },
+      {
+        name: 'many',
+        url: kb.url,
+        headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`x-h${i}`, 'v'])),
+      },
       { name: 'negative', url: kb.url, price_per_call_usd: -1 },
       { name: 'float', url: kb.url, timeout_ms: 1500.5 },
       { name: 'ünicode', url: kb.url },
@@ -188,9 +232,17 @@ describe('MCP servers added by an admin', () => {
       assert.equal(refused.status, 400, JSON.stringify(body));
     }
     assert.equal((await admin('PATCH', '/admin/mcp/servers/kb', {})).status, 400);
-    assert.equal((await admin('PATCH', '/admin/mcp/servers/kb', { name: 'renamed' })).status, 400, 'a server is not renamed');
+    assert.equal(
+      (await admin('PATCH', '/admin/mcp/servers/kb', { name: 'renamed' })).status,
+      400,
+      'a server is not renamed',
+    );
     assert.equal((await admin('POST', '/admin/mcp/servers', '{"name": "broken", ')).status, 400, 'not JSON');
-    assert.equal((await admin('POST', '/admin/mcp/servers', [{ name: 'list', url: kb.url }])).status, 400, 'not an object');
+    assert.equal(
+      (await admin('POST', '/admin/mcp/servers', [{ name: 'list', url: kb.url }])).status,
+      400,
+      'not an object',
+    );
     const huge = await fetch(`${api.url}/admin/mcp/servers`, {
       method: 'POST',
       headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
@@ -198,30 +250,65 @@ describe('MCP servers added by an admin', () => {
     });
     assert.equal(huge.status, 413);
     // Without the admin token, nothing.
-    assert.equal((await fetch(`${api.url}/admin/mcp/servers`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ name: 'anon', url: kb.url }) })).status, 401);
+    assert.equal(
+      (
+        await fetch(`${api.url}/admin/mcp/servers`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ name: 'anon', url: kb.url }),
+        })
+      ).status,
+      401,
+    );
     assert.equal((await admin('PATCH', '/admin/mcp/servers/nope', { max_concurrency: 2 })).status, 404);
     assert.equal((await admin('DELETE', '/admin/mcp/servers/nope')).status, 404);
     // Nothing refused was kept.
-    assert.deepEqual((await record.selectFrom('mcp_servers').select('name').execute()).map((row) => row.name), ['kb']);
+    assert.deepEqual(
+      (await record.selectFrom('mcp_servers').select('name').execute()).map((row) => row.name),
+      ['kb'],
+    );
   });
 
   it('removes a server: not served within a second, its health gone, every change in the audit log without a secret', async () => {
     const { secret } = await creditedKey('removes@example.com');
     const removed = await admin('DELETE', '/admin/mcp/servers/kb');
     assert.deepEqual(removed.json, { object: 'mcp.server', name: 'kb', deleted: true });
-    const took = await within(1500, async () => (await fetch(`${api.url}/mcp/kb`, { method: 'POST', headers: { authorization: `Bearer ${secret}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: '{}' })).status === 404, '/mcp/kb is gone');
+    const took = await within(
+      1500,
+      async () =>
+        (
+          await fetch(`${api.url}/mcp/kb`, {
+            method: 'POST',
+            headers: {
+              authorization: `Bearer ${secret}`,
+              'content-type': 'application/json',
+              accept: 'application/json, text/event-stream',
+            },
+            body: '{}',
+          })
+        ).status === 404,
+      '/mcp/kb is gone',
+    );
     assert.ok(took < 1500);
     const all = await connect(secret, '/mcp');
     assert.ok(!(await all.listTools()).tools.some((tool) => tool.name.startsWith('kb__')));
     assert.equal(await served('kb'), undefined);
-    const audit = await record.selectFrom('audit_log').select(['action', 'target', 'before', 'after']).where('action', 'like', 'mcp_server.%').orderBy('id').execute();
-    assert.deepEqual(audit.map((row) => [row.action, row.target]), [
-      ['mcp_server.created', 'kb'],
-      ['mcp_server.updated', 'kb'],
-      ['mcp_server.updated', 'kb'],
-      ['mcp_server.updated', 'kb'],
-      ['mcp_server.deleted', 'kb'],
-    ]);
+    const audit = await record
+      .selectFrom('audit_log')
+      .select(['action', 'target', 'before', 'after'])
+      .where('action', 'like', 'mcp_server.%')
+      .orderBy('id')
+      .execute();
+    assert.deepEqual(
+      audit.map((row) => [row.action, row.target]),
+      [
+        ['mcp_server.created', 'kb'],
+        ['mcp_server.updated', 'kb'],
+        ['mcp_server.updated', 'kb'],
+        ['mcp_server.updated', 'kb'],
+        ['mcp_server.deleted', 'kb'],
+      ],
+    );
     assert.ok(!JSON.stringify(audit).includes(upstreamToken) && !JSON.stringify(audit).includes('not-the-token'));
     assert.deepEqual(audit[1]!.after, { max_concurrency: 1, price_per_call_micros: 4000 });
     assert.equal((audit[2]!.after as Record<string, unknown>).sealed_url_and_headers, 'replaced');
@@ -244,15 +331,35 @@ describe('MCP server secrets in the record', () => {
     redis?.disconnect();
   });
 
-  const body = (fields: Record<string, unknown>) => createMcpServerSchema.parse({ url: 'http://127.0.0.1:9/mcp', ...fields });
+  const body = (fields: Record<string, unknown>) =>
+    createMcpServerSchema.parse({ url: 'http://127.0.0.1:9/mcp', ...fields });
 
   it('keeps no header or URL secret without SECRETS_KEY, and a plain server as it is', async () => {
-    await assert.rejects(insertServer(record, body({ name: 'h', headers: { Authorization: 'Bearer x' } }), undefined), /SECRETS_KEY/);
-    await assert.rejects(insertServer(record, body({ name: 'q', url: 'http://127.0.0.1:9/mcp?token=x' }), undefined), /SECRETS_KEY/);
-    await assert.rejects(insertServer(record, body({ name: 'u', url: 'http://user:pw@127.0.0.1:9/mcp' }), undefined), /SECRETS_KEY/);
+    await assert.rejects(
+      insertServer(record, body({ name: 'h', headers: { Authorization: 'Bearer x' } }), undefined),
+      /SECRETS_KEY/,
+    );
+    await assert.rejects(
+      insertServer(record, body({ name: 'q', url: 'http://127.0.0.1:9/mcp?token=x' }), undefined),
+      /SECRETS_KEY/,
+    );
+    await assert.rejects(
+      insertServer(record, body({ name: 'u', url: 'http://user:pw@127.0.0.1:9/mcp' }), undefined),
+      /SECRETS_KEY/,
+    );
     const plain = await insertServer(record, body({ name: 'plain' }), undefined);
     assert.equal(plain?.secret, null);
-    assert.deepEqual(serverOfRow(plain!, undefined), { name: 'plain', source: 'admin', transport: 'streamable-http', url: 'http://127.0.0.1:9/mcp', headers: {}, maxConcurrency: 20, timeoutMs: 60_000, pricePerCallMicros: 0, keepArguments: false });
+    assert.deepEqual(serverOfRow(plain!, undefined), {
+      name: 'plain',
+      source: 'admin',
+      transport: 'streamable-http',
+      url: 'http://127.0.0.1:9/mcp',
+      headers: {},
+      maxConcurrency: 20,
+      timeoutMs: 60_000,
+      pricePerCallMicros: 0,
+      keepArguments: false,
+    });
   });
 
   it('opens a secret only with its key and for its server', async () => {
@@ -288,14 +395,35 @@ describe('the mcp worker capability', () => {
     notes = await startFakeMcp({ token: upstreamToken });
     dir = mkdtempSync(join(tmpdir(), 'mcp-capability-'));
     const file = join(dir, 'mcp.json');
-    writeFileSync(file, JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` } } } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ servers: { notes: { url: notes.url, headers: { Authorization: `Bearer ${upstreamToken}` } } } }),
+    );
     let url: string;
     ({ redis, url } = await freshRedis(12));
-    env = { REDIS_URL: url, ADMIN_TOKEN: adminToken, MOCK_VENDOR: 'on', MCP_SERVERS_FILE: file, MCP_CHECK_INTERVAL_MS: '1000' };
-    [api, chatWorker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'chat' } })]);
+    env = {
+      REDIS_URL: url,
+      ADMIN_TOKEN: adminToken,
+      MOCK_VENDOR: 'on',
+      MCP_SERVERS_FILE: file,
+      MCP_CHECK_INTERVAL_MS: '1000',
+    };
+    [api, chatWorker] = await Promise.all([
+      startGateway({ role: 'api', env }),
+      startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'chat' } }),
+    ]);
     mcpWorker = undefined;
     // Checked by the chat worker (every worker checks the servers, whatever it serves).
-    await within(30_000, async () => ((await adminClient(() => api.url, adminToken).admin('GET', '/admin/mcp/servers')).json.data as Array<{ status: string }>)[0]?.status === 'ok', 'the server checked');
+    await within(
+      30_000,
+      async () =>
+        (
+          (await adminClient(() => api.url, adminToken).admin('GET', '/admin/mcp/servers')).json.data as Array<{
+            status: string;
+          }>
+        )[0]?.status === 'ok',
+      'the server checked',
+    );
   });
 
   after(async () => {
@@ -319,10 +447,16 @@ describe('the mcp worker capability', () => {
     await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 1 });
     const key = await admin('POST', '/admin/keys', { name: 'agent', account_id: account.json.id });
     client = new Client({ name: 'test-agent', version: '1.0.0' });
-    await client.connect(new StreamableHTTPClientTransport(new URL(`${api.url}/mcp/notes`), { requestInit: { headers: { authorization: `Bearer ${key.json.key}` } } }));
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`${api.url}/mcp/notes`), {
+        requestInit: { headers: { authorization: `Bearer ${key.json.key}` } },
+      }),
+    );
     assert.equal(await depth('waiting'), 0);
     let answered = false;
-    const call = client.callTool({ name: 'search', arguments: { word: 'queue' } }, undefined, { timeout: 60_000 }).finally(() => (answered = true));
+    const call = client
+      .callTool({ name: 'search', arguments: { word: 'queue' } }, undefined, { timeout: 60_000 })
+      .finally(() => (answered = true));
     await within(5000, async () => (await depth('waiting')) === 1, 'the call counted as waiting');
     await wait(1000);
     assert.equal(answered, false, 'no chat worker runs it');

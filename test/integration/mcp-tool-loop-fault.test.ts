@@ -38,12 +38,23 @@ describe('the tool loop when its worker dies', () => {
     openai.setDefault((request) => {
       const body = request.body as Record<string, any>;
       const last = body.messages.at(-1);
-      if (last?.role !== 'user' || !body.tools?.some((tool: Record<string, any>) => tool.function?.name === 'notes__slow')) return undefined;
-      return openaiToolCall(body, { id: 'call_slow', name: 'notes__slow', arguments: JSON.stringify({ ms: 4000 }) }, { prompt_tokens: 300, completion_tokens: 5 });
+      if (
+        last?.role !== 'user' ||
+        !body.tools?.some((tool: Record<string, any>) => tool.function?.name === 'notes__slow')
+      )
+        return undefined;
+      return openaiToolCall(
+        body,
+        { id: 'call_slow', name: 'notes__slow', arguments: JSON.stringify({ ms: 4000 }) },
+        { prompt_tokens: 300, completion_tokens: 5 },
+      );
     });
     dir = await mkdtemp(join(tmpdir(), 'sy-loop-fault-'));
     const file = join(dir, 'mcp.json');
-    await writeFile(file, JSON.stringify({ servers: { notes: { url: notes.url, timeout_ms: 10_000, price_per_call_usd: '0.01' } } }));
+    await writeFile(
+      file,
+      JSON.stringify({ servers: { notes: { url: notes.url, timeout_ms: 10_000, price_per_call_usd: '0.01' } } }),
+    );
     ({ redis, url: redisUrl } = await freshRedis(11));
     env = {
       REDIS_URL: redisUrl,
@@ -59,7 +70,12 @@ describe('the tool loop when its worker dies', () => {
       startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'chat' } }),
       startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'mcp' } }),
     ]);
-    await waitFor(async () => ((await admin('GET', '/admin/mcp/servers')).json.data as Array<{ status: string }>)[0]?.status === 'ok', 30_000, 'the server checked');
+    await waitFor(
+      async () =>
+        ((await admin('GET', '/admin/mcp/servers')).json.data as Array<{ status: string }>)[0]?.status === 'ok',
+      30_000,
+      'the server checked',
+    );
   });
 
   after(async () => {
@@ -74,9 +90,18 @@ describe('the tool loop when its worker dies', () => {
     await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 5 });
     const key = await admin('POST', '/admin/keys', { name: 'fault', account_id: account.json.id });
     const keyId = String(key.json.id);
-    const client = new OpenAI({ apiKey: String(key.json.key), baseURL: `${api.url}/v1`, maxRetries: 0, timeout: 60_000 });
+    const client = new OpenAI({
+      apiKey: String(key.json.key),
+      baseURL: `${api.url}/v1`,
+      maxRetries: 0,
+      timeout: 60_000,
+    });
     const started = notes.slow.started;
-    const pending = client.responses.create({ model: 'gpt-4o-mini', input: 'Sleep on it.', tools: [{ type: 'mcp', server_label: 'notes', require_approval: 'never' }] });
+    const pending = client.responses.create({
+      model: 'gpt-4o-mini',
+      input: 'Sleep on it.',
+      tools: [{ type: 'mcp', server_label: 'notes', require_approval: 'never' }],
+    });
     await waitFor(() => notes.slow.started > started, 10_000, 'the call at the server');
     await chatWorker.stop('SIGKILL');
     spare = await startGateway({ role: 'worker', env: { ...env, WORKER_QUEUES: 'chat' } });
@@ -87,12 +112,21 @@ describe('the tool loop when its worker dies', () => {
     });
     assert.equal(notes.slow.started, started + 1, 'the server was asked once');
     let calls: Awaited<ReturnType<typeof usageRows>> = [];
-    await waitFor(async () => {
-      calls = (await usageRows(redisUrl)).filter((row) => row.key_id === keyId && row.endpoint === 'mcp.tools/call' && row.settled);
-      return calls.length > 0;
-    }, 15_000, 'the call settled');
+    await waitFor(
+      async () => {
+        calls = (await usageRows(redisUrl)).filter(
+          (row) => row.key_id === keyId && row.endpoint === 'mcp.tools/call' && row.settled,
+        );
+        return calls.length > 0;
+      },
+      15_000,
+      'the call settled',
+    );
     await new Promise((resolve) => setTimeout(resolve, 500));
     calls = (await usageRows(redisUrl)).filter((row) => row.key_id === keyId && row.endpoint === 'mcp.tools/call');
-    assert.deepEqual(calls.map((row) => [row.status, Number(row.cost_micros)]), [['completed', 10_000]]);
+    assert.deepEqual(
+      calls.map((row) => [row.status, Number(row.cost_micros)]),
+      [['completed', 10_000]],
+    );
   });
 });

@@ -31,7 +31,10 @@ describe('image families behind their vendors', () => {
     const images = createFakeOpenAIImages();
     media = createFakeOpenAIMedia({ pollsToComplete: 30 });
     // One fake OpenAI serves both: image routes first, then transcriptions and videos.
-    openaiDefault = async (request) => (request.path.includes('/images') || request.path.startsWith('/fake-images') ? images(request) : media.handler(request));
+    openaiDefault = async (request) =>
+      request.path.includes('/images') || request.path.startsWith('/fake-images')
+        ? images(request)
+        : media.handler(request);
     openai.setDefault(openaiDefault);
     installGeminiImages(gemini);
     const fresh = await freshRedis(2);
@@ -71,12 +74,18 @@ describe('image families behind their vendors', () => {
 
   for (const { family, model, good, bad } of families) {
     it(`family ${family}: generates, and refuses a size it does not take`, async () => {
-      const result = await client.images.generate({ model, prompt: 'a lighthouse at dusk', size: good as '1024x1024', response_format: 'b64_json' });
+      const result = await client.images.generate({
+        model,
+        prompt: 'a lighthouse at dusk',
+        size: good as '1024x1024',
+        response_format: 'b64_json',
+      });
       const bytes = Buffer.from(result.data![0]!.b64_json!, 'base64');
       assert.equal(bytes.subarray(0, 8).toString('hex'), pngSignature);
       await assert.rejects(
         client.images.generate({ model, prompt: 'x', size: bad as '1024x1024' }),
-        (error: unknown) => error instanceof OpenAI.BadRequestError && error.param === 'size' && error.message.includes(good),
+        (error: unknown) =>
+          error instanceof OpenAI.BadRequestError && error.param === 'size' && error.message.includes(good),
       );
     });
   }
@@ -89,23 +98,40 @@ describe('image families behind their vendors', () => {
   });
 
   it('returns the gateway URL for a URL answer, and the link serves the image', async () => {
-    const result = await client.images.generate({ model: 'dall-e-2', prompt: 'fox', size: '256x256', response_format: 'url' });
+    const result = await client.images.generate({
+      model: 'dall-e-2',
+      prompt: 'fox',
+      size: '256x256',
+      response_format: 'url',
+    });
     const url = result.data![0]!.url!;
     assert.ok(url.startsWith(`${api.url}/v1/blobs/`), url);
     const res = await fetch(url);
     assert.equal(res.status, 200);
-    assert.equal(Buffer.from(await res.arrayBuffer()).subarray(0, 8).toString('hex'), pngSignature);
+    assert.equal(
+      Buffer.from(await res.arrayBuffer())
+        .subarray(0, 8)
+        .toString('hex'),
+      pngSignature,
+    );
   });
 
   it('downloads an image the vendor answered with a URL, and fails clearly when that URL is gone', async () => {
     const origin = openai.url.replace(/\/v1$/, '');
     openai.enqueue({ json: { created: 1, data: [{ url: `${origin}/fake-images/0.png` }] } });
-    const result = await client.images.generate({ model: 'dall-e-2', prompt: 'by url', size: '256x256', response_format: 'b64_json' });
+    const result = await client.images.generate({
+      model: 'dall-e-2',
+      prompt: 'by url',
+      size: '256x256',
+      response_format: 'b64_json',
+    });
     assert.equal(Buffer.from(result.data![0]!.b64_json!, 'base64').subarray(0, 8).toString('hex'), pngSignature);
 
     // Every attempt gets a link that no longer serves the image.
     openai.setDefault((request) =>
-      request.method === 'POST' ? { json: { created: 1, data: [{ url: `${origin}/no-such-image.png` }] } } : { status: 404, json: { error: { message: 'gone', type: 'invalid_request_error', param: null, code: null } } },
+      request.method === 'POST'
+        ? { json: { created: 1, data: [{ url: `${origin}/no-such-image.png` }] } }
+        : { status: 404, json: { error: { message: 'gone', type: 'invalid_request_error', param: null, code: null } } },
     );
     try {
       await assert.rejects(
@@ -137,7 +163,11 @@ describe('image families behind their vendors', () => {
     assert.equal(Buffer.from(kontext.data![0]!.b64_json!, 'base64').subarray(0, 8).toString('hex'), pngSignature);
     const [kontextSubmit] = bfl.requests.filter((request) => request.method === 'POST');
     assert.equal(kontextSubmit!.path, '/v1/flux-kontext-pro');
-    assert.deepEqual(kontextSubmit!.body, { prompt: 'make it night', input_image: photo.toString('base64'), output_format: 'png' });
+    assert.deepEqual(kontextSubmit!.body, {
+      prompt: 'make it night',
+      input_image: photo.toString('base64'),
+      output_format: 'png',
+    });
 
     bfl.reset();
     // OpenAI's form: the transparent top half is the area to edit.
@@ -159,7 +189,11 @@ describe('image families behind their vendors', () => {
     assert.notEqual(body.mask, mask.toString('base64'), 'the OpenAI mask was turned into a black-and-white one');
 
     await assert.rejects(
-      client.images.edit({ model: 'flux-pro-1.0-fill', image: await toFile(photo, 'photo.png', { type: 'image/png' }), prompt: 'no mask' }),
+      client.images.edit({
+        model: 'flux-pro-1.0-fill',
+        image: await toFile(photo, 'photo.png', { type: 'image/png' }),
+        prompt: 'no mask',
+      }),
       (error: unknown) => error instanceof OpenAI.BadRequestError && error.param === 'mask',
     );
     assert.equal(bfl.submissions, 1, 'the refused edit reached no vendor');
@@ -168,7 +202,12 @@ describe('image families behind their vendors', () => {
   it('finishes a Flux job whose worker was killed while polling, without a second submission', async () => {
     bfl.reset();
     bfl.pollsUntilReady = 30; // about 1.5 s of polling at 50 ms
-    const pending = client.images.generate({ model: 'flux-pro-1.1', prompt: 'resume me', size: '1024x768', response_format: 'b64_json' });
+    const pending = client.images.generate({
+      model: 'flux-pro-1.1',
+      prompt: 'resume me',
+      size: '1024x768',
+      response_format: 'b64_json',
+    });
     await waitFor(() => bfl.polls >= 3, 10_000, 'the worker to be polling');
     for (const worker of workers.splice(0)) await worker.stop('SIGKILL');
     workers.push(await startGateway({ role: 'worker', env }));
@@ -195,10 +234,14 @@ describe('image families behind their vendors', () => {
     for (const worker of workers.splice(0)) await worker.stop('SIGKILL');
     workers.push(await startGateway({ role: 'worker', env }));
     let video = created;
-    await waitFor(async () => {
-      video = await client.videos.retrieve(created.id);
-      return video.status === 'completed' || video.status === 'failed';
-    }, 20_000, 'the video');
+    await waitFor(
+      async () => {
+        video = await client.videos.retrieve(created.id);
+        return video.status === 'completed' || video.status === 'failed';
+      },
+      20_000,
+      'the video',
+    );
     assert.equal(video.status, 'completed');
     const content = Buffer.from(await (await client.videos.downloadContent(created.id)).arrayBuffer());
     assert.ok(content.length > 0);

@@ -8,7 +8,14 @@ import { loadCatalog } from '../../shared/catalog.js';
 import { PriceList } from '../../shared/money/pricing.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
 import { chatStreamSse, FAKE_REPLY_TEXT, FAKE_USAGE } from '../support/fake-openai-defaults.js';
-import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import {
+  createKey,
+  freshRedis,
+  paidAccountKey,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 
 /**
  * GET /metrics against real gateway processes: a known run of requests moves
@@ -17,7 +24,8 @@ import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type Gate
  * too, and labels that stay bounded whatever a client sends.
  */
 
-// Every database from 1 to 15 is some test file's; files run one at a time, each on its own private redis-server by default.
+// Every database from 1 to 15 is some test file's; files run one at a time, each on its own private redis-server by
+// default.
 const db = 7;
 
 interface Sample {
@@ -38,7 +46,11 @@ function parseMetrics(text: string): Sample[] {
       labels[name!] = raw!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
     }
     const raw = match[3]!;
-    samples.push({ name: match[1]!, labels, value: raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : Number(raw) });
+    samples.push({
+      name: match[1]!,
+      labels,
+      value: raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : Number(raw),
+    });
   }
   return samples;
 }
@@ -89,7 +101,10 @@ async function expectDeltas(url: string, before: Scrape, expected: Expectation[]
   await new Promise((r) => setTimeout(r, 150));
   now = await scrape(url);
   const moved = expected.map((e) => `${e[0]}${JSON.stringify(e[1])} ${delta(now, e)}`);
-  assert.deepEqual(moved, expected.map((e) => `${e[0]}${JSON.stringify(e[1])} ${e[2]}`));
+  assert.deepEqual(
+    moved,
+    expected.map((e) => `${e[0]}${JSON.stringify(e[1])} ${e[2]}`),
+  );
   return now;
 }
 
@@ -161,10 +176,19 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     for (const [, name] of first.text.matchAll(/^# TYPE (\S+)/gm)) assert.ok(name!.startsWith('switchyard_'), name);
     // The queue depths are the backpressure's: one series per capability and state.
     for (const queue of ['chat', 'embeddings', 'image', 'audio', 'video']) {
-      for (const state of ['waiting', 'active', 'delayed', 'failed']) assert.equal(first.series('switchyard_queue_jobs').filter((s) => s.labels.queue === queue && s.labels.state === state).length, 1);
+      for (const state of ['waiting', 'active', 'delayed', 'failed'])
+        assert.equal(
+          first.series('switchyard_queue_jobs').filter((s) => s.labels.queue === queue && s.labels.state === state)
+            .length,
+          1,
+        );
     }
     const second = await scrape(metricsUrl);
-    assert.equal(second.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }) - first.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }), 1);
+    assert.equal(
+      second.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }) -
+        first.value('switchyard_http_requests_total', { route: '/metrics', status_class: '2xx' }),
+      1,
+    );
   });
 
   it('a plain request: its request, job, vendor call, tokens and cost', async () => {
@@ -195,17 +219,29 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
   it('names no account by default (METRICS_PER_ACCOUNT off): the queue waits are by queue and tier', async () => {
     await client.chat.completions.create(small);
     let now = await scrape(metricsUrl);
-    await waitFor(async () => (now = await scrape(metricsUrl)).value('switchyard_queue_wait_seconds_count', chatQueue) > 0, 5000, 'a queue wait');
+    await waitFor(
+      async () => (now = await scrape(metricsUrl)).value('switchyard_queue_wait_seconds_count', chatQueue) > 0,
+      5000,
+      'a queue wait',
+    );
     const waits = now.series('switchyard_queue_wait_seconds_count');
     assert.ok(waits.length > 0);
-    for (const sample of [...waits, ...now.series('switchyard_queue_backlog')]) assert.deepEqual(Object.keys(sample.labels).sort(), ['queue', 'tier'], JSON.stringify(sample));
+    for (const sample of [...waits, ...now.series('switchyard_queue_backlog')])
+      assert.deepEqual(Object.keys(sample.labels).sort(), ['queue', 'tier'], JSON.stringify(sample));
     // No sample names one (the help texts do say what METRICS_PER_ACCOUNT=on would show: `account="other"`).
-    assert.deepEqual(now.samples.filter((sample) => 'account' in sample.labels), []);
+    assert.deepEqual(
+      now.samples.filter((sample) => 'account' in sample.labels),
+      [],
+    );
   });
 
   it('a stream: every chunk the client got, and its first byte', async () => {
     const before = await scrape(metricsUrl);
-    const stream = await client.chat.completions.create({ ...small, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...small,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let chunks = 0;
     for await (const _chunk of stream) chunks++;
     assert.ok(chunks >= 5, `${chunks} chunks`);
@@ -223,8 +259,14 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
 
   it('client errors: counted as 4xx with no model, and nothing queued', async () => {
     const before = await scrape(metricsUrl);
-    await assert.rejects(client.chat.completions.create({ ...small, model: 'no-such-model' }), (e: unknown) => e instanceof OpenAI.NotFoundError);
-    await assert.rejects(client.chat.completions.create({ model } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => e instanceof OpenAI.BadRequestError);
+    await assert.rejects(
+      client.chat.completions.create({ ...small, model: 'no-such-model' }),
+      (e: unknown) => e instanceof OpenAI.NotFoundError,
+    );
+    await assert.rejects(
+      client.chat.completions.create({ model } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming),
+      (e: unknown) => e instanceof OpenAI.BadRequestError,
+    );
     await expectDeltas(metricsUrl, before, [
       ['switchyard_http_requests_total', { route: chat, model: '', status_class: '4xx' }, 2],
       ['switchyard_http_requests_total', { route: chat, status_class: '2xx' }, 0],
@@ -234,7 +276,11 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
   });
 
   it('a vendor 429: an error of kind 429, a rate-limit wait, a channel rest, then the answer', async () => {
-    fake.enqueue({ status: 429, headers: { 'retry-after-ms': '1' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    fake.enqueue({
+      status: 429,
+      headers: { 'retry-after-ms': '1' },
+      json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+    });
     const before = await scrape(metricsUrl);
     await client.chat.completions.create(small);
     await expectDeltas(metricsUrl, before, [
@@ -279,10 +325,16 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     const poor = await paidKey(1);
     const limited = await paidKey('unlimited', { rpm: 1 });
     const before = await scrape(metricsUrl);
-    await assert.rejects(gateway.client(poor.key).chat.completions.create(small), (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'insufficient_quota');
+    await assert.rejects(
+      gateway.client(poor.key).chat.completions.create(small),
+      (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'insufficient_quota',
+    );
     const limitedClient = gateway.client(limited.key);
     await limitedClient.chat.completions.create(small);
-    await assert.rejects(limitedClient.chat.completions.create(small), (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'rate_limit_exceeded');
+    await assert.rejects(
+      limitedClient.chat.completions.create(small),
+      (e: unknown) => e instanceof OpenAI.RateLimitError && e.code === 'rate_limit_exceeded',
+    );
     await expectDeltas(metricsUrl, before, [
       ['switchyard_quota_refusals_total', { reason: 'account_balance' }, 1],
       ['switchyard_quota_refusals_total', {}, 1],
@@ -318,13 +370,19 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     await reader.cancel().catch(() => undefined);
     await expectDeltas(metricsUrl, before, [['switchyard_client_disconnects_total', { kind: 'stream' }, 1]]);
 
-    const resumed = await fetch(`${gateway.url}${chat}/${requestId}/stream`, { headers: { authorization: `Bearer ${key}`, 'last-event-id': '0' } });
+    const resumed = await fetch(`${gateway.url}${chat}/${requestId}/stream`, {
+      headers: { authorization: `Bearer ${key}`, 'last-event-id': '0' },
+    });
     assert.equal(resumed.status, 200);
     const rest = await resumed.text();
     assert.ok(rest.endsWith('data: [DONE]\n\n'), rest);
     await expectDeltas(metricsUrl, before, [
       ['switchyard_stream_resumes_total', { route: '/v1/chat/completions/:id/stream' }, 1],
-      ['switchyard_http_requests_total', { route: '/v1/chat/completions/:id/stream', model: '', status_class: '2xx' }, 1],
+      [
+        'switchyard_http_requests_total',
+        { route: '/v1/chat/completions/:id/stream', model: '', status_class: '2xx' },
+        1,
+      ],
       ['switchyard_client_disconnects_total', {}, 1],
       ['switchyard_job_run_seconds_count', chatQueue, 1],
     ]);
@@ -332,7 +390,9 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     // A stored response read back as a stream is a replay too.
     const stored = await gateway.client(key).responses.create({ model, input: 'Keep me.' });
     const again = await scrape(metricsUrl);
-    const replay = await fetch(`${gateway.url}/v1/responses/${stored.id}?stream=true`, { headers: { authorization: `Bearer ${key}` } });
+    const replay = await fetch(`${gateway.url}/v1/responses/${stored.id}?stream=true`, {
+      headers: { authorization: `Bearer ${key}` },
+    });
     assert.equal(replay.status, 200);
     assert.match(await replay.text(), /response\.completed/);
     await expectDeltas(metricsUrl, again, [
@@ -341,28 +401,39 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     ]);
   });
 
-  it('a vendor cap: the slot held, the jobs past it waiting in the vendor’s lane (none in a worker), then all given back', async () => {
-    fake.enqueue({ delayMs: 800 }, { delayMs: 800 }, { delayMs: 800 });
-    const before = await scrape(metricsUrl);
-    const both = Promise.all([client.chat.completions.create(small), client.chat.completions.create(small), client.chat.completions.create(small)]);
-    let during = before;
-    await waitFor(
-      async () => {
-        during = await scrape(metricsUrl);
-        // The vendor's lane lets exactly its cap run: the other two wait in the queue, in fair order, not in a worker.
-        return during.value('switchyard_vendor_slots_in_use', openai) === 1 && during.value('switchyard_queue_backlog', { queue: 'lane@openai', tier: 'default' }) === 2;
-      },
-      5000,
-      'the slot held and two jobs in the lane',
-    );
-    assert.equal(during.value('switchyard_vendor_slot_waiters', openai), 0);
-    await both;
-    await expectDeltas(metricsUrl, before, [
-      ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 3],
-      ['switchyard_vendor_slots_in_use', openai, 0],
-      ['switchyard_vendor_slot_waiters', openai, 0],
-    ]);
-  });
+  it(
+    'a vendor cap: the slot held, the jobs past it waiting in the vendor’s lane (none in a worker), then all given ' +
+      'back',
+    async () => {
+      fake.enqueue({ delayMs: 800 }, { delayMs: 800 }, { delayMs: 800 });
+      const before = await scrape(metricsUrl);
+      const both = Promise.all([
+        client.chat.completions.create(small),
+        client.chat.completions.create(small),
+        client.chat.completions.create(small),
+      ]);
+      let during = before;
+      await waitFor(
+        async () => {
+          during = await scrape(metricsUrl);
+          // The vendor's lane lets exactly its cap run: the other two wait in the queue, in fair order, not in a worker.
+          return (
+            during.value('switchyard_vendor_slots_in_use', openai) === 1 &&
+            during.value('switchyard_queue_backlog', { queue: 'lane@openai', tier: 'default' }) === 2
+          );
+        },
+        5000,
+        'the slot held and two jobs in the lane',
+      );
+      assert.equal(during.value('switchyard_vendor_slot_waiters', openai), 0);
+      await both;
+      await expectDeltas(metricsUrl, before, [
+        ['switchyard_vendor_calls_total', { ...openai, outcome: 'ok' }, 3],
+        ['switchyard_vendor_slots_in_use', openai, 0],
+        ['switchyard_vendor_slot_waiters', openai, 0],
+      ]);
+    },
+  );
 
   it('labels stay bounded: bogus models and paths add no label value', async () => {
     const before = await scrape(metricsUrl);
@@ -370,7 +441,11 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
     const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
     const bogus = Array.from({ length: 40 }, (_, i) => `bogus-model-${i}-${Math.random().toString(36).slice(2)}`);
     for (const name of bogus) {
-      const response = await fetch(`${gateway.url}${chat}`, { method: 'POST', headers, body: JSON.stringify({ ...small, model: name }) });
+      const response = await fetch(`${gateway.url}${chat}`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ ...small, model: name }),
+      });
       assert.equal(response.status, 404);
     }
     for (let i = 0; i < 10; i++) {
@@ -385,42 +460,74 @@ describe('GET /metrics: one process (WORKER_PROCESS=off), a fake OpenAI vendor',
       ['switchyard_http_requests_total', { route: '/v1/models/*model', model: '', status_class: '4xx' }, 10],
     ]);
     assert.ok(!after.text.includes('bogus'), 'no client string became a label value');
-    const seriesOf = (s: Scrape) => new Set(s.samples.filter((x) => x.name.startsWith('switchyard_http_')).map((x) => `${x.name}${JSON.stringify(x.labels)}`));
+    const seriesOf = (s: Scrape) =>
+      new Set(
+        s.samples
+          .filter((x) => x.name.startsWith('switchyard_http_'))
+          .map((x) => `${x.name}${JSON.stringify(x.labels)}`),
+      );
     const added = [...seriesOf(after)].filter((series) => !seriesOf(before).has(series));
     // At most the route templates' own series: three routes, each a counter, a duration and a first-byte histogram.
-    assert.ok(added.every((series) => /"route":"(\/v1\/\{\*rest\}|other|\/v1\/models\/\*model)"/.test(series)), added.join('\n'));
+    assert.ok(
+      added.every((series) => /"route":"(\/v1\/\{\*rest\}|other|\/v1\/models\/\*model)"/.test(series)),
+      added.join('\n'),
+    );
     const distinctModels = new Set(after.series('switchyard_http_requests_total').map((s) => s.labels.model));
     assert.deepEqual([...distinctModels].sort(), ['', model]);
   });
 
   // After the label bounds above: this one names a second model.
-  it('a prompt the vendor read from its cache: the cached tokens, and what its prompt cache saved at the catalog\'s prices', async () => {
-    // A model whose cached input is priced below its input; the vendor says most of the prompt was read from its cache.
-    const cachedModel = 'gpt-5-mini';
-    const usage = { prompt_tokens: 2000, completion_tokens: 5, total_tokens: 2005, prompt_tokens_details: { cached_tokens: 1500 } };
-    const metered = { inputTokens: 2000, cachedTokens: 1500, outputTokens: 5, images: 0, audioSeconds: 0, videoSeconds: 0 };
-    // The prompt at the plain input price, less the prompt as billed (the same rule, so the output cancels out).
-    const saved = prices.costMicros(cachedModel, { ...metered, cachedTokens: 0 }) - prices.costMicros(cachedModel, metered);
-    assert.ok(saved > 0, `${cachedModel}'s cached input is cheaper than its input`);
-    const before = await scrape(metricsUrl);
-    fake.enqueue({
-      json: {
-        id: 'chatcmpl-cached',
-        object: 'chat.completion',
-        created: 1_700_000_000,
-        model: cachedModel,
-        choices: [{ index: 0, message: { role: 'assistant', content: 'Counted.', refusal: null }, logprobs: null, finish_reason: 'stop' }],
-        usage,
-      },
-    });
-    await client.chat.completions.create({ model: cachedModel, messages: small.messages, max_completion_tokens: 16 });
-    await expectDeltas(metricsUrl, before, [
-      ['switchyard_tokens_total', { model: cachedModel, direction: 'cached' }, 1500],
-      ['switchyard_prompt_cache_saved_micros_total', { model: cachedModel }, saved],
-      // Not the response cache's saving.
-      ['switchyard_cache_saved_micros_total', {}, 0],
-    ]);
-  });
+  it(
+    "a prompt the vendor read from its cache: the cached tokens, and what its prompt cache saved at the catalog's " +
+      'prices',
+    async () => {
+      // A model whose cached input is priced below its input; the vendor says most of the prompt was read from its cache.
+      const cachedModel = 'gpt-5-mini';
+      const usage = {
+        prompt_tokens: 2000,
+        completion_tokens: 5,
+        total_tokens: 2005,
+        prompt_tokens_details: { cached_tokens: 1500 },
+      };
+      const metered = {
+        inputTokens: 2000,
+        cachedTokens: 1500,
+        outputTokens: 5,
+        images: 0,
+        audioSeconds: 0,
+        videoSeconds: 0,
+      };
+      // The prompt at the plain input price, less the prompt as billed (the same rule, so the output cancels out).
+      const saved =
+        prices.costMicros(cachedModel, { ...metered, cachedTokens: 0 }) - prices.costMicros(cachedModel, metered);
+      assert.ok(saved > 0, `${cachedModel}'s cached input is cheaper than its input`);
+      const before = await scrape(metricsUrl);
+      fake.enqueue({
+        json: {
+          id: 'chatcmpl-cached',
+          object: 'chat.completion',
+          created: 1_700_000_000,
+          model: cachedModel,
+          choices: [
+            {
+              index: 0,
+              message: { role: 'assistant', content: 'Counted.', refusal: null },
+              logprobs: null,
+              finish_reason: 'stop',
+            },
+          ],
+          usage,
+        },
+      });
+      await client.chat.completions.create({ model: cachedModel, messages: small.messages, max_completion_tokens: 16 });
+      await expectDeltas(metricsUrl, before, [
+        ['switchyard_tokens_total', { model: cachedModel, direction: 'cached' }, 1500],
+        ['switchyard_prompt_cache_saved_micros_total', { model: cachedModel }, saved],
+        // Not the response cache's saving.
+        ['switchyard_cache_saved_micros_total', {}, 0],
+      ]);
+    },
+  );
 });
 
 describe('queue depths on the api, and a worker process’s own listener (METRICS_PORT)', () => {
@@ -454,13 +561,26 @@ describe('queue depths on the api, and a worker process’s own listener (METRIC
     }
     // No worker yet: the jobs wait, and the next refresh of the backpressure (every 200 ms) shows them.
     let depth = await scrape(apiMetricsUrl);
-    await waitFor(async () => (depth = await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === jobs, 3000, 'the waiting jobs');
+    await waitFor(
+      async () =>
+        (depth = await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) ===
+        jobs,
+      3000,
+      'the waiting jobs',
+    );
     assert.equal(depth.value('switchyard_queue_jobs', { queue: 'embeddings', state: 'waiting' }), 0);
     assert.equal(depth.value('switchyard_job_run_seconds_count'), 0, 'an api alone runs no job');
 
-    worker = await startGateway({ role: 'worker', env: { REDIS_URL: url, METRICS_PORT: '0', MOCK_STREAM_DELAY_MS: '0' } });
+    worker = await startGateway({
+      role: 'worker',
+      env: { REDIS_URL: url, METRICS_PORT: '0', MOCK_STREAM_DELAY_MS: '0' },
+    });
     const w = worker;
-    await waitFor(() => w.logs.some((line) => line.includes('worker metrics listening')), 10_000, 'the metrics listener');
+    await waitFor(
+      () => w.logs.some((line) => line.includes('worker metrics listening')),
+      10_000,
+      'the metrics listener',
+    );
     const port = Number(/"port":(\d+)/.exec(w.logs.find((line) => line.includes('worker metrics listening'))!)![1]);
     const workerMetricsUrl = `http://127.0.0.1:${port}/metrics`;
     const empty = new Scrape('');
@@ -475,7 +595,12 @@ describe('queue depths on the api, and a worker process’s own listener (METRIC
     assert.ok(served.value('switchyard_tokens_total', { model: 'mock-chat', direction: 'in' }) > 0);
     assert.ok(served.value('switchyard_process_resident_memory_bytes') > 0);
     assert.ok(served.series('switchyard_queue_jobs').length === 0, 'queue depths are the api’s to show');
-    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === 0, 3000, 'the queue to drain');
+    await waitFor(
+      async () =>
+        (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', { queue: 'chat', state: 'waiting' }) === 0,
+      3000,
+      'the queue to drain',
+    );
     assert.equal((await fetch(`http://127.0.0.1:${port}/other`)).status, 404);
     // The worker's readiness for a health check: it reaches Redis (test/unit/worker-readiness.test.ts has the 503).
     const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
@@ -490,7 +615,9 @@ describe('npm start with its workers in a child process (WORKER_PROCESS=on), MET
   before(async () => {
     const fresh = await freshRedis(db);
     redis = fresh.redis;
-    gateway = await startGateway({ env: { REDIS_URL: fresh.url, WORKER_PROCESS: 'on', METRICS_PER_KEY: 'on', MOCK_STREAM_DELAY_MS: '0' } });
+    gateway = await startGateway({
+      env: { REDIS_URL: fresh.url, WORKER_PROCESS: 'on', METRICS_PER_KEY: 'on', MOCK_STREAM_DELAY_MS: '0' },
+    });
   });
 
   after(async () => {
@@ -503,7 +630,9 @@ describe('npm start with its workers in a child process (WORKER_PROCESS=on), MET
     const url = `${gateway.url}/metrics`;
     const before = await scrape(url);
     assert.equal(before.value('switchyard_worker_process_up'), 1);
-    await gateway.client(key).chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'two processes' }] });
+    await gateway
+      .client(key)
+      .chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'two processes' }] });
     const after = await expectDeltas(url, before, [
       // The api's own.
       ['switchyard_http_requests_total', { route: chat, model: 'mock-chat', status_class: '2xx', key_id: id }, 1],
@@ -528,7 +657,15 @@ describe('METRICS_PER_ACCOUNT=on with METRICS_TOP_ACCOUNTS=3: the busiest accoun
   before(async () => {
     const fresh = await freshRedis(db);
     redis = fresh.redis;
-    gateway = await startGateway({ env: { REDIS_URL: fresh.url, WORKER_PROCESS: 'off', METRICS_PER_ACCOUNT: 'on', METRICS_TOP_ACCOUNTS: '3', MOCK_STREAM_DELAY_MS: '0' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        WORKER_PROCESS: 'off',
+        METRICS_PER_ACCOUNT: 'on',
+        METRICS_TOP_ACCOUNTS: '3',
+        MOCK_STREAM_DELAY_MS: '0',
+      },
+    });
   });
 
   after(async () => {
@@ -545,11 +682,19 @@ describe('METRICS_PER_ACCOUNT=on with METRICS_TOP_ACCOUNTS=3: the busiest accoun
     const sends = [5, 1, 1, 1, 1, 1, 1, 1];
     for (const [i, account] of accounts.entries()) {
       const client = gateway.client(account.key);
-      for (let n = 0; n < sends[i]!; n++) await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: `account ${i}, request ${n}` }] });
+      for (let n = 0; n < sends[i]!; n++)
+        await client.chat.completions.create({
+          model: 'mock-chat',
+          messages: [{ role: 'user', content: `account ${i}, request ${n}` }],
+        });
     }
     const requests = sends.reduce((a, b) => a + b);
     let now = await scrape(url);
-    await waitFor(async () => (now = await scrape(url)).value('switchyard_queue_wait_seconds_count') === requests, 5000, 'every queue wait');
+    await waitFor(
+      async () => (now = await scrape(url)).value('switchyard_queue_wait_seconds_count') === requests,
+      5000,
+      'every queue wait',
+    );
     const waits = now.series('switchyard_queue_wait_seconds_count');
     const named = new Set(waits.map((sample) => sample.labels.account));
     assert.ok(named.size <= 4, [...named].join());
@@ -562,7 +707,10 @@ describe('METRICS_PER_ACCOUNT=on with METRICS_TOP_ACCOUNTS=3: the busiest accoun
       const own = now.value('switchyard_queue_wait_seconds_count', { account: account.account });
       assert.ok(own === 0 || own === 1, `${account.account}: ${own}`);
     }
-    assert.equal(now.value('switchyard_queue_wait_seconds_count', { account: 'other' }), requests - waits.filter((s) => s.labels.account !== 'other').reduce((sum, s) => sum + s.value, 0));
+    assert.equal(
+      now.value('switchyard_queue_wait_seconds_count', { account: 'other' }),
+      requests - waits.filter((s) => s.labels.account !== 'other').reduce((sum, s) => sum + s.value, 0),
+    );
     assert.ok(now.value('switchyard_queue_wait_seconds_count', { account: 'other' }) >= sends.length - 3);
   });
 });
@@ -603,8 +751,14 @@ describe('what goes wrong, as the api’s queue gauges and the workers’ own me
   async function startWorker(): Promise<{ worker: GatewayProcess; metricsUrl: string }> {
     const worker = await startGateway({ role: 'worker', env });
     workers.push(worker);
-    await waitFor(() => worker.logs.some((line) => line.includes('worker metrics listening')), 10_000, 'the metrics listener');
-    const port = Number(/"port":(\d+)/.exec(worker.logs.find((line) => line.includes('worker metrics listening'))!)![1]);
+    await waitFor(
+      () => worker.logs.some((line) => line.includes('worker metrics listening')),
+      10_000,
+      'the metrics listener',
+    );
+    const port = Number(
+      /"port":(\d+)/.exec(worker.logs.find((line) => line.includes('worker metrics listening'))!)![1],
+    );
     return { worker, metricsUrl: `http://127.0.0.1:${port}/metrics` };
   }
 
@@ -614,47 +768,90 @@ describe('what goes wrong, as the api’s queue gauges and the workers’ own me
     const apiMetricsUrl = `${api!.url}/metrics`;
     const { metricsUrl } = await startWorker();
     const channel = { vendor: 'openai' };
-    assert.equal((await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel), 0, 'no rest at the start');
-    assert.ok((await scrape(metricsUrl)).series('switchyard_channel_cooling_down').length > 0, 'every configured channel is listed, resting or not');
+    assert.equal(
+      (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel),
+      0,
+      'no rest at the start',
+    );
+    assert.ok(
+      (await scrape(metricsUrl)).series('switchyard_channel_cooling_down').length > 0,
+      'every configured channel is listed, resting or not',
+    );
 
     // The vendor asks for 4 s: the job waits them out (delayed, no attempt spent) and the channel rests as long.
-    fake.enqueue({ status: 429, headers: { 'retry-after': '4' }, json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    fake.enqueue({
+      status: 429,
+      headers: { 'retry-after': '4' },
+      json: { error: { message: 'Slow down', type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+    });
     const answer = client.chat.completions.create(small);
-    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 1, 3000, 'the delayed job on the api');
-    await waitFor(async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 1, 3000, 'the channel at rest on the worker');
-    assert.equal((await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('active')), 0, 'a delayed job is not active');
+    await waitFor(
+      async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 1,
+      3000,
+      'the delayed job on the api',
+    );
+    await waitFor(
+      async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 1,
+      3000,
+      'the channel at rest on the worker',
+    );
+    assert.equal(
+      (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('active')),
+      0,
+      'a delayed job is not active',
+    );
     assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
-    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 0, 3000, 'no delayed job once answered');
-    await waitFor(async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 0, 5000, 'the rest over');
+    await waitFor(
+      async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('delayed')) === 0,
+      3000,
+      'no delayed job once answered',
+    );
+    await waitFor(
+      async () => (await scrape(metricsUrl)).value('switchyard_channel_cooling_down', channel) === 0,
+      5000,
+      'the rest over',
+    );
 
     // A vendor 400 fails the job at once, for good: BullMQ keeps it among the failed (an hour), and the gauge says so.
     const failedBefore = (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('failed'));
-    fake.enqueue({ status: 400, json: { error: { message: 'Bad messages', type: 'invalid_request_error', param: 'messages', code: null } } });
+    fake.enqueue({
+      status: 400,
+      json: { error: { message: 'Bad messages', type: 'invalid_request_error', param: 'messages', code: null } },
+    });
     await assert.rejects(client.chat.completions.create(small), (e: unknown) => e instanceof OpenAI.BadRequestError);
-    await waitFor(async () => (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('failed')) === failedBefore + 1, 3000, 'the failed job on the api');
+    await waitFor(
+      async () =>
+        (await scrape(apiMetricsUrl)).value('switchyard_queue_jobs', chatGauge('failed')) === failedBefore + 1,
+      3000,
+      'the failed job on the api',
+    );
   });
 
-  it('a worker killed mid-call: another worker’s stall check hands the job back, counts it stalled, and its completion recovered', async () => {
-    for (const worker of workers.splice(0)) await worker.stop();
-    const doomed = await startWorker();
-    // The first call hangs at the vendor: the worker holding it dies there.
-    fake.enqueue({ hang: true });
-    const answer = client.chat.completions.create(small);
-    await waitFor(() => fake.inFlight === 1, 10_000, 'the call under way on the doomed worker');
-    await doomed.worker.stop('SIGKILL');
+  it(
+    'a worker killed mid-call: another worker’s stall check hands the job back, counts it stalled, and its ' +
+      'completion recovered',
+    async () => {
+      for (const worker of workers.splice(0)) await worker.stop();
+      const doomed = await startWorker();
+      // The first call hangs at the vendor: the worker holding it dies there.
+      fake.enqueue({ hang: true });
+      const answer = client.chat.completions.create(small);
+      await waitFor(() => fake.inFlight === 1, 10_000, 'the call under way on the doomed worker');
+      await doomed.worker.stop('SIGKILL');
 
-    const { metricsUrl } = await startWorker();
-    assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
-    const empty = new Scrape('');
-    await expectDeltas(metricsUrl, empty, [
-      ['switchyard_jobs_stalled_total', { queue: 'chat' }, 1],
-      ['switchyard_jobs_recovered_total', { queue: 'chat' }, 1],
-      ['switchyard_job_run_seconds_count', { queue: 'chat' }, 1],
-      // Its wait was measured by the worker that first ran it (now gone).
-      ['switchyard_job_wait_seconds_count', { queue: 'chat' }, 0],
-      ['switchyard_vendor_calls_total', { vendor: 'openai', outcome: 'ok' }, 1],
-    ]);
-  });
+      const { metricsUrl } = await startWorker();
+      assert.equal((await answer).choices[0]!.message.content, FAKE_REPLY_TEXT);
+      const empty = new Scrape('');
+      await expectDeltas(metricsUrl, empty, [
+        ['switchyard_jobs_stalled_total', { queue: 'chat' }, 1],
+        ['switchyard_jobs_recovered_total', { queue: 'chat' }, 1],
+        ['switchyard_job_run_seconds_count', { queue: 'chat' }, 1],
+        // Its wait was measured by the worker that first ran it (now gone).
+        ['switchyard_job_wait_seconds_count', { queue: 'chat' }, 0],
+        ['switchyard_vendor_calls_total', { vendor: 'openai', outcome: 'ok' }, 1],
+      ]);
+    },
+  );
 });
 
 /** An address of this machine that is not loopback, to reach a server from off loopback; undefined when it has none. */
@@ -664,58 +861,67 @@ function offLoopbackAddress(): string | undefined {
     .find((address) => address && address.family === 'IPv4' && !address.internal)?.address;
 }
 
-describe('who may read /metrics (issue 45)', { skip: offLoopbackAddress() ? false : 'no address off loopback on this machine' }, () => {
-  let redis: Redis;
-  let url: string;
-  let api: GatewayProcess | undefined;
-  const token = 'metrics-scrape-token';
-  const external = offLoopbackAddress()!;
+describe(
+  'who may read /metrics (issue 45)',
+  { skip: offLoopbackAddress() ? false : 'no address off loopback on this machine' },
+  () => {
+    let redis: Redis;
+    let url: string;
+    let api: GatewayProcess | undefined;
+    const token = 'metrics-scrape-token';
+    const external = offLoopbackAddress()!;
 
-  before(async () => {
-    ({ redis, url } = await freshRedis(db));
-  });
+    before(async () => {
+      ({ redis, url } = await freshRedis(db));
+    });
 
-  after(async () => {
-    await api?.stop();
-    redis?.disconnect();
-  });
+    after(async () => {
+      await api?.stop();
+      redis?.disconnect();
+    });
 
-  /** An api on every interface, believing X-Forwarded-For (TRUST_PROXY), with `env` on top. */
-  async function openApi(env: Record<string, string>): Promise<{ loopback: string; offLoopback: string }> {
-    await api?.stop();
-    api = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '0.0.0.0', TRUST_PROXY: 'on', ...env } });
-    const port = new URL(api.url).port;
-    return { loopback: `http://127.0.0.1:${port}/metrics`, offLoopback: `http://${external}:${port}/metrics` };
-  }
-
-  const errorOf = async (response: Response) => ((await response.json()) as { error: { message: string; type: string; code: string } }).error;
-
-  it('without METRICS_TOKEN: answered on loopback only, whatever X-Forwarded-For says', async () => {
-    const { loopback, offLoopback } = await openApi({});
-    await scrape(loopback);
-    const forged: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }, { 'x-forwarded-for': '::1', 'x-real-ip': '127.0.0.1' }];
-    for (const headers of forged) {
-      const refused = await fetch(offLoopback, { headers });
-      assert.equal(refused.status, 403, JSON.stringify(headers));
-      const error = await errorOf(refused);
-      assert.equal(error.code, 'metrics_loopback_only');
-      assert.match(error.message, /set METRICS_TOKEN/);
-      assert.equal(typeof error.type, 'string');
+    /** An api on every interface, believing X-Forwarded-For (TRUST_PROXY), with `env` on top. */
+    async function openApi(env: Record<string, string>): Promise<{ loopback: string; offLoopback: string }> {
+      await api?.stop();
+      api = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '0.0.0.0', TRUST_PROXY: 'on', ...env } });
+      const port = new URL(api.url).port;
+      return { loopback: `http://127.0.0.1:${port}/metrics`, offLoopback: `http://${external}:${port}/metrics` };
     }
-    // The API itself is still served off loopback.
-    assert.equal((await fetch(offLoopback.replace('/metrics', '/healthz'))).status, 200);
-  });
 
-  it('with METRICS_TOKEN: its bearer token from everyone, loopback included', async () => {
-    const { loopback, offLoopback } = await openApi({ METRICS_TOKEN: token });
-    for (const target of [loopback, offLoopback]) {
-      const refused = await fetch(target);
-      assert.equal(refused.status, 401, target);
-      assert.equal((await errorOf(refused)).code, 'invalid_metrics_token');
-      assert.equal((await fetch(target, { headers: { authorization: 'Bearer wrong' } })).status, 401, target);
-      const served = await fetch(target, { headers: { authorization: `Bearer ${token}` } });
-      assert.equal(served.status, 200, target);
-      assert.match(await served.text(), /^# HELP switchyard_/m);
-    }
-  });
-});
+    const errorOf = async (response: Response) =>
+      ((await response.json()) as { error: { message: string; type: string; code: string } }).error;
+
+    it('without METRICS_TOKEN: answered on loopback only, whatever X-Forwarded-For says', async () => {
+      const { loopback, offLoopback } = await openApi({});
+      await scrape(loopback);
+      const forged: Array<Record<string, string>> = [
+        {},
+        { 'x-forwarded-for': '127.0.0.1' },
+        { 'x-forwarded-for': '::1', 'x-real-ip': '127.0.0.1' },
+      ];
+      for (const headers of forged) {
+        const refused = await fetch(offLoopback, { headers });
+        assert.equal(refused.status, 403, JSON.stringify(headers));
+        const error = await errorOf(refused);
+        assert.equal(error.code, 'metrics_loopback_only');
+        assert.match(error.message, /set METRICS_TOKEN/);
+        assert.equal(typeof error.type, 'string');
+      }
+      // The API itself is still served off loopback.
+      assert.equal((await fetch(offLoopback.replace('/metrics', '/healthz'))).status, 200);
+    });
+
+    it('with METRICS_TOKEN: its bearer token from everyone, loopback included', async () => {
+      const { loopback, offLoopback } = await openApi({ METRICS_TOKEN: token });
+      for (const target of [loopback, offLoopback]) {
+        const refused = await fetch(target);
+        assert.equal(refused.status, 401, target);
+        assert.equal((await errorOf(refused)).code, 'invalid_metrics_token');
+        assert.equal((await fetch(target, { headers: { authorization: 'Bearer wrong' } })).status, 401, target);
+        const served = await fetch(target, { headers: { authorization: `Bearer ${token}` } });
+        assert.equal(served.status, 200, target);
+        assert.match(await served.text(), /^# HELP switchyard_/m);
+      }
+    });
+  },
+);

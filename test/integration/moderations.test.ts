@@ -52,7 +52,10 @@ describe('moderations', () => {
     redis?.disconnect();
   });
 
-  /** A body as OpenAI writes it: the schema's fields and no other, each result with every category in each of its three maps. */
+  /**
+   * A body as OpenAI writes it: the schema's fields and no other, each result with every category in each of its three
+   * maps.
+   */
   function assertModeration(body: unknown, where: string, results: number): OpenAI.ModerationCreateResponse {
     assertMatchesSchema('CreateModerationResponse', body, where);
     const moderation = body as OpenAI.ModerationCreateResponse;
@@ -60,31 +63,60 @@ describe('moderations', () => {
     assert.match(moderation.id, /^modr-[0-9a-f]{32}$/, where);
     assert.equal(moderation.results.length, results, where);
     for (const result of moderation.results) {
-      assert.deepEqual(Object.keys(result).sort(), ['categories', 'category_applied_input_types', 'category_scores', 'flagged'], where);
+      assert.deepEqual(
+        Object.keys(result).sort(),
+        ['categories', 'category_applied_input_types', 'category_scores', 'flagged'],
+        where,
+      );
       for (const map of [result.categories, result.category_scores, result.category_applied_input_types]) {
         assert.deepEqual(Object.keys(map).sort(), [...moderationCategories].sort(), where);
       }
-      assert.equal(result.flagged, Object.values(result.categories).some((flag) => flag === true), `${where}: flagged is any category`);
+      assert.equal(
+        result.flagged,
+        Object.values(result.categories).some((flag) => flag === true),
+        `${where}: flagged is any category`,
+      );
     }
     return moderation;
   }
 
   const raw = (body: unknown, apiKey = key) =>
-    fetch(`${gateway.url}/v1/moderations`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    fetch(`${gateway.url}/v1/moderations`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
   /** The error's own message, as the body says it (the SDK's `message` starts with the status). */
   const messageOf = (error: InstanceType<typeof OpenAI.APIError>) => (error.error as { message: string }).message;
-  const refusalOf = async (response: Response): Promise<Refusal> => ({ status: response.status, ...((await response.json()) as Omit<Refusal, 'status'>) });
+  const refusalOf = async (response: Response): Promise<Refusal> => ({
+    status: response.status,
+    ...((await response.json()) as Omit<Refusal, 'status'>),
+  });
 
   it('moderates on the mock, offline: a text, a list of texts (one result each), multi-modal parts (one result)', async () => {
-    const one = assertModeration(await client.moderations.create({ model: 'mock-moderation', input: 'A quiet walk by the river.' }), 'mock text', 1);
+    const one = assertModeration(
+      await client.moderations.create({ model: 'mock-moderation', input: 'A quiet walk by the river.' }),
+      'mock text',
+      1,
+    );
     assert.equal(one.model, 'mock-moderation');
     const calm = one.results[0]!;
     assert.equal(calm.flagged, false);
-    assert.ok(Object.values(calm.category_scores).every((score) => score >= 0 && score < 0.02), JSON.stringify(calm.category_scores));
+    assert.ok(
+      Object.values(calm.category_scores).every((score) => score >= 0 && score < 0.02),
+      JSON.stringify(calm.category_scores),
+    );
     assert.ok(Object.values(calm.category_applied_input_types).every((types) => JSON.stringify(types) === '["text"]'));
 
     const list = assertModeration(
-      await client.moderations.create({ model: 'mock-moderation', input: ['A quiet walk by the river.', 'A threat [mock:flag:violence] [mock:flag:harassment/threatening]', 'Fine.'] }),
+      await client.moderations.create({
+        model: 'mock-moderation',
+        input: [
+          'A quiet walk by the river.',
+          'A threat [mock:flag:violence] [mock:flag:harassment/threatening]',
+          'Fine.',
+        ],
+      }),
       'mock list',
       3,
     );
@@ -92,7 +124,10 @@ describe('moderations', () => {
     assert.deepEqual(first, calm, 'the same text scores the same, whatever request it is in');
     assert.equal(flagged.flagged, true);
     assert.deepEqual(
-      Object.entries(flagged.categories).filter(([, flag]) => flag).map(([name]) => name).sort(),
+      Object.entries(flagged.categories)
+        .filter(([, flag]) => flag)
+        .map(([name]) => name)
+        .sort(),
       ['harassment/threatening', 'violence'],
     );
     assert.ok(flagged.category_scores.violence >= 0.9 && flagged.category_scores['harassment/threatening'] >= 0.9);
@@ -117,115 +152,185 @@ describe('moderations', () => {
     assert.deepEqual(judged.category_applied_input_types.hate, ['text'], 'hate is judged on text alone');
 
     const image = assertModeration(
-      await client.moderations.create({ model: 'mock-moderation', input: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }] }),
+      await client.moderations.create({
+        model: 'mock-moderation',
+        input: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=' } }],
+      }),
       'mock image',
       1,
     );
     assert.deepEqual(image.results[0]!.category_applied_input_types.violence, ['image']);
-    assert.deepEqual(image.results[0]!.category_applied_input_types.harassment, [], 'a text-only category is judged on nothing');
+    assert.deepEqual(
+      image.results[0]!.category_applied_input_types.harassment,
+      [],
+      'a text-only category is judged on nothing',
+    );
   });
 
-  it("moderates on OpenAI's models through the strict fake: the default model, the vendor's answer passed on, only the spec's fields sent", async () => {
-    fake.reset();
-    // No model: OpenAI's default, omni-moderation-latest.
-    const { data, response } = await client.moderations.create({ input: 'I will kill them all.' }).withResponse();
-    const omni = assertModeration(data, 'openai default', 1);
-    assert.equal(omni.model, 'omni-moderation-2024-09-26', "the vendor's own name for the model");
-    assert.equal(omni.results[0]!.flagged, true);
-    assert.equal(omni.results[0]!.categories.violence, true);
-    assert.deepEqual(fake.requests[0]!.body, { model: 'omni-moderation-latest', input: 'I will kill them all.' });
-    assert.equal(fake.requests[0]!.headers.authorization, 'Bearer sk-openai-test');
+  it(
+    "moderates on OpenAI's models through the strict fake: the default model, the vendor's answer passed on, only " +
+      "the spec's fields sent",
+    async () => {
+      fake.reset();
+      // No model: OpenAI's default, omni-moderation-latest.
+      const { data, response } = await client.moderations.create({ input: 'I will kill them all.' }).withResponse();
+      const omni = assertModeration(data, 'openai default', 1);
+      assert.equal(omni.model, 'omni-moderation-2024-09-26', "the vendor's own name for the model");
+      assert.equal(omni.results[0]!.flagged, true);
+      assert.equal(omni.results[0]!.categories.violence, true);
+      assert.deepEqual(fake.requests[0]!.body, { model: 'omni-moderation-latest', input: 'I will kill them all.' });
+      assert.equal(fake.requests[0]!.headers.authorization, 'Bearer sk-openai-test');
 
-    // Fields the spec does not name stay here (the strict fake refuses any), and each part is sent with its own fields alone.
-    const parts = [
-      { type: 'text', text: 'hello', note: 'mine' },
-      { type: 'image_url', image_url: { url: 'https://images.example/a.png', detail: 'high' } },
-    ];
-    const sent = await raw({ model: 'omni-moderation-2024-09-26', input: parts, user: 'someone', stream: false });
-    assert.equal(sent.status, 200, await sent.clone().text());
-    assertModeration(await sent.json(), 'openai parts', 1);
-    assert.deepEqual(fake.requests[1]!.body, {
-      model: 'omni-moderation-2024-09-26',
-      input: [
-        { type: 'text', text: 'hello' },
-        { type: 'image_url', image_url: { url: 'https://images.example/a.png' } },
-      ],
-    });
-
-    // A text model: one result per text, `illicit` unjudged (null), as OpenAI answers it.
-    const text = assertModeration(await client.moderations.create({ model: 'text-moderation-latest', input: ['kind words', 'kill'] }), 'openai text model', 2);
-    assert.equal(text.model, 'text-moderation-007');
-    assert.deepEqual(text.results.map((result) => result.flagged), [false, true]);
-    assert.equal(text.results[0]!.categories.illicit, null);
-    assert.ok(response.headers.get('x-request-id'));
-  });
-
-  it('refuses before any vendor call: no input, an empty or too long list, a mixed list, a text past the context, an image to a text model, two images', async () => {
-    fake.reset();
-    const cases: Array<[unknown, number, string, string | null]> = [
-      [{ model: 'omni-moderation-latest' }, 400, 'input', 'missing_required_parameter'],
-      [{ input: [] }, 400, 'input', 'invalid_value'],
-      [{ input: Array.from({ length: 33 }, (_, i) => `text ${i}`) }, 400, 'input', 'invalid_value'],
-      [{ input: ['a', 2] }, 400, 'input[1]', 'invalid_type'],
-      [{ input: 42 }, 400, 'input', 'invalid_type'],
-      [{ input: [{ type: 'video', url: 'x' }] }, 400, 'input[0].type', 'invalid_value'],
-      [{ input: [{ type: 'image_url', image_url: { url: 'file:///etc/passwd' } }] }, 400, 'input[0].image_url.url', 'invalid_value'],
-      [{ input: 'x', model: null }, 400, 'model', 'invalid_type'],
-      [{ input: 'x', model: 'a\u0000b' }, 400, 'model', 'invalid_value'],
-      // Past the model's 32,768 tokens, in one text of a list.
-      [{ input: ['short', 'hello '.repeat(40_000)] }, 400, 'input', 'context_length_exceeded'],
-    ];
-    for (const [body, status, param, code] of cases) {
-      const refused = await refusalOf(await raw(body));
-      assert.equal(refused.status, status, JSON.stringify([body, refused]));
-      assert.deepEqual([refused.error.type, refused.error.param, refused.error.code], ['invalid_request_error', param, code], JSON.stringify(body).slice(0, 200));
-    }
-    const tooMany = await refusalOf(await raw({ input: Array.from({ length: 33 }, () => 'x') }));
-    assert.match(tooMany.error.message, /maximum length 32/);
-
-    const textOnly = await client.moderations
-      .create({ model: 'text-moderation-stable', input: [{ type: 'image_url', image_url: { url: 'https://images.example/a.png' } }] })
-      .catch((error: unknown) => error);
-    assert.ok(textOnly instanceof OpenAI.BadRequestError, String(textOnly));
-    assert.deepEqual([textOnly.param, textOnly.code], ['input', 'unsupported_content_type']);
-    assert.match(textOnly.message, /`text-moderation-stable` moderates text only; send images to .*omni-moderation-latest/);
-
-    const twoImages = await client.moderations
-      .create({
+      // Fields the spec does not name stay here (the strict fake refuses any), and each part is sent with its own fields
+      // alone.
+      const parts = [
+        { type: 'text', text: 'hello', note: 'mine' },
+        { type: 'image_url', image_url: { url: 'https://images.example/a.png', detail: 'high' } },
+      ];
+      const sent = await raw({ model: 'omni-moderation-2024-09-26', input: parts, user: 'someone', stream: false });
+      assert.equal(sent.status, 200, await sent.clone().text());
+      assertModeration(await sent.json(), 'openai parts', 1);
+      assert.deepEqual(fake.requests[1]!.body, {
+        model: 'omni-moderation-2024-09-26',
         input: [
+          { type: 'text', text: 'hello' },
           { type: 'image_url', image_url: { url: 'https://images.example/a.png' } },
-          { type: 'image_url', image_url: { url: 'https://images.example/b.png' } },
         ],
-      })
-      .catch((error: unknown) => error);
-    assert.ok(twoImages instanceof OpenAI.BadRequestError, String(twoImages));
-    assert.deepEqual([twoImages.param, twoImages.code, messageOf(twoImages)], ['input', 'too_many_images', 'Number of images (2) exceeds maximum of 1.']);
-    assert.equal(fake.requests.length, 0, 'OpenAI was never called');
-  });
+      });
 
-  it("refuses another capability's model naming the models /v1/moderations serves, and an unknown model as the catalog does", async () => {
-    fake.reset();
-    for (const model of ['gpt-4o-mini', 'claude-sonnet-4-5', 'text-embedding-3-small']) {
-      const refused = await client.moderations.create({ model, input: 'hello' }).catch((error: unknown) => error);
-      assert.ok(refused instanceof OpenAI.BadRequestError, `${model}: ${String(refused)}`);
-      assert.deepEqual([refused.status, refused.param, refused.code], [400, 'model', 'model_not_supported']);
-      assert.match(messageOf(refused), new RegExp(`^The model \`${model}\` is a \\w+ model and is not supported by /v1/moderations`));
-      const served = /\/v1\/moderations serves (.+)\.$/.exec(messageOf(refused))?.[1]?.split(', ').sort();
-      assert.deepEqual(served, ['mock-moderation', 'omni-moderation-2024-09-26', 'omni-moderation-latest', 'text-moderation-latest', 'text-moderation-stable'], refused.message);
-    }
-    const unknown = await client.moderations.create({ model: 'llama-guard-4', input: 'hello' }).catch((error: unknown) => error);
-    assert.ok(unknown instanceof OpenAI.NotFoundError, String(unknown));
-    assert.equal(unknown.code, 'model_not_found');
-    // A moderation model on another endpoint is refused there, pointing here.
-    const embedded = await client.embeddings.create({ model: 'omni-moderation-latest', input: 'hello' }).catch((error: unknown) => error);
-    assert.ok(embedded instanceof OpenAI.BadRequestError, String(embedded));
-    assert.match(embedded.message, /is a moderation model and is not supported by \/v1\/embeddings; use \/v1\/moderations\./);
-    assert.equal(fake.requests.length, 0, 'OpenAI was never called');
-  });
+      // A text model: one result per text, `illicit` unjudged (null), as OpenAI answers it.
+      const text = assertModeration(
+        await client.moderations.create({ model: 'text-moderation-latest', input: ['kind words', 'kill'] }),
+        'openai text model',
+        2,
+      );
+      assert.equal(text.model, 'text-moderation-007');
+      assert.deepEqual(
+        text.results.map((result) => result.flagged),
+        [false, true],
+      );
+      assert.equal(text.results[0]!.categories.illicit, null);
+      assert.ok(response.headers.get('x-request-id'));
+    },
+  );
+
+  it(
+    'refuses before any vendor call: no input, an empty or too long list, a mixed list, a text past the context, ' +
+      'an image to a text model, two images',
+    async () => {
+      fake.reset();
+      const cases: Array<[unknown, number, string, string | null]> = [
+        [{ model: 'omni-moderation-latest' }, 400, 'input', 'missing_required_parameter'],
+        [{ input: [] }, 400, 'input', 'invalid_value'],
+        [{ input: Array.from({ length: 33 }, (_, i) => `text ${i}`) }, 400, 'input', 'invalid_value'],
+        [{ input: ['a', 2] }, 400, 'input[1]', 'invalid_type'],
+        [{ input: 42 }, 400, 'input', 'invalid_type'],
+        [{ input: [{ type: 'video', url: 'x' }] }, 400, 'input[0].type', 'invalid_value'],
+        [
+          { input: [{ type: 'image_url', image_url: { url: 'file:///etc/passwd' } }] },
+          400,
+          'input[0].image_url.url',
+          'invalid_value',
+        ],
+        [{ input: 'x', model: null }, 400, 'model', 'invalid_type'],
+        [{ input: 'x', model: 'a\u0000b' }, 400, 'model', 'invalid_value'],
+        // Past the model's 32,768 tokens, in one text of a list.
+        [{ input: ['short', 'hello '.repeat(40_000)] }, 400, 'input', 'context_length_exceeded'],
+      ];
+      for (const [body, status, param, code] of cases) {
+        const refused = await refusalOf(await raw(body));
+        assert.equal(refused.status, status, JSON.stringify([body, refused]));
+        assert.deepEqual(
+          [refused.error.type, refused.error.param, refused.error.code],
+          ['invalid_request_error', param, code],
+          JSON.stringify(body).slice(0, 200),
+        );
+      }
+      const tooMany = await refusalOf(await raw({ input: Array.from({ length: 33 }, () => 'x') }));
+      assert.match(tooMany.error.message, /maximum length 32/);
+
+      const textOnly = await client.moderations
+        .create({
+          model: 'text-moderation-stable',
+          input: [{ type: 'image_url', image_url: { url: 'https://images.example/a.png' } }],
+        })
+        .catch((error: unknown) => error);
+      assert.ok(textOnly instanceof OpenAI.BadRequestError, String(textOnly));
+      assert.deepEqual([textOnly.param, textOnly.code], ['input', 'unsupported_content_type']);
+      assert.match(
+        textOnly.message,
+        /`text-moderation-stable` moderates text only; send images to .*omni-moderation-latest/,
+      );
+
+      const twoImages = await client.moderations
+        .create({
+          input: [
+            { type: 'image_url', image_url: { url: 'https://images.example/a.png' } },
+            { type: 'image_url', image_url: { url: 'https://images.example/b.png' } },
+          ],
+        })
+        .catch((error: unknown) => error);
+      assert.ok(twoImages instanceof OpenAI.BadRequestError, String(twoImages));
+      assert.deepEqual(
+        [twoImages.param, twoImages.code, messageOf(twoImages)],
+        ['input', 'too_many_images', 'Number of images (2) exceeds maximum of 1.'],
+      );
+      assert.equal(fake.requests.length, 0, 'OpenAI was never called');
+    },
+  );
+
+  it(
+    "refuses another capability's model naming the models /v1/moderations serves, and an unknown model as the " +
+      'catalog does',
+    async () => {
+      fake.reset();
+      for (const model of ['gpt-4o-mini', 'claude-sonnet-4-5', 'text-embedding-3-small']) {
+        const refused = await client.moderations.create({ model, input: 'hello' }).catch((error: unknown) => error);
+        assert.ok(refused instanceof OpenAI.BadRequestError, `${model}: ${String(refused)}`);
+        assert.deepEqual([refused.status, refused.param, refused.code], [400, 'model', 'model_not_supported']);
+        assert.match(
+          messageOf(refused),
+          new RegExp(`^The model \`${model}\` is a \\w+ model and is not supported by /v1/moderations`),
+        );
+        const served = /\/v1\/moderations serves (.+)\.$/.exec(messageOf(refused))?.[1]?.split(', ').sort();
+        assert.deepEqual(
+          served,
+          [
+            'mock-moderation',
+            'omni-moderation-2024-09-26',
+            'omni-moderation-latest',
+            'text-moderation-latest',
+            'text-moderation-stable',
+          ],
+          refused.message,
+        );
+      }
+      const unknown = await client.moderations
+        .create({ model: 'llama-guard-4', input: 'hello' })
+        .catch((error: unknown) => error);
+      assert.ok(unknown instanceof OpenAI.NotFoundError, String(unknown));
+      assert.equal(unknown.code, 'model_not_found');
+      // A moderation model on another endpoint is refused there, pointing here.
+      const embedded = await client.embeddings
+        .create({ model: 'omni-moderation-latest', input: 'hello' })
+        .catch((error: unknown) => error);
+      assert.ok(embedded instanceof OpenAI.BadRequestError, String(embedded));
+      assert.match(
+        embedded.message,
+        /is a moderation model and is not supported by \/v1\/embeddings; use \/v1\/moderations\./,
+      );
+      assert.equal(fake.requests.length, 0, 'OpenAI was never called');
+    },
+  );
 
   it("passes on OpenAI's refusal, and retries a malformed answer", async () => {
     fake.reset();
-    fake.refuseNext(400, { message: 'The input could not be read.', type: 'invalid_request_error', param: 'input', code: 'invalid_input' });
+    fake.refuseNext(400, {
+      message: 'The input could not be read.',
+      type: 'invalid_request_error',
+      param: 'input',
+      code: 'invalid_input',
+    });
     const refused = await client.moderations.create({ input: 'hello' }).catch((error: unknown) => error);
     assert.ok(refused instanceof OpenAI.BadRequestError, String(refused));
     assert.deepEqual([refused.param, refused.code], ['input', 'invalid_input']);
@@ -234,12 +339,16 @@ describe('moderations', () => {
 
     fake.reset();
     fake.malformedNext();
-    const retried = assertModeration(await client.moderations.create({ input: ['one', 'two'] }), 'after a malformed answer', 2);
+    const retried = assertModeration(
+      await client.moderations.create({ input: ['one', 'two'] }),
+      'after a malformed answer',
+      2,
+    );
     assert.equal(retried.model, 'omni-moderation-2024-09-26');
     assert.equal(fake.requests.length, 2, 'the answer missing a result was tried again');
   });
 
-  it('is counted (the texts\' tokens) and logged as moderations, at no cost, on OpenAI and on the mock', async () => {
+  it("is counted (the texts' tokens) and logged as moderations, at no cost, on OpenAI and on the mock", async () => {
     const billed = await paidAccountKey(redis, 1_000_000);
     const own = gateway.client(billed.key, { timeout: 30_000 });
     const texts = ['The first text to judge, a little longer than the others.', 'The second.'];
@@ -247,7 +356,10 @@ describe('moderations', () => {
 
     const openai = await own.moderations.create({ model: 'omni-moderation-latest', input: texts }).withResponse();
     const row = await requestRecord(gateway.url, billed.key, openai.response.headers.get('x-request-id')!);
-    assert.deepEqual([row.endpoint, row.model, row.vendor, row.status, row.http_status], ['moderations', 'omni-moderation-latest', 'openai', 'completed', 200]);
+    assert.deepEqual(
+      [row.endpoint, row.model, row.vendor, row.status, row.http_status],
+      ['moderations', 'omni-moderation-latest', 'openai', 'completed', 200],
+    );
     assert.equal(row.input_tokens, tokens, 'counted by the gateway: OpenAI reports no usage');
     assert.equal(row.output_tokens, 0);
     assert.equal(row.cost_micros, 0);
@@ -255,13 +367,20 @@ describe('moderations', () => {
 
     const mock = await own.moderations.create({ model: 'mock-moderation', input: texts[0]! }).withResponse();
     const mockRow = await requestRecord(gateway.url, billed.key, mock.response.headers.get('x-request-id')!);
-    assert.deepEqual([mockRow.endpoint, mockRow.model, mockRow.vendor, mockRow.status], ['moderations', 'mock-moderation', 'mock', 'completed']);
+    assert.deepEqual(
+      [mockRow.endpoint, mockRow.model, mockRow.vendor, mockRow.status],
+      ['moderations', 'mock-moderation', 'mock', 'completed'],
+    );
     assert.equal(mockRow.input_tokens, countTextTokens(texts[0]!));
     assert.equal(mockRow.cost_micros, 0);
     assert.equal(mockRow.answer_id, mock.data.id);
 
     const bill = await readBill(redis, billed.account);
-    assert.deepEqual([bill!.balanceMicros, bill!.reservedMicros], [1_000_000, 0], 'nothing charged, nothing left reserved');
+    assert.deepEqual(
+      [bill!.balanceMicros, bill!.reservedMicros],
+      [1_000_000, 0],
+      'nothing charged, nothing left reserved',
+    );
   });
 
   it('is cached under Cache-Control: the same input to the same model answered from the cache with an id of its own', async () => {
@@ -282,7 +401,9 @@ describe('moderations', () => {
     // Another model, or the same texts in another order: other requests.
     const other = await client.moderations.create({ model: 'text-moderation-latest', input }, cached).withResponse();
     assert.equal(other.response.headers.get('cache-status'), 'Switchyard; fwd=miss; stored');
-    const reordered = await client.moderations.create({ model: 'omni-moderation-latest', input: [...input].reverse() }, cached).withResponse();
+    const reordered = await client.moderations
+      .create({ model: 'omni-moderation-latest', input: [...input].reverse() }, cached)
+      .withResponse();
     assert.equal(reordered.response.headers.get('cache-status'), 'Switchyard; fwd=miss; stored');
     assert.equal(fake.requests.length, 3);
   });

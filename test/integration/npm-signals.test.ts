@@ -18,7 +18,8 @@ import { onProcessEnd } from '../support/process-end.js';
  */
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const scripts = (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { scripts: Record<string, string> }).scripts;
+const scripts = (JSON.parse(readFileSync(`${root}package.json`, 'utf8')) as { scripts: Record<string, string> })
+  .scripts;
 
 /** Process ids under `pid` (children, theirs, …), from /proc. */
 function descendants(pid: number): number[] {
@@ -78,7 +79,10 @@ const portOpen = (port: number) =>
     socket.once('error', () => resolve(false));
   });
 
-/** What npm started (pid → its command line), killed if a test leaves it running; a pid reused since by another command is left alone. */
+/**
+ * What npm started (pid → its command line), killed if a test leaves it running; a pid reused since by another command
+ * is left alone.
+ */
 const leftovers = new Map<number, string>();
 function killLeftovers(): void {
   for (const [pid, command] of leftovers) {
@@ -104,16 +108,25 @@ interface NpmRun {
 async function npmRun(script: string, env: Record<string, string>, port: number, probe: string): Promise<NpmRun> {
   const npm = spawn('npm', ['run', script], {
     cwd: root,
-    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', HOST: '127.0.0.1', LOG_LEVEL: 'info', SHUTDOWN_GRACE_MS: '5000', ...env },
+    env: {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'info',
+      SHUTDOWN_GRACE_MS: '5000',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: string[] = [];
-  for (const stream of [npm.stdout!, npm.stderr!]) stream.on('data', (data: Buffer) => logs.push(...data.toString().split('\n').filter(Boolean)));
+  for (const stream of [npm.stdout!, npm.stderr!])
+    stream.on('data', (data: Buffer) => logs.push(...data.toString().split('\n').filter(Boolean)));
   let gateway = 0;
   try {
     await waitFor(
       async () => {
-        if (npm.exitCode !== null) throw new Error(`npm run ${script} exited with ${npm.exitCode}:\n${logs.join('\n')}`);
+        if (npm.exitCode !== null)
+          throw new Error(`npm run ${script} exited with ${npm.exitCode}:\n${logs.join('\n')}`);
         const under = descendants(npm.pid!);
         for (const pid of under) if (!leftovers.has(pid)) leftovers.set(pid, commandLine(pid).join(' '));
         gateway ||= under.find(isGateway) ?? 0;
@@ -131,12 +144,19 @@ async function npmRun(script: string, env: Record<string, string>, port: number,
   return { npm, logs, gateway };
 }
 
-/** Signals npm alone (as a supervisor does, not the process group as a terminal does) and waits for the gateway to be gone. */
+/**
+ * Signals npm alone (as a supervisor does, not the process group as a terminal does) and waits for the gateway to be
+ * gone.
+ */
 async function signalNpm(run: NpmRun, signal: NodeJS.Signals, port: number): Promise<void> {
   const npmExited = new Promise<void>((resolve) => run.npm.once('close', () => resolve()));
   run.npm.kill(signal);
   // The drain has nothing in flight and a 5 s grace: well within this, or it never drains.
-  await waitFor(() => !running(run.gateway), 20_000, `the gateway (pid ${run.gateway}) to exit after ${signal} to npm`).catch((error: Error) => {
+  await waitFor(
+    () => !running(run.gateway),
+    20_000,
+    `the gateway (pid ${run.gateway}) to exit after ${signal} to npm`,
+  ).catch((error: Error) => {
     throw new Error(`${error.message}; still running: ${commandLine(run.gateway).join(' ')}\n${run.logs.join('\n')}`);
   });
   assert.equal(await portOpen(port), false, `port ${port} closed`);
@@ -164,7 +184,12 @@ describe('a signal to the npm start scripts reaches the gateway, which drains', 
 
   it('SIGTERM to `npm run start:api`: the api drains, closes its port and exits', async () => {
     const port = await freePort();
-    const run = await npmRun('start:api', { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, PORT: String(port) }, port, '/healthz');
+    const run = await npmRun(
+      'start:api',
+      { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, PORT: String(port) },
+      port,
+      '/healthz',
+    );
     await signalNpm(run, 'SIGTERM', port);
     const text = run.logs.join('\n');
     assert.match(text, /"signal":"SIGTERM"[^\n]*draining 0 requests/, 'the api logged its drain');
@@ -173,10 +198,19 @@ describe('a signal to the npm start scripts reaches the gateway, which drains', 
 
   it('SIGINT to `npm run start:worker`: the worker stops its jobs and its metrics listener, and exits', async () => {
     const port = await freePort();
-    const run = await npmRun('start:worker', { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, METRICS_PORT: String(port), WORKER_QUEUES: 'chat' }, port, '/metrics');
+    const run = await npmRun(
+      'start:worker',
+      { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, METRICS_PORT: String(port), WORKER_QUEUES: 'chat' },
+      port,
+      '/metrics',
+    );
     await signalNpm(run, 'SIGINT', port);
     const text = run.logs.join('\n');
-    assert.match(text, /"signal":"SIGINT"[^\n]*stopping: the jobs running here finish first/, 'the worker logged its stop');
+    assert.match(
+      text,
+      /"signal":"SIGINT"[^\n]*stopping: the jobs running here finish first/,
+      'the worker logged its stop',
+    );
     assert.match(text, /"msg":"stopped"/, 'and its clean end');
   });
 });

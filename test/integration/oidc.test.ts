@@ -38,7 +38,10 @@ describe('console sign-in through an OpenID Connect provider', () => {
   const refusal = (landed: URL) => landed.searchParams.get('sso_error');
 
   async function sessionOf(client: ConsoleClient): Promise<{ id: string; email: string; role: string } | null> {
-    const res = await client.request<{ account: { id: string; email: string; role: string } | null }>('GET', '/console/api/session');
+    const res = await client.request<{ account: { id: string; email: string; role: string } | null }>(
+      'GET',
+      '/console/api/session',
+    );
     assert.equal(res.status, 200);
     return res.json.account;
   }
@@ -53,7 +56,11 @@ describe('console sign-in through an OpenID Connect provider', () => {
     return Object.fromEntries(rows.map((row) => [row.name, { role: row.role, source: row.source }]));
   }
 
-  async function adminApi(method: string, path: string, body?: unknown): Promise<{ status: number; json: Record<string, unknown> }> {
+  async function adminApi(
+    method: string,
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; json: Record<string, unknown> }> {
     const res = await fetch(`${gateway.url}/admin${path}`, {
       method,
       headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
@@ -62,10 +69,15 @@ describe('console sign-in through an OpenID Connect provider', () => {
     return { status: res.status, json: (await res.json()) as Record<string, unknown> };
   }
 
-  /** Runs the sign-in up to the provider's redirect back to the gateway, and returns that callback URL, not yet called. */
+  /**
+   * Runs the sign-in up to the provider's redirect back to the gateway, and returns that callback URL, not yet called.
+   */
   async function callbackUrlFor(subject: string, client: ConsoleClient): Promise<URL> {
     provider.nextLogin = subject;
-    const { url } = await client.navigate(`${gateway.url}/console/api/oidc/login`, (next) => next.origin === gateway.url && next.pathname === callbackPath);
+    const { url } = await client.navigate(
+      `${gateway.url}/console/api/oidc/login`,
+      (next) => next.origin === gateway.url && next.pathname === callbackPath,
+    );
     assert.equal(url.pathname, callbackPath, url.href);
     return url;
   }
@@ -87,7 +99,8 @@ describe('console sign-in through an OpenID Connect provider', () => {
         OIDC_CLIENT_ID: testClientId,
         OIDC_CLIENT_SECRET: testClientSecret,
         OIDC_SCOPES: 'openid email profile groups',
-        OIDC_TEAM_MAP: 'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member,research=Research:member,research-leads=Research:owner,audit=Audited:member',
+        OIDC_TEAM_MAP:
+          'eng=Engineering:member,eng-leads=Engineering:owner,finance=Finance:viewer,ops=Operations:member,research=Research:member,research-leads=Research:owner,audit=Audited:member',
         OIDC_ADMIN_GROUPS: 'gateway-admins',
         OIDC_ONLY: 'on',
         OIDC_BREAK_GLASS: adminEmail,
@@ -113,11 +126,18 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.equal(refusal(refused.landed), 'provider_unreachable');
     assert.equal(await sessionOf(refused.client), null);
     provider.hang = false;
-    await provider.register({ redirectUri: `${gateway.url}${callbackPath}`, postLogoutRedirectUri: `${gateway.url}/console/` });
+    await provider.register({
+      redirectUri: `${gateway.url}${callbackPath}`,
+      postLogoutRedirectUri: `${gateway.url}/console/`,
+    });
   });
 
   it('tells the console that sign-in through the provider is on and passwords are for break-glass admins only', async () => {
-    const res = await browser().request<{ sso: { on: boolean; label: string }; password_signin: boolean; signup: boolean }>('GET', '/console/api/config');
+    const res = await browser().request<{
+      sso: { on: boolean; label: string };
+      password_signin: boolean;
+      signup: boolean;
+    }>('GET', '/console/api/config');
     assert.deepEqual(res.json.sso, { on: true, label: 'Sign in with Test IdP' });
     assert.equal(res.json.password_signin, false);
     assert.equal(res.json.signup, false);
@@ -129,62 +149,134 @@ describe('console sign-in through an OpenID Connect provider', () => {
     const account = await sessionOf(client);
     assert.equal(account?.email, 'alice@oidc.test');
     assert.equal(account?.role, 'member');
-    const row = await record.selectFrom('accounts').select(['kind', 'oidc_issuer', 'oidc_subject', 'password', 'name']).where('id', '=', account!.id).executeTakeFirstOrThrow();
-    assert.deepEqual(row, { kind: 'person', oidc_issuer: provider.issuer, oidc_subject: 'alice', password: '', name: 'Alice' });
-    assert.deepEqual(await teamsOf(account!.id), { Engineering: { role: 'member', source: 'oidc' }, Finance: { role: 'viewer', source: 'oidc' } });
-  });
-
-  it('keeps the name of a team OIDC_TEAM_MAP gives: renaming it is refused by the admin API (both its PATCHes) and the console, with the map to change', async () => {
-    const engineering = await record.selectFrom('accounts').select(['id', 'name']).where('kind', '=', 'team').where('name', '=', 'Engineering').executeTakeFirstOrThrow();
-    const refused = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Platform' });
-    assert.equal(refused.status, 409, JSON.stringify(refused.json));
-    const error = refused.json.error as { code: string; message: string };
-    assert.equal(error.code, 'team_name_mapped');
-    assert.match(error.message, /OIDC_TEAM_MAP/);
-    // Nor through the account's own PATCH.
-    const viaAccount = await adminApi('PATCH', `/accounts/${engineering.id}`, { name: 'Platform' });
-    assert.equal(viaAccount.status, 409, JSON.stringify(viaAccount.json));
-    assert.equal((viaAccount.json.error as { code: string }).code, 'team_name_mapped');
-    const { client } = await signInAs('alice');
-    // The console reads its session (and with it the CSRF token) once back from the provider.
-    assert.equal((await sessionOf(client))?.email, 'alice@oidc.test');
-    // Alice is a member of it, not its owner: the console refuses her before the map does.
-    const asMember = await client.request<{ error: { code: string } }>('PATCH', `/console/api/teams/${engineering.id}`, { name: 'Platform' }, { headers: { 'x-team': engineering.id } });
-    assert.equal(asMember.status, 403, JSON.stringify(asMember.json));
-    assert.equal(asMember.json.error.code, 'permission_denied');
-    // The same name in another letter case is the same team to the map: allowed, and recorded.
-    const recased = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'ENGINEERING' });
-    assert.equal(recased.status, 200, JSON.stringify(recased.json));
-    assert.equal(recased.json.name, 'ENGINEERING');
-    assert.equal((await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Engineering' })).status, 200);
-    assert.equal((await record.selectFrom('accounts').select('name').where('id', '=', engineering.id).executeTakeFirstOrThrow()).name, 'Engineering');
-  });
-
-  it('follows the groups at every sign-in: a group added adds its team, one removed removes its membership, others’ rows stay', async () => {
-    const first = await signInAs('alice');
-    const alice = (await sessionOf(first.client))!;
-    // A membership an admin gave by hand, in a team no group maps: never the provider's to remove.
-    const manual = await record.insertInto('accounts').values({ id: 'acct_manual_team', kind: 'team', email: '', name: 'Manual', role: 'member', created: 0, password: '', unlimited: false, disabled: false, deleted: false, credits_micros: 0, settled_micros: 0, playground_key: null }).returning('id').executeTakeFirstOrThrow();
-    await record.insertInto('team_members').values({ team_id: manual.id, member_id: alice.id, role: 'viewer', source: 'admin', cap_micros: null, cap_period: null, created: 0 }).execute();
-
-    provider.people.get('alice')!.groups = ['eng', 'eng-leads', 'ops'];
-    const again = await signInAs('alice');
-    assert.equal(refusal(again.landed), null);
-    assert.equal((await sessionOf(again.client))?.id, alice.id, 'the same person, found by issuer and subject');
-    assert.deepEqual(await teamsOf(alice.id), {
-      Engineering: { role: 'owner', source: 'oidc' },
-      Operations: { role: 'member', source: 'oidc' },
-      Manual: { role: 'viewer', source: 'admin' },
+    const row = await record
+      .selectFrom('accounts')
+      .select(['kind', 'oidc_issuer', 'oidc_subject', 'password', 'name'])
+      .where('id', '=', account!.id)
+      .executeTakeFirstOrThrow();
+    assert.deepEqual(row, {
+      kind: 'person',
+      oidc_issuer: provider.issuer,
+      oidc_subject: 'alice',
+      password: '',
+      name: 'Alice',
     });
-    const teams = await record.selectFrom('accounts').select('name').where('kind', '=', 'team').where('name', '=', 'Engineering').execute();
-    assert.equal(teams.length, 1, 'a team is made once, on first mention');
+    assert.deepEqual(await teamsOf(account!.id), {
+      Engineering: { role: 'member', source: 'oidc' },
+      Finance: { role: 'viewer', source: 'oidc' },
+    });
   });
+
+  it(
+    'keeps the name of a team OIDC_TEAM_MAP gives: renaming it is refused by the admin API (both its PATCHes) and ' +
+      'the console, with the map to change',
+    async () => {
+      const engineering = await record
+        .selectFrom('accounts')
+        .select(['id', 'name'])
+        .where('kind', '=', 'team')
+        .where('name', '=', 'Engineering')
+        .executeTakeFirstOrThrow();
+      const refused = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Platform' });
+      assert.equal(refused.status, 409, JSON.stringify(refused.json));
+      const error = refused.json.error as { code: string; message: string };
+      assert.equal(error.code, 'team_name_mapped');
+      assert.match(error.message, /OIDC_TEAM_MAP/);
+      // Nor through the account's own PATCH.
+      const viaAccount = await adminApi('PATCH', `/accounts/${engineering.id}`, { name: 'Platform' });
+      assert.equal(viaAccount.status, 409, JSON.stringify(viaAccount.json));
+      assert.equal((viaAccount.json.error as { code: string }).code, 'team_name_mapped');
+      const { client } = await signInAs('alice');
+      // The console reads its session (and with it the CSRF token) once back from the provider.
+      assert.equal((await sessionOf(client))?.email, 'alice@oidc.test');
+      // Alice is a member of it, not its owner: the console refuses her before the map does.
+      const asMember = await client.request<{ error: { code: string } }>(
+        'PATCH',
+        `/console/api/teams/${engineering.id}`,
+        { name: 'Platform' },
+        { headers: { 'x-team': engineering.id } },
+      );
+      assert.equal(asMember.status, 403, JSON.stringify(asMember.json));
+      assert.equal(asMember.json.error.code, 'permission_denied');
+      // The same name in another letter case is the same team to the map: allowed, and recorded.
+      const recased = await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'ENGINEERING' });
+      assert.equal(recased.status, 200, JSON.stringify(recased.json));
+      assert.equal(recased.json.name, 'ENGINEERING');
+      assert.equal((await adminApi('PATCH', `/teams/${engineering.id}`, { name: 'Engineering' })).status, 200);
+      assert.equal(
+        (await record.selectFrom('accounts').select('name').where('id', '=', engineering.id).executeTakeFirstOrThrow())
+          .name,
+        'Engineering',
+      );
+    },
+  );
+
+  it(
+    'follows the groups at every sign-in: a group added adds its team, one removed removes its membership, others’ ' +
+      'rows stay',
+    async () => {
+      const first = await signInAs('alice');
+      const alice = (await sessionOf(first.client))!;
+      // A membership an admin gave by hand, in a team no group maps: never the provider's to remove.
+      const manual = await record
+        .insertInto('accounts')
+        .values({
+          id: 'acct_manual_team',
+          kind: 'team',
+          email: '',
+          name: 'Manual',
+          role: 'member',
+          created: 0,
+          password: '',
+          unlimited: false,
+          disabled: false,
+          deleted: false,
+          credits_micros: 0,
+          settled_micros: 0,
+          playground_key: null,
+        })
+        .returning('id')
+        .executeTakeFirstOrThrow();
+      await record
+        .insertInto('team_members')
+        .values({
+          team_id: manual.id,
+          member_id: alice.id,
+          role: 'viewer',
+          source: 'admin',
+          cap_micros: null,
+          cap_period: null,
+          created: 0,
+        })
+        .execute();
+
+      provider.people.get('alice')!.groups = ['eng', 'eng-leads', 'ops'];
+      const again = await signInAs('alice');
+      assert.equal(refusal(again.landed), null);
+      assert.equal((await sessionOf(again.client))?.id, alice.id, 'the same person, found by issuer and subject');
+      assert.deepEqual(await teamsOf(alice.id), {
+        Engineering: { role: 'owner', source: 'oidc' },
+        Operations: { role: 'member', source: 'oidc' },
+        Manual: { role: 'viewer', source: 'admin' },
+      });
+      const teams = await record
+        .selectFrom('accounts')
+        .select('name')
+        .where('kind', '=', 'team')
+        .where('name', '=', 'Engineering')
+        .execute();
+      assert.equal(teams.length, 1, 'a team is made once, on first mention');
+    },
+  );
 
   it('refuses a person in no group the gateway maps, and makes no account for them', async () => {
     const { client, landed } = await signInAs('mallory');
     assert.equal(refusal(landed), 'not_in_mapped_group');
     assert.equal(await sessionOf(client), null);
-    assert.equal(await record.selectFrom('accounts').select('id').where('email', '=', 'mallory@oidc.test').executeTakeFirst(), undefined);
+    assert.equal(
+      await record.selectFrom('accounts').select('id').where('email', '=', 'mallory@oidc.test').executeTakeFirst(),
+      undefined,
+    );
   });
 
   it('makes a person in an admin group an admin, with no team needed', async () => {
@@ -239,28 +331,32 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.equal(await sessionOf(attacker), null);
   });
 
-  it('leaves a browser’s state to it when another browser calls back with it: refused, and the real callback still signs in', async () => {
-    const victim = browser();
-    const stolen = await callbackUrlFor('alice', victim);
-    // A browser with no cookie of its own, then one with its own (an attempt it started, for someone else).
-    const bare = browser();
-    assert.equal(refusal((await bare.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
-    assert.equal(await sessionOf(bare), null);
-    const attacker = browser();
-    const own = await callbackUrlFor('mallory', attacker);
-    assert.ok(attacker.cookies.get('sy_oidc'), 'the attacker has a cookie of its own');
-    assert.notEqual(attacker.cookies.get('sy_oidc'), victim.cookies.get('sy_oidc'));
-    assert.equal(refusal((await attacker.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
-    assert.equal(await sessionOf(attacker), null);
-    // The victim's own callback, after both: the state was not used up.
-    const real = await victim.navigate(stolen.href, onConsolePage);
-    assert.equal(refusal(real.url), null, real.url.href);
-    assert.equal((await sessionOf(victim))?.email, 'alice@oidc.test');
-    // Used now, by its own browser: once only.
-    assert.equal(refusal((await victim.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
-    // The attacker's own attempt was left alone too.
-    assert.equal(refusal((await attacker.navigate(own.href, onConsolePage)).url), 'not_in_mapped_group');
-  });
+  it(
+    'leaves a browser’s state to it when another browser calls back with it: refused, and the real callback still ' +
+      'signs in',
+    async () => {
+      const victim = browser();
+      const stolen = await callbackUrlFor('alice', victim);
+      // A browser with no cookie of its own, then one with its own (an attempt it started, for someone else).
+      const bare = browser();
+      assert.equal(refusal((await bare.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+      assert.equal(await sessionOf(bare), null);
+      const attacker = browser();
+      const own = await callbackUrlFor('mallory', attacker);
+      assert.ok(attacker.cookies.get('sy_oidc'), 'the attacker has a cookie of its own');
+      assert.notEqual(attacker.cookies.get('sy_oidc'), victim.cookies.get('sy_oidc'));
+      assert.equal(refusal((await attacker.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+      assert.equal(await sessionOf(attacker), null);
+      // The victim's own callback, after both: the state was not used up.
+      const real = await victim.navigate(stolen.href, onConsolePage);
+      assert.equal(refusal(real.url), null, real.url.href);
+      assert.equal((await sessionOf(victim))?.email, 'alice@oidc.test');
+      // Used now, by its own browser: once only.
+      assert.equal(refusal((await victim.navigate(stolen.href, onConsolePage)).url), 'state_invalid');
+      // The attacker's own attempt was left alone too.
+      assert.equal(refusal((await attacker.navigate(own.href, onConsolePage)).url), 'not_in_mapped_group');
+    },
+  );
 
   it('of a forged callback and the real one racing, the real one signs in', async () => {
     const victim = browser();
@@ -275,7 +371,11 @@ describe('console sign-in through an OpenID Connect provider', () => {
   });
 
   it('links an account that has the email only when the provider says the email is verified', async () => {
-    const made = await adminApi('POST', '/accounts', { email: 'carol@oidc.test', password: 'carol-password', role: 'member' });
+    const made = await adminApi('POST', '/accounts', {
+      email: 'carol@oidc.test',
+      password: 'carol-password',
+      role: 'member',
+    });
     assert.equal(made.status, 201, JSON.stringify(made.json));
     provider.people.set('carol', { email: 'carol@oidc.test', email_verified: false, groups: ['eng'] });
     const unverified = await signInAs('carol');
@@ -286,13 +386,20 @@ describe('console sign-in through an OpenID Connect provider', () => {
   });
 
   it('under OIDC_ONLY refuses password sign-in and sign-up, but not the break-glass admin’s', async () => {
-    const made = await adminApi('POST', '/accounts', { email: 'dave@oidc.test', password: 'dave-password', role: 'member' });
+    const made = await adminApi('POST', '/accounts', {
+      email: 'dave@oidc.test',
+      password: 'dave-password',
+      role: 'member',
+    });
     assert.equal(made.status, 201);
     const member = browser();
     const refused = await member.signIn('dave@oidc.test', 'dave-password');
     assert.equal(refused.status, 403);
     assert.equal(refused.json.error?.code, 'password_signin_disabled');
-    const signup = await member.request('POST', '/console/api/signup', { email: 'eve@oidc.test', password: 'eve-password' });
+    const signup = await member.request('POST', '/console/api/signup', {
+      email: 'eve@oidc.test',
+      password: 'eve-password',
+    });
     assert.equal(signup.status, 403);
     assert.equal(signup.json.error?.code, 'signup_disabled');
     const admin = browser();
@@ -315,7 +422,10 @@ describe('console sign-in through an OpenID Connect provider', () => {
     // A password session has no provider to sign out of.
     const admin = browser();
     await admin.signIn(adminEmail, adminPassword);
-    assert.equal((await admin.request<{ end_session_url: string | null }>('DELETE', '/console/api/session')).json.end_session_url, null);
+    assert.equal(
+      (await admin.request<{ end_session_url: string | null }>('DELETE', '/console/api/session')).json.end_session_url,
+      null,
+    );
   });
 
   it('ends the session when the ID token expires', async () => {
@@ -326,8 +436,13 @@ describe('console sign-in through an OpenID Connect provider', () => {
       assert.equal(signedIn?.email, 'alice@oidc.test');
       const exp = await redis.keys('*session:*');
       const ends = (await Promise.all(exp.map((key) => redis.hget(key, 'ends')))).map(Number).filter(Boolean);
-      assert.ok(ends.some((at) => at <= Date.now() + 2000), `a session ending with its token: ${ends.join(', ')}`);
-      await new Promise((resolve) => setTimeout(resolve, Math.max(0, Math.max(...ends.filter((at) => at <= Date.now() + 2000)) - Date.now()) + 100));
+      assert.ok(
+        ends.some((at) => at <= Date.now() + 2000),
+        `a session ending with its token: ${ends.join(', ')}`,
+      );
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.max(0, Math.max(...ends.filter((at) => at <= Date.now() + 2000)) - Date.now()) + 100),
+      );
       assert.equal(await sessionOf(client), null);
     } finally {
       provider.idTokenSeconds = 3600;
@@ -352,8 +467,17 @@ describe('console sign-in through an OpenID Connect provider', () => {
   type Row = Selectable<AuditLogTable>;
 
   /** The audit log's newest id: the rows a step writes are those after it. */
-  const auditHead = async () => Number((await record.selectFrom('audit_log').select((eb) => eb.fn.max('id').as('id')).executeTakeFirst())?.id ?? 0);
-  const rowsAfter = (head: number): Promise<Row[]> => record.selectFrom('audit_log').selectAll().where('id', '>', head).orderBy('id').execute();
+  const auditHead = async () =>
+    Number(
+      (
+        await record
+          .selectFrom('audit_log')
+          .select((eb) => eb.fn.max('id').as('id'))
+          .executeTakeFirst()
+      )?.id ?? 0,
+    );
+  const rowsAfter = (head: number): Promise<Row[]> =>
+    record.selectFrom('audit_log').selectAll().where('id', '>', head).orderBy('id').execute();
   const only = (rows: Row[], action: string): Row => {
     const found = rows.filter((row) => row.action === action);
     assert.equal(found.length, 1, `one ${action} row: ${JSON.stringify(rows.map((row) => row.action))}`);
@@ -371,17 +495,31 @@ describe('console sign-in through an OpenID Connect provider', () => {
 
   /** A team's rows in the console: its owner reads this one as the record holds it; someone else is refused. */
   async function assertReadByOwnerOnly(row: Row, owner: ConsoleClient, other: ConsoleClient): Promise<void> {
-    const read = await owner.request<{ data: AuditRow[] }>('GET', `/console/api/audit?team=${row.team_id}&action=${row.action}&limit=100`);
+    const read = await owner.request<{ data: AuditRow[] }>(
+      'GET',
+      `/console/api/audit?team=${row.team_id}&action=${row.action}&limit=100`,
+    );
     assert.equal(read.status, 200, JSON.stringify(read.json));
     const seen = read.json.data.find((r) => r.id === Number(row.id));
     assert.ok(seen, `the owner reads row ${row.id}`);
-    assert.deepEqual([seen.actor, seen.target, seen.before, seen.after, seen.hash], [row.actor, row.target, row.before, row.after, row.hash]);
+    assert.deepEqual(
+      [seen.actor, seen.target, seen.before, seen.after, seen.hash],
+      [row.actor, row.target, row.before, row.after, row.hash],
+    );
     const refused = await other.request('GET', `/console/api/audit?team=${row.team_id}&action=${row.action}`);
     assert.equal(refused.status, 403);
     assert.equal(refused.json.error?.code, 'audit_forbidden');
   }
 
-  const researchTeam = async () => (await record.selectFrom('accounts').select('id').where('kind', '=', 'team').where('name', '=', 'Research').executeTakeFirstOrThrow()).id;
+  const researchTeam = async () =>
+    (
+      await record
+        .selectFrom('accounts')
+        .select('id')
+        .where('kind', '=', 'team')
+        .where('name', '=', 'Research')
+        .executeTakeFirstOrThrow()
+    ).id;
 
   it('records a sign-in through the provider as the person, and the account it made as the gateway’s', async () => {
     provider.people.set('olga', { email: 'olga@oidc.test', name: 'Olga', groups: ['eng'] });
@@ -396,7 +534,14 @@ describe('console sign-in through an OpenID Connect provider', () => {
     assert.equal(made.team_id, olga.id);
     assert.equal(made.target, olga.id);
     assert.equal(made.before, null);
-    assert.deepEqual([(made.after as Record<string, unknown>).email, (made.after as Record<string, unknown>).role, (made.after as Record<string, unknown>).via], ['olga@oidc.test', 'member', 'oidc']);
+    assert.deepEqual(
+      [
+        (made.after as Record<string, unknown>).email,
+        (made.after as Record<string, unknown>).role,
+        (made.after as Record<string, unknown>).via,
+      ],
+      ['olga@oidc.test', 'member', 'oidc'],
+    );
     const signedIn = only(rows, 'signin.succeeded');
     assertFrom(signedIn, client, olga.id, 'olga@oidc.test', since);
     assert.equal(signedIn.team_id, olga.id);
@@ -409,55 +554,83 @@ describe('console sign-in through an OpenID Connect provider', () => {
     // Signed in again: a sign-in row, and no second account.
     const again = await auditHead();
     const second = await signInAs('olga');
-    assert.deepEqual((await rowsAfter(again)).map((row) => row.action), ['signin.succeeded']);
+    assert.deepEqual(
+      (await rowsAfter(again)).map((row) => row.action),
+      ['signin.succeeded'],
+    );
     assert.equal((await rowsAfter(again))[0]!.ip, second.client.forwardedFor);
   });
 
-  it('records a sign-in the gateway refused after the provider answered, as anonymous with the reason; a callback with no valid state is not recorded', async () => {
-    const head = await auditHead();
-    const since = Date.now();
-    const { client, landed } = await signInAs('mallory');
-    assert.equal(refusal(landed), 'not_in_mapped_group');
-    const rows = await rowsAfter(head);
-    assert.deepEqual(rows.map((row) => row.action), ['signin.failed']);
-    const failed = rows[0]!;
-    assertFrom(failed, client, 'anonymous', null, since);
-    assert.equal(failed.team_id, null);
-    assert.equal(failed.target, null);
-    assert.equal(failed.before, null);
-    assert.deepEqual(failed.after, { method: 'oidc', issuer: provider.issuer, reason: 'not_in_mapped_group', detail: 'groups: marketing' });
-    // No team's: an admin reads it, a person does not see it among their own rows.
-    const admin = browser();
-    assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
-    const read = await admin.request<{ data: AuditRow[] }>('GET', '/console/api/audit?action=signin.failed&limit=100');
-    assert.ok(read.json.data.some((row) => row.id === Number(failed.id)));
-    const alice = (await signInAs('alice')).client;
-    const mine = await alice.request<{ data: AuditRow[] }>('GET', '/console/api/audit?action=signin.failed&limit=100');
-    assert.equal(mine.status, 200);
-    assert.ok(!mine.json.data.some((row) => row.id === Number(failed.id)));
+  it(
+    'records a sign-in the gateway refused after the provider answered, as anonymous with the reason; a callback ' +
+      'with no valid state is not recorded',
+    async () => {
+      const head = await auditHead();
+      const since = Date.now();
+      const { client, landed } = await signInAs('mallory');
+      assert.equal(refusal(landed), 'not_in_mapped_group');
+      const rows = await rowsAfter(head);
+      assert.deepEqual(
+        rows.map((row) => row.action),
+        ['signin.failed'],
+      );
+      const failed = rows[0]!;
+      assertFrom(failed, client, 'anonymous', null, since);
+      assert.equal(failed.team_id, null);
+      assert.equal(failed.target, null);
+      assert.equal(failed.before, null);
+      assert.deepEqual(failed.after, {
+        method: 'oidc',
+        issuer: provider.issuer,
+        reason: 'not_in_mapped_group',
+        detail: 'groups: marketing',
+      });
+      // No team's: an admin reads it, a person does not see it among their own rows.
+      const admin = browser();
+      assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
+      const read = await admin.request<{ data: AuditRow[] }>(
+        'GET',
+        '/console/api/audit?action=signin.failed&limit=100',
+      );
+      assert.ok(read.json.data.some((row) => row.id === Number(failed.id)));
+      const alice = (await signInAs('alice')).client;
+      const mine = await alice.request<{ data: AuditRow[] }>(
+        'GET',
+        '/console/api/audit?action=signin.failed&limit=100',
+      );
+      assert.equal(mine.status, 200);
+      assert.ok(!mine.json.data.some((row) => row.id === Number(failed.id)));
 
-    // A callback with no state, or one nobody started: refused, logged, never a row (anyone may call that URL).
-    const quiet = await auditHead();
-    const other = browser();
-    const callback = await callbackUrlFor('alice', other);
-    for (const state of [null, 'a-state-nobody-made']) {
-      const url = new URL(callback);
-      if (state === null) url.searchParams.delete('state');
-      else url.searchParams.set('state', state);
-      assert.equal(refusal((await other.navigate(url.href, onConsolePage)).url), 'state_invalid');
-    }
-    assert.deepEqual(await rowsAfter(quiet), []);
-  });
+      // A callback with no state, or one nobody started: refused, logged, never a row (anyone may call that URL).
+      const quiet = await auditHead();
+      const other = browser();
+      const callback = await callbackUrlFor('alice', other);
+      for (const state of [null, 'a-state-nobody-made']) {
+        const url = new URL(callback);
+        if (state === null) url.searchParams.delete('state');
+        else url.searchParams.set('state', state);
+        assert.equal(refusal((await other.navigate(url.href, onConsolePage)).url), 'state_invalid');
+      }
+      assert.deepEqual(await rowsAfter(quiet), []);
+    },
+  );
 
   it('records a password sign-in refused under OIDC_ONLY, with the email tried and never the password', async () => {
-    assert.equal((await adminApi('POST', '/accounts', { email: 'fay@oidc.test', password: 'fay-password-1', role: 'member' })).status, 201);
+    assert.equal(
+      (await adminApi('POST', '/accounts', { email: 'fay@oidc.test', password: 'fay-password-1', role: 'member' }))
+        .status,
+      201,
+    );
     const head = await auditHead();
     const since = Date.now();
     const client = browser();
     const refused = await client.signIn('fay@oidc.test', 'fay-password-1');
     assert.equal(refused.status, 403);
     const rows = await rowsAfter(head);
-    assert.deepEqual(rows.map((row) => row.action), ['signin.failed']);
+    assert.deepEqual(
+      rows.map((row) => row.action),
+      ['signin.failed'],
+    );
     const failed = rows[0]!;
     assertFrom(failed, client, 'anonymous', 'fay@oidc.test', since);
     assert.equal(failed.team_id, null);
@@ -489,14 +662,21 @@ describe('console sign-in through an OpenID Connect provider', () => {
   });
 
   /** Nina signed in with these groups: the Research rows that sign-in wrote, and her browser. */
-  async function ninaSignsIn(groups: string[]): Promise<{ rows: Row[]; client: ConsoleClient; since: number; id: string }> {
+  async function ninaSignsIn(
+    groups: string[],
+  ): Promise<{ rows: Row[]; client: ConsoleClient; since: number; id: string }> {
     provider.people.set('nina', { email: 'nina@oidc.test', name: 'Nina', groups });
     const head = await auditHead();
     const since = Date.now();
     const { client, landed } = await signInAs('nina');
     assert.equal(refusal(landed), null);
     const team = await researchTeam();
-    return { rows: (await rowsAfter(head)).filter((row) => row.team_id === team), client, since, id: (await sessionOf(client))!.id };
+    return {
+      rows: (await rowsAfter(head)).filter((row) => row.team_id === team),
+      client,
+      since,
+      id: (await sessionOf(client))!.id,
+    };
   }
   const rita = async () => (await signInAs('rita')).client;
   const ravi = async () => (await signInAs('ravi')).client;
@@ -538,7 +718,12 @@ describe('console sign-in through an OpenID Connect provider', () => {
     const first = await signInAs('una');
     const una = (await sessionOf(first.client))!;
     assert.equal(una.role, 'admin');
-    const made = await record.selectFrom('audit_log').select('after').where('action', '=', 'account.created').where('target', '=', una.id).executeTakeFirstOrThrow();
+    const made = await record
+      .selectFrom('audit_log')
+      .select('after')
+      .where('action', '=', 'account.created')
+      .where('target', '=', una.id)
+      .executeTakeFirstOrThrow();
     assert.equal((made.after as Record<string, unknown>).role, 'admin');
 
     // Out of the admin group: a member at this sign-in, and the change recorded.
@@ -558,7 +743,10 @@ describe('console sign-in through an OpenID Connect provider', () => {
     // The same groups again: nothing changed, no account row.
     const quiet = await auditHead();
     await signInAs('una');
-    assert.deepEqual((await rowsAfter(quiet)).map((row) => row.action), ['signin.succeeded']);
+    assert.deepEqual(
+      (await rowsAfter(quiet)).map((row) => row.action),
+      ['signin.succeeded'],
+    );
   });
 
   it('answers 500 audit_not_recorded when the team a sign-in made could not be recorded, and signs nobody in', async () => {
@@ -573,19 +761,29 @@ describe('console sign-in through an OpenID Connect provider', () => {
     try {
       const client = browser();
       const callback = await callbackUrlFor('zed', client);
-      const res = await fetch(callback, { redirect: 'manual', headers: { cookie: [...client.cookies].map(([n, v]) => `${n}=${v}`).join('; '), 'x-forwarded-for': client.forwardedFor! } });
+      const res = await fetch(callback, {
+        redirect: 'manual',
+        headers: {
+          cookie: [...client.cookies].map(([n, v]) => `${n}=${v}`).join('; '),
+          'x-forwarded-for': client.forwardedFor!,
+        },
+      });
       assert.equal(res.status, 500);
       const body = (await res.json()) as { error: { code: string; message: string } };
       assert.equal(body.error.code, 'audit_not_recorded');
       assert.match(body.error.message, /team\.created/);
       assert.equal(await sessionOf(client), null);
     } finally {
-      await onDatabase(url, (db) => db.query('drop trigger refuse_team_created on audit_log; drop function refuse_team_created()'));
+      await onDatabase(url, (db) =>
+        db.query('drop trigger refuse_team_created on audit_log; drop function refuse_team_created()'),
+      );
     }
     // The team was made (the change comes first, as everywhere): the next sign-in finds it and goes through.
     const again = await signInAs('zed');
     assert.equal(refusal(again.landed), null);
-    assert.deepEqual(await teamsOf((await sessionOf(again.client))!.id), { Audited: { role: 'member', source: 'oidc' } });
+    assert.deepEqual(await teamsOf((await sessionOf(again.client))!.id), {
+      Audited: { role: 'member', source: 'oidc' },
+    });
   });
 
   it('verifies the chain every sign-in above appended to', async () => {

@@ -9,19 +9,20 @@ import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
 import { createKey, freshRedis, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 
-
 const toolCallFixture = wireFixture('openai-chat-stream-tool-call.sse');
 const parallelFixture = wireFixture('openai-chat-stream-parallel-tool-calls.sse');
 const vendorKey = 'sk-vendor-secret-0123456789abcdefghij';
 
 /** The `data:` payloads of an SSE body, in order. */
 function dataLines(body: string): string[] {
-  return body
-    .split(/\n\n/)
-    // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
-    .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
-    .filter((frame) => frame.startsWith('data: '))
-    .map((frame) => frame.slice('data: '.length));
+  return (
+    body
+      .split(/\n\n/)
+      // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
+      .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
+      .filter((frame) => frame.startsWith('data: '))
+      .map((frame) => frame.slice('data: '.length))
+  );
 }
 
 describe('gateway in front of an OpenAI-compatible upstream', () => {
@@ -37,7 +38,14 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     redis = fresh.redis;
     apiKey = (await createKey(redis)).key;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20', STREAM_RESUME_GRACE_MS: '0' },
+      env: {
+        REDIS_URL: fresh.url,
+        OPENAI_API_KEY: vendorKey,
+        OPENAI_BASE_URL: fake.url,
+        MOCK_VENDOR: 'off',
+        RETRY_BASE_MS: '20',
+        STREAM_RESUME_GRACE_MS: '0',
+      },
     });
     client = gateway.client(apiKey);
   });
@@ -60,7 +68,9 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
 
   it('lists only the models of configured vendors', async () => {
     const ids = (await client.models.list()).data.map((m) => m.id);
-    assert.ok(ids.includes('gpt-4o-mini') && ids.includes('text-embedding-3-small') && ids.includes('gpt-3.5-turbo-instruct'));
+    assert.ok(
+      ids.includes('gpt-4o-mini') && ids.includes('text-embedding-3-small') && ids.includes('gpt-3.5-turbo-instruct'),
+    );
     assert.ok(!ids.includes('mock-chat') && !ids.includes('deepseek-chat'));
     assert.equal((await client.models.retrieve('gpt-4o-mini')).owned_by, 'openai');
   });
@@ -95,13 +105,20 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     assert.equal(sent.stream, true);
     assert.equal(sent.stream_options.include_usage, true);
     const recorded = dataLines(readFileSync(toolCallFixture, 'utf8'));
-    const withoutUsage = recorded.filter((d) => d === '[DONE]' || (JSON.parse(d) as { choices: unknown[] }).choices.length > 0);
+    const withoutUsage = recorded.filter(
+      (d) => d === '[DONE]' || (JSON.parse(d) as { choices: unknown[] }).choices.length > 0,
+    );
     // Each as it came, saying the tier that served it (default: the request named none).
     const stamped = withoutUsage.map((d) => (d === '[DONE]' ? d : withServiceTier(d, 'default')));
     assert.deepEqual(relayed, stamped, 'chunks relayed byte for byte, minus the usage chunk, with the serving tier');
 
     fake.enqueue({ sseFile: toolCallFixture });
-    const asked = await post({ model: 'gpt-4o', messages: [{ role: 'user', content: 'weather?' }], stream: true, stream_options: { include_usage: true } });
+    const asked = await post({
+      model: 'gpt-4o',
+      messages: [{ role: 'user', content: 'weather?' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     assert.deepEqual(
       dataLines(await asked.text()),
       recorded.map((d) => (d === '[DONE]' ? d : withServiceTier(d, 'default'))),
@@ -134,23 +151,40 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
   });
 
   it('retries a 429 after its retry-after and the client sees success', async () => {
-    fake.enqueue({ status: 429, headers: { 'retry-after': '1' }, json: { error: { message: 'Rate limit reached', type: 'requests', param: null, code: 'rate_limit_exceeded' } } });
+    fake.enqueue({
+      status: 429,
+      headers: { 'retry-after': '1' },
+      json: { error: { message: 'Rate limit reached', type: 'requests', param: null, code: 'rate_limit_exceeded' } },
+    });
     const started = Date.now();
-    const completion = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    const completion = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.equal(fake.requests.length, 2);
     assert.ok(Date.now() - started >= 900, 'waited for retry-after');
   });
 
   it('retries 503s and network errors before output, plain and streamed', async () => {
-    fake.enqueue({ status: 503, json: { error: { message: 'overloaded', type: 'server_error', param: null, code: null } } }, { destroy: true });
-    const completion = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    fake.enqueue(
+      { status: 503, json: { error: { message: 'overloaded', type: 'server_error', param: null, code: null } } },
+      { destroy: true },
+    );
+    const completion = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.equal(fake.requests.length, 3);
 
     fake.reset();
     fake.enqueue({ status: 500, json: { error: { message: 'boom', type: 'server_error', param: null, code: null } } });
-    const stream = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
     assert.equal(text, FAKE_REPLY_TEXT);
@@ -158,7 +192,10 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
   });
 
   it('gives up after the configured attempts with a 502', async () => {
-    const failure = { status: 503, json: { error: { message: 'down', type: 'server_error', param: null, code: null } } };
+    const failure = {
+      status: 503,
+      json: { error: { message: 'down', type: 'server_error', param: null, code: null } },
+    };
     fake.enqueue(failure, failure, failure, failure);
     await assert.rejects(
       () => client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
@@ -170,7 +207,14 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
   it('maps vendor 4xx to the client with the vendor message, secrets scrubbed', async () => {
     fake.enqueue({
       status: 400,
-      json: { error: { message: `Unsupported parameter: 'max_tokens' (key ${vendorKey})`, type: 'invalid_request_error', param: 'max_tokens', code: 'unsupported_parameter' } },
+      json: {
+        error: {
+          message: `Unsupported parameter: 'max_tokens' (key ${vendorKey})`,
+          type: 'invalid_request_error',
+          param: 'max_tokens',
+          code: 'unsupported_parameter',
+        },
+      },
     });
     const res = await post({ model: 'o3', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
     assert.equal(res.status, 400);
@@ -182,8 +226,18 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     assert.equal(fake.requests.length, 1, '4xx is not retried');
   });
 
-  it('treats a vendor auth failure as the gateway\'s fault (5xx, no vendor text)', async () => {
-    fake.enqueue({ status: 401, json: { error: { message: `Incorrect API key provided: ${vendorKey}`, type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } });
+  it("treats a vendor auth failure as the gateway's fault (5xx, no vendor text)", async () => {
+    fake.enqueue({
+      status: 401,
+      json: {
+        error: {
+          message: `Incorrect API key provided: ${vendorKey}`,
+          type: 'invalid_request_error',
+          param: null,
+          code: 'invalid_api_key',
+        },
+      },
+    });
     const res = await post({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
     assert.ok(res.status >= 500);
     const text = await res.text();
@@ -192,7 +246,10 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     // The only channel is now cooling down, which moves traffic nowhere: the next call still
     // reaches the vendor (fixed key, say) at once instead of waiting out the cooldown.
     const started = Date.now();
-    const next = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] });
+    const next = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(next.choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.equal(fake.requests.length, 2);
     assert.ok(Date.now() - started < 5000, 'not held for the cooldown');
@@ -212,7 +269,11 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
     assert.equal(fake.requests.length, 1, 'no retry after output started');
 
     fake.enqueue({ sse: partial, destroyAtEnd: true });
-    const stream = await client.chat.completions.create({ model: 'gpt-4o', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'gpt-4o',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
     await assert.rejects(async () => {
       for await (const chunk of stream) void chunk;
     }, OpenAI.APIError);
@@ -223,7 +284,10 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
       fake.reset();
       fake.enqueue({ hang: true });
       const controller = new AbortController();
-      const pending = post({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream }, controller.signal).catch(() => undefined);
+      const pending = post(
+        { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], stream },
+        controller.signal,
+      ).catch(() => undefined);
       await waitFor(() => fake.inFlight === 1, 5000, 'upstream call');
       const left = Date.now();
       controller.abort();
@@ -234,11 +298,19 @@ describe('gateway in front of an OpenAI-compatible upstream', () => {
   });
 
   it('passes legacy completions and embeddings through', async () => {
-    const completion = await client.completions.create({ model: 'gpt-3.5-turbo-instruct', prompt: 'Say hi', max_tokens: 7 });
+    const completion = await client.completions.create({
+      model: 'gpt-3.5-turbo-instruct',
+      prompt: 'Say hi',
+      max_tokens: 7,
+    });
     assert.equal(completion.object, 'text_completion');
     assert.equal((fake.requests.at(-1)!.body as { max_tokens: number }).max_tokens, 7);
 
-    const embeddings = await client.embeddings.create({ model: 'text-embedding-3-small', input: ['a', 'b'], dimensions: 8 });
+    const embeddings = await client.embeddings.create({
+      model: 'text-embedding-3-small',
+      input: ['a', 'b'],
+      dimensions: 8,
+    });
     assert.equal(embeddings.data.length, 2);
     assert.equal(embeddings.data[0]!.embedding.length, 8);
     const sent = fake.requests.at(-1)!.body as { encoding_format: string; dimensions: number };

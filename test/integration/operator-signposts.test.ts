@@ -24,7 +24,10 @@ import { recordUrlFor, testRecord } from '../support/record.js';
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /** Runs a `bin/` script as `npm start` / `npm run keys` do (through tsx), in an environment holding only `env`. */
-async function runScript(args: string[], env: Record<string, string>): Promise<{ code: number | null; output: string; ms: number }> {
+async function runScript(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; output: string; ms: number }> {
   // The record that goes with the Redis named (never the embedded one under the checkout's .data).
   const record = env.DATABASE_URL ?? (await recordUrlFor(env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
   const started = Date.now();
@@ -59,7 +62,9 @@ const portIn = (line: string | undefined) => Number(/"port":(\d+)/.exec(line ?? 
 
 /** The healthcheck docker-compose.yml gives worker-chat, as Docker reads it. */
 function composeWorkerHealthcheck(): string[] {
-  const compose = parse(readFileSync(`${root}docker-compose.yml`, 'utf8'), { merge: true }) as { services: Record<string, { healthcheck?: { test?: string[] } }> };
+  const compose = parse(readFileSync(`${root}docker-compose.yml`, 'utf8'), { merge: true }) as {
+    services: Record<string, { healthcheck?: { test?: string[] } }>;
+  };
   const test = compose.services['worker-chat']?.healthcheck?.test;
   assert.ok(test && test.length > 2, 'worker-chat has a healthcheck command');
   return test;
@@ -85,27 +90,47 @@ describe('where the gateway listens, and /metrics behind METRICS_TOKEN', () => {
     redis?.disconnect();
   });
 
-  it('binds 127.0.0.1 when HOST is unset: this machine reaches it, the network does not; HOST=0.0.0.0 (as containers set) opens it', async () => {
-    // HOST blank is HOST unset: the default applies (the test harness otherwise sets 127.0.0.1 itself).
-    const local = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '' } });
-    processes.push(local);
-    const port = portIn(local.logs.find((l) => l.includes('gateway listening')));
-    assert.ok(local.logs.some((l) => l.includes('"host":"127.0.0.1"') && l.includes(`gateway listening on http://127.0.0.1:${port}/v1`)), local.logs.join('\n'));
-    assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
-    if (networkAddress) assert.equal(await accepts(networkAddress, port), false, `not on ${networkAddress}`);
+  it(
+    'binds 127.0.0.1 when HOST is unset: this machine reaches it, the network does not; HOST=0.0.0.0 (as ' +
+      'containers set) opens it',
+    async () => {
+      // HOST blank is HOST unset: the default applies (the test harness otherwise sets 127.0.0.1 itself).
+      const local = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '' } });
+      processes.push(local);
+      const port = portIn(local.logs.find((l) => l.includes('gateway listening')));
+      assert.ok(
+        local.logs.some(
+          (l) => l.includes('"host":"127.0.0.1"') && l.includes(`gateway listening on http://127.0.0.1:${port}/v1`),
+        ),
+        local.logs.join('\n'),
+      );
+      assert.equal((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
+      if (networkAddress) assert.equal(await accepts(networkAddress, port), false, `not on ${networkAddress}`);
 
-    const open = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '0.0.0.0' } });
-    processes.push(open);
-    const openPort = portIn(open.logs.find((l) => l.includes('gateway listening')));
-    // A wildcard is printed as the address a browser on this machine uses.
-    await waitFor(() => open.logs.some((l) => l.includes(`console at http://localhost:${openPort}/console`)), 5000, 'the console line');
-    if (networkAddress) assert.equal(await accepts(networkAddress, openPort), true, `on ${networkAddress}`);
-  });
+      const open = await startGateway({ role: 'api', env: { REDIS_URL: url, HOST: '0.0.0.0' } });
+      processes.push(open);
+      const openPort = portIn(open.logs.find((l) => l.includes('gateway listening')));
+      // A wildcard is printed as the address a browser on this machine uses.
+      await waitFor(
+        () => open.logs.some((l) => l.includes(`console at http://localhost:${openPort}/console`)),
+        5000,
+        'the console line',
+      );
+      if (networkAddress) assert.equal(await accepts(networkAddress, openPort), true, `on ${networkAddress}`);
+    },
+  );
 
-  it('a worker\'s own /metrics listener asks for METRICS_TOKEN, compared whole, and listens where HOST says', async () => {
-    const worker = await startGateway({ role: 'worker', env: { REDIS_URL: url, HOST: '', METRICS_PORT: '0', METRICS_TOKEN: metricsToken } });
+  it("a worker's own /metrics listener asks for METRICS_TOKEN, compared whole, and listens where HOST says", async () => {
+    const worker = await startGateway({
+      role: 'worker',
+      env: { REDIS_URL: url, HOST: '', METRICS_PORT: '0', METRICS_TOKEN: metricsToken },
+    });
     processes.push(worker);
-    await waitFor(() => worker.logs.some((l) => l.includes('worker metrics listening')), 10_000, 'the metrics listener');
+    await waitFor(
+      () => worker.logs.some((l) => l.includes('worker metrics listening')),
+      10_000,
+      'the metrics listener',
+    );
     const port = portIn(worker.logs.find((l) => l.includes('worker metrics listening')));
     const metrics = `http://127.0.0.1:${port}/metrics`;
     const refusedWith = async (authorization?: string) => {
@@ -122,14 +147,24 @@ describe('where the gateway listens, and /metrics behind METRICS_TOKEN', () => {
     const scraped = await fetch(metrics, { headers: { authorization: `Bearer ${metricsToken}` } });
     assert.equal(scraped.status, 200);
     assert.match(await scraped.text(), /switchyard_/);
-    if (networkAddress) assert.equal(await accepts(networkAddress, port), false, `the metrics listener is not on ${networkAddress}`);
+    if (networkAddress)
+      assert.equal(await accepts(networkAddress, port), false, `the metrics listener is not on ${networkAddress}`);
 
-    // docker-compose.yml's worker healthcheck, run as Docker would (its port swapped for this one): a 401 is a live worker.
-    const [kind, program, ...args] = composeWorkerHealthcheck().map((arg) => arg.replace('127.0.0.1:9464', `127.0.0.1:${port}`));
+    // docker-compose.yml's worker healthcheck, run as Docker would (its port swapped for this one): a 401 is a live
+    // worker.
+    const [kind, program, ...args] = composeWorkerHealthcheck().map((arg) =>
+      arg.replace('127.0.0.1:9464', `127.0.0.1:${port}`),
+    );
     assert.equal(kind, 'CMD');
-    assert.equal((await runCommand(program === 'node' ? process.execPath : program!, args)).code, 0, 'healthy with METRICS_TOKEN set');
+    assert.equal(
+      (await runCommand(program === 'node' ? process.execPath : program!, args)).code,
+      0,
+      'healthy with METRICS_TOKEN set',
+    );
     const closed = await freePort();
-    const dead = composeWorkerHealthcheck().map((arg) => arg.replace('127.0.0.1:9464', `127.0.0.1:${closed}`)).slice(2);
+    const dead = composeWorkerHealthcheck()
+      .map((arg) => arg.replace('127.0.0.1:9464', `127.0.0.1:${closed}`))
+      .slice(2);
     assert.equal((await runCommand(process.execPath, dead)).code, 1, 'unhealthy when nothing listens');
   });
 });
@@ -150,10 +185,18 @@ describe('npm run keys and npm run accounts: mistakes and accounts', () => {
       ['keys', ['-x'], /^switchyard keys: Unknown option '-x' \(see --help\)$/],
       ['keys', ['creat', '--name', 'n'], /^switchyard keys: unknown command "creat" \(see --help\)$/],
       ['keys', ['create', '--name'], /^switchyard keys: Option '--name <value>' argument missing \(see --help\)$/],
-      ['keys', ['create', '--name', 'n', '--rpm', 'lots'], /^switchyard keys: --rpm must be a whole number from 1 to 1000000000, not "lots" \(see --help\)$/],
+      [
+        'keys',
+        ['create', '--name', 'n', '--rpm', 'lots'],
+        /^switchyard keys: --rpm must be a whole number from 1 to 1000000000, not "lots" \(see --help\)$/,
+      ],
       ['accounts', ['list', '--bogus'], /^switchyard accounts: Unknown option '--bogus' \(see --help\)$/],
       ['accounts', ['remove', 'acct_x'], /^switchyard accounts: unknown command "remove" \(see --help\)$/],
-      ['accounts', ['credit', 'acct_x', 'ten'], /^switchyard accounts: credit needs a non-zero amount in USD, not "ten" \(see --help\)$/],
+      [
+        'accounts',
+        ['credit', 'acct_x', 'ten'],
+        /^switchyard accounts: credit needs a non-zero amount in USD, not "ten" \(see --help\)$/,
+      ],
     ];
     for (const [script, args, says] of cases) {
       const { code, output } = await runScript([`bin/${script}.ts`, ...args], { REDIS_URL: url });
@@ -177,8 +220,13 @@ describe('npm run keys and npm run accounts: mistakes and accounts', () => {
 
   it('--account names an existing account by id or email, or is refused and no key is made', async () => {
     const keys = new KeyStore(redis, await testRecord(redis));
-    const owner = await new AccountStore(redis, await testRecord(redis)).create({ email: 'signpost-owner@example.com', name: 'Signpost owner' });
-    const byId = await runScript(['bin/keys.ts', 'create', '--name', 'by id', '--account', owner.id], { REDIS_URL: url });
+    const owner = await new AccountStore(redis, await testRecord(redis)).create({
+      email: 'signpost-owner@example.com',
+      name: 'Signpost owner',
+    });
+    const byId = await runScript(['bin/keys.ts', 'create', '--name', 'by id', '--account', owner.id], {
+      REDIS_URL: url,
+    });
     assert.equal(byId.code, 0, byId.output);
     assert.match(byId.output, new RegExp(`in account ${owner.id} \\("Signpost owner", balance 0 USD\\)`));
 
@@ -186,13 +234,21 @@ describe('npm run keys and npm run accounts: mistakes and accounts', () => {
       ['acct_nope', 'no account with the id acct_nope'],
       ['nobody@example.com', 'no account with the email nobody@example.com'],
     ]) {
-      const refused = await runScript(['bin/keys.ts', 'create', '--name', 'orphan', '--account', missing!], { REDIS_URL: url });
+      const refused = await runScript(['bin/keys.ts', 'create', '--name', 'orphan', '--account', missing!], {
+        REDIS_URL: url,
+      });
       assert.equal(refused.code, 1, refused.output);
       assert.equal(refused.output.trim(), `switchyard keys: ${says} (npm run accounts -- list shows them)`);
     }
-    assert.deepEqual((await keys.list()).filter((key) => key.name === 'orphan'), [], 'no key made for a missing account');
+    assert.deepEqual(
+      (await keys.list()).filter((key) => key.name === 'orphan'),
+      [],
+      'no key made for a missing account',
+    );
 
-    const listed = await runScript(['bin/keys.ts', 'list', '--account', 'signpost-owner@example.com'], { REDIS_URL: url });
+    const listed = await runScript(['bin/keys.ts', 'list', '--account', 'signpost-owner@example.com'], {
+      REDIS_URL: url,
+    });
     assert.equal(listed.code, 0, listed.output);
     const rows = listed.output.trim().split('\n');
     assert.equal(rows.length, 1, listed.output);
@@ -213,16 +269,32 @@ describe('a Redis that is not there, or refuses the credentials', () => {
 
   it('REDIS_URL: --role=api ends in one line naming host and port', async () => {
     const port = await freePort();
-    assertOneLine(await runScript(['bin/start.ts', '--role=api'], { REDIS_URL: `redis://:pw-hidden-1@127.0.0.1:${port}` }), new RegExp(`^switchyard: cannot reach Redis at 127\\.0\\.0\\.1:${port} \\(REDIS_URL\\)`), 'pw-hidden-1');
+    assertOneLine(
+      await runScript(['bin/start.ts', '--role=api'], { REDIS_URL: `redis://:pw-hidden-1@127.0.0.1:${port}` }),
+      new RegExp(`^switchyard: cannot reach Redis at 127\\.0\\.0\\.1:${port} \\(REDIS_URL\\)`),
+      'pw-hidden-1',
+    );
   });
 
   it('a Cluster or Sentinels named and not there end npm start and the CLIs in one line naming them', async () => {
     const port = await freePort();
-    const cluster = new RegExp(`cannot reach a Redis Cluster at 127\\.0\\.0\\.1:${port} \\(REDIS_CLUSTER_NODES, or a redis\\+cluster:// REDIS_URL\\)`);
+    const cluster = new RegExp(
+      `cannot reach a Redis Cluster at 127\\.0\\.0\\.1:${port} \\(REDIS_CLUSTER_NODES, or a redis\\+cluster:// REDIS_URL\\)`,
+    );
     assertOneLine(await runScript(['bin/start.ts'], { REDIS_CLUSTER_NODES: `127.0.0.1:${port}` }), cluster);
-    assertOneLine(await runScript(['bin/keys.ts', 'list'], { REDIS_URL: `redis+cluster://:pw-hidden-2@127.0.0.1:${port}` }), cluster, 'pw-hidden-2');
-    const sentinels = new RegExp(`cannot reach Redis through the Sentinels at 127\\.0\\.0\\.1:${port} \\(REDIS_SENTINELS\\) for the primary "mymaster"`);
-    assertOneLine(await runScript(['bin/start.ts', '--role=worker'], { REDIS_SENTINELS: `127.0.0.1:${port}` }), sentinels);
+    assertOneLine(
+      await runScript(['bin/keys.ts', 'list'], { REDIS_URL: `redis+cluster://:pw-hidden-2@127.0.0.1:${port}` }),
+      cluster,
+      'pw-hidden-2',
+    );
+    const sentinels = new RegExp(
+      `cannot reach Redis through the Sentinels at 127\\.0\\.0\\.1:${port} \\(REDIS_SENTINELS\\) for the primary ` +
+        `"mymaster"`,
+    );
+    assertOneLine(
+      await runScript(['bin/start.ts', '--role=worker'], { REDIS_SENTINELS: `127.0.0.1:${port}` }),
+      sentinels,
+    );
     assertOneLine(await runScript(['bin/accounts.ts', 'list'], { REDIS_SENTINELS: `127.0.0.1:${port}` }), sentinels);
   });
 
@@ -241,20 +313,30 @@ describe('a Redis that is not there, or refuses the credentials', () => {
 
     it('a wrong or missing password ends the start and the CLIs at once, in one line, not as an unreachable Redis', async () => {
       const wrong = `redis://:wrong-password-17@127.0.0.1:${server.port}`;
-      const refused = new RegExp(`^switchyard( keys| accounts)?: Redis at 127\\.0\\.0\\.1:${server.port} refused the credentials \\((WRONGPASS|NOAUTH)[^)]*\\): set the user and password in REDIS_URL`);
+      const refused = new RegExp(
+        `^switchyard( keys| accounts)?: Redis at 127\\.0\\.0\\.1:${server.port} refused the credentials ` +
+          `\\((WRONGPASS|NOAUTH)[^)]*\\): set the user and password in REDIS_URL`,
+      );
       for (const args of [['bin/start.ts'], ['bin/start.ts', '--role=api'], ['bin/keys.ts', 'list']]) {
         const result = await runScript(args, { REDIS_URL: wrong });
         assertOneLine(result, refused, 'wrong-password-17');
         assert.ok(result.ms < 4000, `${args.join(' ')}: no waiting for a Redis that answered (${result.ms} ms)`);
       }
-      assertOneLine(await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://127.0.0.1:${server.port}` }), /\(NOAUTH: it requires a password and none was given\)/);
-      const right = await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://:${password}@127.0.0.1:${server.port}` });
+      assertOneLine(
+        await runScript(['bin/accounts.ts', 'list'], { REDIS_URL: `redis://127.0.0.1:${server.port}` }),
+        /\(NOAUTH: it requires a password and none was given\)/,
+      );
+      const right = await runScript(['bin/accounts.ts', 'list'], {
+        REDIS_URL: `redis://:${password}@127.0.0.1:${server.port}`,
+      });
       assert.equal(right.code, 0, right.output);
     });
 
     it('a single Redis named as a Cluster is told apart from a missing one', async () => {
       assertOneLine(
-        await runScript(['bin/start.ts', '--role=api'], { REDIS_URL: `redis+cluster://:${password}@127.0.0.1:${server.port}` }),
+        await runScript(['bin/start.ts', '--role=api'], {
+          REDIS_URL: `redis+cluster://:${password}@127.0.0.1:${server.port}`,
+        }),
         new RegExp(`Redis at 127\\.0\\.0\\.1:${server.port} is not a Cluster \\(cluster support disabled\\)`),
         password,
       );

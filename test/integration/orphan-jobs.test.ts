@@ -64,7 +64,15 @@ describe('jobs of an api that is gone', () => {
     const [api] = await Promise.all([start('api'), start('worker')]);
     const client = new AbortController();
     // About 20 chunks 700 ms apart: some 14 s of streaming if nobody stopped it.
-    const response = await post(api!, { model: 'mock-chat', stream: true, messages: [{ role: 'user', content: '[mock:slow:700] tell me a long story' }] }, client.signal);
+    const response = await post(
+      api!,
+      {
+        model: 'mock-chat',
+        stream: true,
+        messages: [{ role: 'user', content: '[mock:slow:700] tell me a long story' }],
+      },
+      client.signal,
+    );
     assert.equal(response.status, 200);
     const reader = response.body!.getReader();
     await reader.read();
@@ -73,17 +81,32 @@ describe('jobs of an api that is gone', () => {
     await api!.stop('SIGKILL');
     client.abort();
 
-    await waitFor(async () => (await queue.getJobState(requestId)) === 'failed', 10_000, 'the worker to drop the orphaned stream');
+    await waitFor(
+      async () => (await queue.getJobState(requestId)) === 'failed',
+      10_000,
+      'the worker to drop the orphaned stream',
+    );
     const job = await queue.getJob(requestId);
     assert.match(job?.failedReason ?? '', /client closed the connection/);
-    assert.ok(Date.now() - killedAt < 10_000, 'stopped within ORPHAN_AFTER_MS and a heartbeat, not at the end of the stream');
+    assert.ok(
+      Date.now() - killedAt < 10_000,
+      'stopped within ORPHAN_AFTER_MS and a heartbeat, not at the end of the stream',
+    );
   });
 
   it('does not call the vendor for a waiting job whose api died', async () => {
     const api = await start('api');
     const client = new AbortController();
-    const pending = post(api, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'anyone there?' }] }, client.signal).catch(() => undefined);
-    await waitFor(async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1, 5000, 'the job to wait in the queue');
+    const pending = post(
+      api,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'anyone there?' }] },
+      client.signal,
+    ).catch(() => undefined);
+    await waitFor(
+      async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1,
+      5000,
+      'the job to wait in the queue',
+    );
     const [waiting] = await queue.getJobs(['waiting', 'prioritized']);
     await api.stop('SIGKILL');
     client.abort();
@@ -92,14 +115,26 @@ describe('jobs of an api that is gone', () => {
     await new Promise((resolve) => setTimeout(resolve, 3000));
 
     await start('worker');
-    await waitFor(async () => (await queue.getJobState(waiting!.id!)) === 'failed', 10_000, 'the worker to drop the job');
+    await waitFor(
+      async () => (await queue.getJobState(waiting!.id!)) === 'failed',
+      10_000,
+      'the worker to drop the job',
+    );
     assert.equal(fake.requests.length, 0, 'the vendor was never called');
   });
 
   it('keeps serving while the api is alive, however long the job waited', async () => {
     const api = await start('api');
-    const answer = post(api, { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'still here' }] }, AbortSignal.timeout(30_000));
-    await waitFor(async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1, 5000, 'the job to wait in the queue');
+    const answer = post(
+      api,
+      { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'still here' }] },
+      AbortSignal.timeout(30_000),
+    );
+    await waitFor(
+      async () => (await queue.getJobCountByTypes('waiting', 'prioritized')) === 1,
+      5000,
+      'the job to wait in the queue',
+    );
     await new Promise((resolve) => setTimeout(resolve, 3000));
     await start('worker');
     const response = await answer;

@@ -22,15 +22,30 @@ interface Answer {
   body: string;
 }
 
-function raw(base: string, method: string, path: string, headers: Record<string, string> = {}, body?: string): Promise<Answer> {
+function raw(
+  base: string,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: string,
+): Promise<Answer> {
   const { hostname, port } = new URL(base);
   return new Promise((resolve, reject) => {
-    const req = request({ host: hostname, port, method, path, headers: { ...headers, ...(body ? { 'content-type': 'application/json' } : {}) } }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => (text += chunk));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
-    });
+    const req = request(
+      {
+        host: hostname,
+        port,
+        method,
+        path,
+        headers: { ...headers, ...(body ? { 'content-type': 'application/json' } : {}) },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => (text += chunk));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: text }));
+      },
+    );
     req.on('error', reject);
     req.end(body);
   });
@@ -38,7 +53,10 @@ function raw(base: string, method: string, path: string, headers: Record<string,
 
 function errorCode(answer: Answer): string | null | undefined {
   const parsed = JSON.parse(answer.body) as { error?: { code?: string | null; message?: string; type?: string } };
-  assert.ok(parsed.error && typeof parsed.error.message === 'string' && typeof parsed.error.type === 'string', `an OpenAI-shaped error: ${answer.body}`);
+  assert.ok(
+    parsed.error && typeof parsed.error.message === 'string' && typeof parsed.error.type === 'string',
+    `an OpenAI-shaped error: ${answer.body}`,
+  );
   return parsed.error.code;
 }
 
@@ -60,19 +78,42 @@ describe('path spellings: every guard holds whatever the spelling', () => {
   });
 
   it('the admin API: another case matches nothing; slashes, escapes and dot segments reach the token check', async () => {
-    for (const path of ['/ADMIN/accounts', '/Admin/accounts', '/admin/ACCOUNTS', '/ADMIN/keys', '/Admin/usage', '/%41dmin/accounts']) {
+    for (const path of [
+      '/ADMIN/accounts',
+      '/Admin/accounts',
+      '/admin/ACCOUNTS',
+      '/ADMIN/keys',
+      '/Admin/usage',
+      '/%41dmin/accounts',
+    ]) {
       const answer = await raw(gateway.url, 'GET', path);
       assert.equal(answer.status, 404, `${path}: ${answer.body}`);
       assert.equal(errorCode(answer), 'unknown_url', path);
     }
-    for (const path of ['/admin//accounts', '//admin/accounts', '/%61dmin/accounts', '/ad%6Din/accounts', '/admin/./accounts', '/v1/../admin/accounts', '/v1/%2e%2e/admin/accounts', '/console/../admin/accounts', '/x/y/../../admin/accounts/']) {
+    for (const path of [
+      '/admin//accounts',
+      '//admin/accounts',
+      '/%61dmin/accounts',
+      '/ad%6Din/accounts',
+      '/admin/./accounts',
+      '/v1/../admin/accounts',
+      '/v1/%2e%2e/admin/accounts',
+      '/console/../admin/accounts',
+      '/x/y/../../admin/accounts/',
+    ]) {
       const answer = await raw(gateway.url, 'GET', path);
       assert.equal(answer.status, 401, `${path}: ${answer.body}`);
       assert.equal(errorCode(answer), 'invalid_admin_token', path);
     }
     // The writes the issue found open: none of them gets past the guard, in any spelling.
     for (const path of ['/ADMIN/accounts', '/admin//accounts', '/%61dmin/accounts', '/v1/../admin/accounts']) {
-      const made = await raw(gateway.url, 'POST', path, {}, JSON.stringify({ email: 'mallory@example.com', role: 'admin' }));
+      const made = await raw(
+        gateway.url,
+        'POST',
+        path,
+        {},
+        JSON.stringify({ email: 'mallory@example.com', role: 'admin' }),
+      );
       assert.ok(made.status === 401 || made.status === 404, `${path}: ${made.status} ${made.body}`);
     }
     assert.equal(await redis.keys('*mallory*').then((keys) => keys.length), 0);
@@ -83,7 +124,12 @@ describe('path spellings: every guard holds whatever the spelling', () => {
   });
 
   it('the queue dashboard: its guard runs on every spelling that means it', async () => {
-    for (const path of ['/admin//queues', '/admin/./queues/api/queues', '/%61dmin/queues/api/queues', '/v1/../admin/queues/']) {
+    for (const path of [
+      '/admin//queues',
+      '/admin/./queues/api/queues',
+      '/%61dmin/queues/api/queues',
+      '/v1/../admin/queues/',
+    ]) {
       const answer = await raw(gateway.url, 'GET', path);
       assert.ok(answer.status === 401 || answer.status === 403, `${path}: ${answer.status}`);
       assert.equal(answer.headers['x-frame-options'], 'DENY', path);
@@ -95,14 +141,23 @@ describe('path spellings: every guard holds whatever the spelling', () => {
   });
 
   it('the console: no write skips the CSRF check, and every page it serves carries its headers', async () => {
-    for (const path of ['/console//api/keys', '/console/./api/keys', '/%63onsole/api/keys', '/console/api//keys', '/v1/../console/api/keys']) {
+    for (const path of [
+      '/console//api/keys',
+      '/console/./api/keys',
+      '/%63onsole/api/keys',
+      '/console/api//keys',
+      '/v1/../console/api/keys',
+    ]) {
       const answer = await raw(gateway.url, 'POST', path, {}, JSON.stringify({ name: 'x' }));
       assert.equal(answer.status, 403, `${path}: ${answer.body}`);
       assert.equal(errorCode(answer), 'csrf_failed', path);
     }
     for (const path of ['/CONSOLE/api/keys', '/Console/api/keys', '/console/API/keys', '/console/Api/session']) {
       const answer = await raw(gateway.url, 'POST', path, {}, JSON.stringify({ name: 'x' }));
-      assert.ok(answer.status === 403 || answer.status === 404 || answer.status === 405, `${path}: ${answer.status} ${answer.body}`);
+      assert.ok(
+        answer.status === 403 || answer.status === 404 || answer.status === 405,
+        `${path}: ${answer.status} ${answer.body}`,
+      );
     }
     for (const path of ['/CONSOLE/', '/Console/keys', '/CONSOLE/api/session']) {
       const answer = await raw(gateway.url, 'GET', path);
@@ -118,14 +173,27 @@ describe('path spellings: every guard holds whatever the spelling', () => {
   });
 
   it('/v1: the API key is asked for on every spelling that means it, and another case is a 404', async () => {
-    for (const path of ['/v1//models', '//v1/models', '/%761/models', '/v1/./models', '/admin/../v1/models', '/v1/%6dodels']) {
+    for (const path of [
+      '/v1//models',
+      '//v1/models',
+      '/%761/models',
+      '/v1/./models',
+      '/admin/../v1/models',
+      '/v1/%6dodels',
+    ]) {
       const answer = await raw(gateway.url, 'GET', path);
       assert.equal(answer.status, 401, `${path}: ${answer.body}`);
       assert.equal(errorCode(answer), 'invalid_api_key', path);
       const keyed = await raw(gateway.url, 'GET', path, { authorization: `Bearer ${apiKey}` });
       assert.equal(keyed.status, 200, `${path} with a key: ${keyed.body.slice(0, 200)}`);
     }
-    const posted = await raw(gateway.url, 'POST', '/v1//chat/./completions', {}, JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] }));
+    const posted = await raw(
+      gateway.url,
+      'POST',
+      '/v1//chat/./completions',
+      {},
+      JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] }),
+    );
     assert.equal(posted.status, 401, posted.body);
     for (const path of ['/V1/models', '/v1/MODELS', '/V1/chat/completions']) {
       const answer = await raw(gateway.url, 'GET', path, { authorization: `Bearer ${apiKey}` });
@@ -139,7 +207,24 @@ describe('path spellings: every guard holds whatever the spelling', () => {
       assert.equal(answer.status, 200, path);
       assert.match(answer.body, /^# HELP switchyard_/m, path);
     }
-    for (const path of ['/metrics/', '/metrics/.', '/metrics/./', '/x/../metrics', '/x/../metrics/', '/v1/../metrics', '/./metrics', '//metrics', '/metrics//', '/METRICS', '/Metrics', '/%6detrics', '/%6Detrics', '/%6D%65%74%72%69%63%73', '/metrics%2f', '/metrics%2F']) {
+    for (const path of [
+      '/metrics/',
+      '/metrics/.',
+      '/metrics/./',
+      '/x/../metrics',
+      '/x/../metrics/',
+      '/v1/../metrics',
+      '/./metrics',
+      '//metrics',
+      '/metrics//',
+      '/METRICS',
+      '/Metrics',
+      '/%6detrics',
+      '/%6Detrics',
+      '/%6D%65%74%72%69%63%73',
+      '/metrics%2f',
+      '/metrics%2F',
+    ]) {
       const answer = await raw(gateway.url, 'GET', path);
       assert.equal(answer.status, 404, `${path}: ${answer.status} ${answer.body.slice(0, 200)}`);
       assert.equal(errorCode(answer), 'unknown_url', path);

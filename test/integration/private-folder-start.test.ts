@@ -1,6 +1,15 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { cpSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, realpathSync, symlinkSync } from 'node:fs';
+import {
+  cpSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  symlinkSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -33,7 +42,17 @@ const asRoot = process.getuid?.() === 0;
 function checkoutUnder(at: string): string {
   const clone = join(at, 'switchyard');
   mkdirSync(clone);
-  for (const entry of ['api', 'workers', 'shared', 'storage', 'bin', 'console', 'package.json', 'tsconfig.json', 'tsconfig.build.json']) {
+  for (const entry of [
+    'api',
+    'workers',
+    'shared',
+    'storage',
+    'bin',
+    'console',
+    'package.json',
+    'tsconfig.json',
+    'tsconfig.build.json',
+  ]) {
     cpSync(join(root, entry), join(clone, entry), { recursive: true, verbatimSymlinks: true });
   }
   cpSync(join(root, 'dist', 'console'), join(clone, 'dist', 'console'), { recursive: true });
@@ -49,7 +68,10 @@ function checkoutUnder(at: string): string {
   return clone;
 }
 
-/** The processes working in a folder under `dir` (a PostgreSQL server's is its cluster), or started from a file under it. */
+/**
+ * The processes working in a folder under `dir` (a PostgreSQL server's is its cluster), or started from a file under
+ * it.
+ */
 function processesUnder(dir: string): number[] {
   const found: number[] = [];
   for (const name of readdirSync('/proc')) {
@@ -87,7 +109,13 @@ describe('npm start from a checkout under a folder only its user may enter', () 
     clone = checkoutUnder(closed);
     const { url, redis } = await freshRedis(9);
     defer(() => redis.quit());
-    env = { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', HOST: '127.0.0.1', PORT: String(await freePort()), REDIS_URL: url };
+    env = {
+      PATH: process.env.PATH ?? '',
+      HOME: process.env.HOME ?? '/root',
+      HOST: '127.0.0.1',
+      PORT: String(await freePort()),
+      REDIS_URL: url,
+    };
     // npm start, as the README says, in its own process group: the group is what a closed terminal kills.
     gateway = spawn('npm', ['start'], { cwd: clone, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
     defer(() => {
@@ -98,8 +126,15 @@ describe('npm start from a checkout under a folder only its user may enter', () 
       }
     });
     lines = linesOf(gateway);
-    await waitFor(() => lines.some((line) => line.includes('gateway ready')) || gateway.exitCode !== null, 120_000, 'the gateway to start');
-    assert.ok(lines.some((line) => line.includes('gateway ready')), `the gateway started:\n${lines.join('\n')}`);
+    await waitFor(
+      () => lines.some((line) => line.includes('gateway ready')) || gateway.exitCode !== null,
+      120_000,
+      'the gateway to start',
+    );
+    assert.ok(
+      lines.some((line) => line.includes('gateway ready')),
+      `the gateway started:\n${lines.join('\n')}`,
+    );
     base = `http://127.0.0.1:${env.PORT}`;
   });
 
@@ -108,18 +143,27 @@ describe('npm start from a checkout under a folder only its user may enter', () 
     for (const pid of clone ? processesUnder(clone) : []) process.kill(pid, 'SIGKILL');
   });
 
-  it('serves a chat on the embedded record, made and run where the server\'s user may reach it', async () => {
+  it("serves a chat on the embedded record, made and run where the server's user may reach it", async () => {
     const text = lines.join('\n');
     if (asRoot) {
-      assert.match(text, new RegExp(`as the user ${recordUserName}`), 'the start line says which user the record runs as');
+      assert.match(
+        text,
+        new RegExp(`as the user ${recordUserName}`),
+        'the start line says which user the record runs as',
+      );
       assert.match(text, new RegExp(`binaries copied to ${engineCopies}/`), 'and where its binaries were copied');
-      assert.equal(lstatSync(join(clone, '.data')).uid, 0, 'DATA_DIR stays root\'s');
+      assert.equal(lstatSync(join(clone, '.data')).uid, 0, "DATA_DIR stays root's");
       assert.equal(lstatSync(join(clone, '.data')).mode & 0o777, 0o700);
       const cluster = lstatSync(join(clone, '.data', 'postgres'));
       const recordUid = Number(spawnSync('id', ['-u', recordUserName], { encoding: 'utf8' }).stdout.trim());
-      assert.equal(cluster.uid, recordUid, 'the cluster folder alone is the record user\'s');
+      assert.equal(cluster.uid, recordUid, "the cluster folder alone is the record user's");
     }
-    const made = spawnSync(process.execPath, ['dist/bin/keys.js', 'create', '--name', 'newcomer'], { cwd: clone, env, encoding: 'utf8', timeout: 60_000 });
+    const made = spawnSync(process.execPath, ['dist/bin/keys.js', 'create', '--name', 'newcomer'], {
+      cwd: clone,
+      env,
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     assert.equal(made.status, 0, `${made.stdout}${made.stderr}`);
     const key = made.stdout.trim().split('\n').pop()!;
     const res = await fetch(`${base}/v1/chat/completions`, {
@@ -133,19 +177,22 @@ describe('npm start from a checkout under a folder only its user may enter', () 
     assert.ok(body.choices?.[0]?.message.content, 'an answer');
   });
 
-  it('killed with SIGKILL to its whole group, leaves no PostgreSQL running past the orphan watch\'s grace', async () => {
+  it("killed with SIGKILL to its whole group, leaves no PostgreSQL running past the orphan watch's grace", async () => {
     const server = Number(readFileSync(join(clone, '.data', 'postgres', 'postmaster.pid'), 'utf8').split('\n')[0]);
     const watch = Number(readFileSync(join(clone, '.data', 'postgres.watch'), 'utf8'));
-    assert.ok(processAlive(server), 'the record\'s server runs');
+    assert.ok(processAlive(server), "the record's server runs");
     assert.ok(processAlive(watch), 'and its orphan watch');
     process.kill(-gateway.pid!, 'SIGKILL');
     const killed = Date.now();
     await waitFor(() => gateway.exitCode !== null || gateway.signalCode !== null, 10_000, 'npm start to end');
     // The server and its watch run in sessions of their own: the group's SIGKILL did not reach them.
-    assert.ok(processAlive(server), 'the server outlived the group\'s SIGKILL');
+    assert.ok(processAlive(server), "the server outlived the group's SIGKILL");
     await waitFor(() => !processAlive(server), orphanGraceMs + 15_000, `the orphaned server (pid ${server}) to stop`);
     const took = Date.now() - killed;
-    assert.ok(took >= orphanGraceMs - 1500, `stopped only after the grace a peer has to take the record over (${took} ms)`);
+    assert.ok(
+      took >= orphanGraceMs - 1500,
+      `stopped only after the grace a peer has to take the record over (${took} ms)`,
+    );
     await waitFor(() => !processAlive(watch), 5000, 'the orphan watch to leave');
     assert.deepEqual(processesUnder(clone), [], 'nothing of the checkout runs');
   });

@@ -20,22 +20,42 @@ const published = {
 } as const;
 type Model = keyof typeof published;
 
-/** What each vendor's fake says it read and wrote: prompt tokens in all, of them read from the cache and written to it, and output. */
+/**
+ * What each vendor's fake says it read and wrote: prompt tokens in all, of them read from the cache and written to it,
+ * and output.
+ */
 const told: Record<Model, { prompt: number; cached: number; write: number; output: number }> = {
   'gpt-4o-mini': { prompt: 2_345, cached: 1_920, write: 0, output: 7 },
-  // The fake Anthropic's own counts: input (uncached) 20, cache writes 3, cache reads 5; its output is the reply's length.
-  'claude-haiku-4-5': { prompt: FAKE_ANTHROPIC_USAGE.input_tokens + FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens + FAKE_ANTHROPIC_USAGE.cache_read_input_tokens, cached: FAKE_ANTHROPIC_USAGE.cache_read_input_tokens, write: FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens, output: -1 },
+  // The fake Anthropic's own counts: input (uncached) 20, cache writes 3, cache reads 5; its output is the reply's
+  // length.
+  'claude-haiku-4-5': {
+    prompt:
+      FAKE_ANTHROPIC_USAGE.input_tokens +
+      FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens +
+      FAKE_ANTHROPIC_USAGE.cache_read_input_tokens,
+    cached: FAKE_ANTHROPIC_USAGE.cache_read_input_tokens,
+    write: FAKE_ANTHROPIC_USAGE.cache_creation_input_tokens,
+    output: -1,
+  },
   'gemini-2.5-flash': { prompt: 41_003, cached: 32_768, write: 0, output: 11 },
 };
 
-/** ceil(tokens × USD per 1M) in micro-dollars, each part apart, as the record charges (exact: prices scaled to integers). */
+/**
+ * ceil(tokens × USD per 1M) in micro-dollars, each part apart, as the record charges (exact: prices scaled to
+ * integers).
+ */
 function micros(tokens: number, usdPer1m: number): number {
   const scaled = BigInt(Math.round(usdPer1m * 1_000_000));
   return Number((BigInt(tokens) * scaled + 999_999n) / 1_000_000n);
 }
 function listPrice(model: Model, used: { prompt: number; cached: number; write: number; output: number }): number {
   const price = published[model];
-  return micros(used.prompt - used.cached - used.write, price.input) + micros(used.cached, price.cached) + micros(used.write, price.write) + micros(used.output, price.output);
+  return (
+    micros(used.prompt - used.cached - used.write, price.input) +
+    micros(used.cached, price.cached) +
+    micros(used.write, price.write) +
+    micros(used.output, price.output)
+  );
 }
 
 const dialects = ['chat', 'responses', 'messages', 'gemini'] as const;
@@ -61,21 +81,67 @@ describe('prompt-cache tokens: read from every vendor, told in every dialect, bi
     openai.setDefault((request) => {
       const body = request.body as Json;
       if (!request.path.endsWith('/chat/completions')) return undefined;
-      const usage = { prompt_tokens: used.prompt, completion_tokens: used.output, total_tokens: used.prompt + used.output, prompt_tokens_details: { cached_tokens: used.cached, audio_tokens: 0 } };
+      const usage = {
+        prompt_tokens: used.prompt,
+        completion_tokens: used.output,
+        total_tokens: used.prompt + used.output,
+        prompt_tokens_details: { cached_tokens: used.cached, audio_tokens: 0 },
+      };
       const base = { id: 'chatcmpl-cached1', created: Math.floor(Date.now() / 1000), model: body.model };
-      if (!body.stream) return { json: { ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'Read from cache.', refusal: null }, logprobs: null, finish_reason: 'stop' }], usage } };
-      const chunk = (rest: Json) => `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
+      if (!body.stream)
+        return {
+          json: {
+            ...base,
+            object: 'chat.completion',
+            choices: [
+              {
+                index: 0,
+                message: { role: 'assistant', content: 'Read from cache.', refusal: null },
+                logprobs: null,
+                finish_reason: 'stop',
+              },
+            ],
+            usage,
+          },
+        };
+      const chunk = (rest: Json) =>
+        `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
       return {
-        sse: [chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Read from cache.' }, logprobs: null, finish_reason: null }] }), chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }), chunk({ choices: [], usage }), 'data: [DONE]\n\n'].join(''),
+        sse: [
+          chunk({
+            choices: [
+              {
+                index: 0,
+                delta: { role: 'assistant', content: 'Read from cache.' },
+                logprobs: null,
+                finish_reason: null,
+              },
+            ],
+          }),
+          chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }),
+          chunk({ choices: [], usage }),
+          'data: [DONE]\n\n',
+        ].join(''),
       };
     });
     const g = told['gemini-2.5-flash'];
     gemini.setDefault((request) => {
-      const usageMetadata = { promptTokenCount: g.prompt, cachedContentTokenCount: g.cached, candidatesTokenCount: g.output, totalTokenCount: g.prompt + g.output };
-      const candidate = { content: { role: 'model', parts: [{ text: 'Read from cache.' }] }, finishReason: 'STOP', index: 0 };
+      const usageMetadata = {
+        promptTokenCount: g.prompt,
+        cachedContentTokenCount: g.cached,
+        candidatesTokenCount: g.output,
+        totalTokenCount: g.prompt + g.output,
+      };
+      const candidate = {
+        content: { role: 'model', parts: [{ text: 'Read from cache.' }] },
+        finishReason: 'STOP',
+        index: 0,
+      };
       const envelope = { modelVersion: 'gemini-2.5-flash', responseId: 'fake-cached' };
-      if (request.path.includes(':streamGenerateContent')) return { chunks: [{ candidates: [candidate], usageMetadata, ...envelope }] };
-      if (request.path.includes(':generateContent')) return { json: { candidates: [candidate], usageMetadata, ...envelope } };
+      if (request.path.includes(':streamGenerateContent'))
+        return { chunks: [{ candidates: [candidate], usageMetadata, ...envelope }] };
+      if (request.path.includes(':generateContent'))
+        return { json: { candidates: [candidate], usageMetadata, ...envelope } };
       return undefined;
     });
     const fresh = await freshRedis(6);
@@ -101,17 +167,44 @@ describe('prompt-cache tokens: read from every vendor, told in every dialect, bi
     redis?.disconnect();
   });
 
-  /** One call in a dialect, plain or streamed; returns the answer's usage as the dialect writes it and the request's id. */
+  /**
+   * One call in a dialect, plain or streamed; returns the answer's usage as the dialect writes it and the request's id.
+   */
   async function call(dialect: Dialect, model: Model, stream: boolean): Promise<{ usage: Json; requestId: string }> {
     const text = 'What does the cached prefix say?';
     const request: Record<Dialect, { path: string; headers: Record<string, string>; body: Json }> = {
-      chat: { path: '/v1/chat/completions', headers: { authorization: `Bearer ${key}` }, body: { model, messages: [{ role: 'user', content: text }], stream, ...(stream ? { stream_options: { include_usage: true } } : {}) } },
-      responses: { path: '/v1/responses', headers: { authorization: `Bearer ${key}` }, body: { model, input: text, stream } },
-      messages: { path: '/v1/messages', headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' }, body: { model, max_tokens: 64, messages: [{ role: 'user', content: text }], stream } },
-      gemini: { path: `/v1beta/models/${model}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`, headers: { 'x-goog-api-key': key }, body: { contents: [{ role: 'user', parts: [{ text }] }] } },
+      chat: {
+        path: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${key}` },
+        body: {
+          model,
+          messages: [{ role: 'user', content: text }],
+          stream,
+          ...(stream ? { stream_options: { include_usage: true } } : {}),
+        },
+      },
+      responses: {
+        path: '/v1/responses',
+        headers: { authorization: `Bearer ${key}` },
+        body: { model, input: text, stream },
+      },
+      messages: {
+        path: '/v1/messages',
+        headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01' },
+        body: { model, max_tokens: 64, messages: [{ role: 'user', content: text }], stream },
+      },
+      gemini: {
+        path: `/v1beta/models/${model}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`,
+        headers: { 'x-goog-api-key': key },
+        body: { contents: [{ role: 'user', parts: [{ text }] }] },
+      },
     };
     const { path, headers, body: sent } = request[dialect];
-    const response = await fetch(`${gateway.url}${path}`, { method: 'POST', headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(sent) });
+    const response = await fetch(`${gateway.url}${path}`, {
+      method: 'POST',
+      headers: { ...headers, 'content-type': 'application/json' },
+      body: JSON.stringify(sent),
+    });
     const body = await response.text();
     assert.equal(response.status, 200, `${dialect} ${model}: ${body.slice(0, 400)}`);
     const requestId = response.headers.get('x-request-id')!;
@@ -130,24 +223,53 @@ describe('prompt-cache tokens: read from every vendor, told in every dialect, bi
         : dialect === 'responses'
           ? events.find((event) => event.type === 'response.completed')?.response.usage
           : dialect === 'messages'
-            ? { ...events.find((event) => event.type === 'message_start')?.message.usage, ...last((event) => event.type === 'message_delta')?.usage }
+            ? {
+                ...events.find((event) => event.type === 'message_start')?.message.usage,
+                ...last((event) => event.type === 'message_delta')?.usage,
+              }
             : last((event) => event.usageMetadata)?.usageMetadata;
     assert.ok(usage, `${dialect} ${model} streamed a usage`);
     return { usage, requestId };
   }
 
-  /** What the vendor said, as the dialect tells it: prompt tokens in all (or uncached, where the dialect counts so), cached, written, output. */
-  function read(dialect: Dialect, usage: Json): { prompt: number; cached: number; write: number | undefined; output: number } {
+  /**
+   * What the vendor said, as the dialect tells it: prompt tokens in all (or uncached, where the dialect counts so),
+   * cached, written, output.
+   */
+  function read(
+    dialect: Dialect,
+    usage: Json,
+  ): { prompt: number; cached: number; write: number | undefined; output: number } {
     switch (dialect) {
       case 'chat':
-        return { prompt: usage.prompt_tokens, cached: usage.prompt_tokens_details?.cached_tokens ?? 0, write: undefined, output: usage.completion_tokens };
+        return {
+          prompt: usage.prompt_tokens,
+          cached: usage.prompt_tokens_details?.cached_tokens ?? 0,
+          write: undefined,
+          output: usage.completion_tokens,
+        };
       case 'responses':
-        return { prompt: usage.input_tokens, cached: usage.input_tokens_details.cached_tokens, write: usage.input_tokens_details.cache_write_tokens, output: usage.output_tokens };
+        return {
+          prompt: usage.input_tokens,
+          cached: usage.input_tokens_details.cached_tokens,
+          write: usage.input_tokens_details.cache_write_tokens,
+          output: usage.output_tokens,
+        };
       case 'messages':
         // Anthropic's `input_tokens` are the uncached ones: the prompt is their sum with the cache's two counts.
-        return { prompt: usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens, cached: usage.cache_read_input_tokens, write: usage.cache_creation_input_tokens, output: usage.output_tokens };
+        return {
+          prompt: usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens,
+          cached: usage.cache_read_input_tokens,
+          write: usage.cache_creation_input_tokens,
+          output: usage.output_tokens,
+        };
       case 'gemini':
-        return { prompt: usage.promptTokenCount, cached: usage.cachedContentTokenCount ?? 0, write: undefined, output: usage.candidatesTokenCount };
+        return {
+          prompt: usage.promptTokenCount,
+          cached: usage.cachedContentTokenCount ?? 0,
+          write: undefined,
+          output: usage.candidatesTokenCount,
+        };
     }
   }
 
@@ -167,7 +289,11 @@ describe('prompt-cache tokens: read from every vendor, told in every dialect, bi
           assert.equal(Number(row.input_tokens), vendor.prompt, where);
           assert.equal(Number(row.cached_tokens), vendor.cached, where);
           const output = Number(row.output_tokens);
-          assert.equal(Number(row.cost_micros), listPrice(model, { ...vendor, output }), `${where}: cost ${row.cost_micros} for ${output} output tokens`);
+          assert.equal(
+            Number(row.cost_micros),
+            listPrice(model, { ...vendor, output }),
+            `${where}: cost ${row.cost_micros} for ${output} output tokens`,
+          );
         }
       }
     });

@@ -32,10 +32,23 @@ interface BoardQueue {
   readOnlyMode: boolean;
   statuses: string[];
   isPaused: boolean;
-  jobs: Array<{ id: string; name: string; data: unknown; returnValue: unknown; failedReason?: string; stacktrace: string[] }>;
+  jobs: Array<{
+    id: string;
+    name: string;
+    data: unknown;
+    returnValue: unknown;
+    failedReason?: string;
+    stacktrace: string[];
+  }>;
 }
 
-async function call(base: string, method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<Answer> {
+async function call(
+  base: string,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: unknown,
+): Promise<Answer> {
   const res = await fetch(`${base}${path}`, {
     method,
     redirect: 'manual',
@@ -59,7 +72,8 @@ function expectError(answer: Answer, status: number, code: string): void {
   assert.ok('type' in answer.json.error! && 'param' in answer.json.error!, answer.text);
 }
 
-// bull-board at /admin/queues against real gateway processes: who may enter, what it shows of a job, what it may change.
+// bull-board at /admin/queues against real gateway processes: who may enter, what it shows of a job, what it may
+// change.
 describe('queue dashboard', () => {
   let redis: Redis;
   let fake: FakeOpenAI;
@@ -77,8 +91,14 @@ describe('queue dashboard', () => {
 
   const cookieOf = (console: ConsoleClient) => ({ cookie: `sy_session=${console.cookies.get('sy_session')}` });
   const board = (base: string, name: string, headers: Record<string, string>) =>
-    call(base, 'GET', `/admin/queues/api/queues?activeQueue=${encodeURIComponent(name)}&status=latest&page=1&jobsPerPage=50`, headers);
-  const jobPath = (queue: string, id: string, action = '') => `/admin/queues/api/queues/${encodeURIComponent(queue)}/${encodeURIComponent(id)}${action}`;
+    call(
+      base,
+      'GET',
+      `/admin/queues/api/queues?activeQueue=${encodeURIComponent(name)}&status=latest&page=1&jobsPerPage=50`,
+      headers,
+    );
+  const jobPath = (queue: string, id: string, action = '') =>
+    `/admin/queues/api/queues/${encodeURIComponent(queue)}/${encodeURIComponent(id)}${action}`;
 
   before(async () => {
     fake = await startFakeOpenAI({ apiKey: vendorKey });
@@ -88,7 +108,9 @@ describe('queue dashboard', () => {
     blobDir = mkdtempSync(join(tmpdir(), 'switchyard-dashboard-'));
     const env = { REDIS_URL: fresh.url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, BLOB_DIR: blobDir };
     // One after the other: the first makes the admin account.
-    gateway = await startGateway({ env: { ...env, ADMIN_TOKEN: adminToken, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword } });
+    gateway = await startGateway({
+      env: { ...env, ADMIN_TOKEN: adminToken, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword },
+    });
     writer = await startGateway({ role: 'api', env: { ...env, QUEUE_DASHBOARD_WRITE: 'on' } });
     clientKey = (await createKey(redis)).key;
     const client = gateway.client(clientKey);
@@ -102,7 +124,10 @@ describe('queue dashboard', () => {
           {
             role: 'user',
             content: [
-              { type: 'text', text: `My key is ${clientKey}; send Authorization: Bearer ${pastedSecret} and password=hunter2hunter2` },
+              {
+                type: 'text',
+                text: `My key is ${clientKey}; send Authorization: Bearer ${pastedSecret} and password=hunter2hunter2`,
+              },
               { type: 'image_url', image_url: { url: `data:image/png;base64,${png.toString('base64')}` } },
             ],
           },
@@ -113,7 +138,11 @@ describe('queue dashboard', () => {
 
     // An image edit: the upload travels by reference, the answer carries base64 image bytes.
     const edit = await client.images
-      .edit({ model: 'gpt-image-1', image: await toFile(png, 'photo.png', { type: 'image/png' }), prompt: 'make it blue' })
+      .edit({
+        model: 'gpt-image-1',
+        image: await toFile(png, 'photo.png', { type: 'image/png' }),
+        prompt: 'make it blue',
+      })
       .withResponse();
     ids.edit = edit.response.headers.get('x-request-id')!;
     assert.ok(edit.data.data![0]!.b64_json);
@@ -122,21 +151,31 @@ describe('queue dashboard', () => {
     fake.enqueue({
       status: 400,
       json: {
-        error: { message: `Invalid request from key ${vendorKey}: see ${signedLink}`, type: 'invalid_request_error', param: null, code: null },
+        error: {
+          message: `Invalid request from key ${vendorKey}: see ${signedLink}`,
+          type: 'invalid_request_error',
+          param: null,
+          code: null,
+        },
       },
     });
-    await assert.rejects(client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'fail please' }] }), (error: unknown) => {
-      assert.ok(error instanceof OpenAI.BadRequestError, String(error));
-      ids.failed = error.requestID!;
-      return true;
-    });
+    await assert.rejects(
+      client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'fail please' }] }),
+      (error: unknown) => {
+        assert.ok(error instanceof OpenAI.BadRequestError, String(error));
+        ids.failed = error.requestID!;
+        return true;
+      },
+    );
     assert.ok(ids.chat && ids.edit && ids.failed);
 
     admin = new ConsoleClient(gateway.url);
     assert.equal((await admin.signIn(adminEmail, adminPassword)).status, 200);
-    // The board names a queue as BullMQ does (`chat`, or a hash-tagged `{chat}` on a Cluster), its display name the capability.
+    // The board names a queue as BullMQ does (`chat`, or a hash-tagged `{chat}` on a Cluster), its display name the
+    // capability.
     const queues = (await call(gateway.url, 'GET', '/admin/queues/api/queues', bearer)).json.queues as BoardQueue[];
-    const named = (capability: string) => queues.find((queue) => (queue.displayName ?? queue.name) === capability)!.name;
+    const named = (capability: string) =>
+      queues.find((queue) => (queue.displayName ?? queue.name) === capability)!.name;
     chatQueue = named('chat');
     imageQueue = named('image');
   });
@@ -166,7 +205,10 @@ describe('queue dashboard', () => {
       const queues = list.json.queues as BoardQueue[];
       const names = queues.map((queue) => queue.displayName ?? queue.name).sort();
       assert.deepEqual(names, ['audio', 'chat', 'embeddings', 'image', 'realtime', 'video']);
-      assert.ok(queues.every((queue) => queue.readOnlyMode), 'read-only by default');
+      assert.ok(
+        queues.every((queue) => queue.readOnlyMode),
+        'read-only by default',
+      );
       // BullMQ 6 has no paused job state: the board offers no such tab, and says whether the queue is paused instead.
       for (const queue of queues) {
         assert.ok(queue.statuses.includes('waiting') && !queue.statuses.includes('paused'), queue.statuses.join(', '));
@@ -175,15 +217,28 @@ describe('queue dashboard', () => {
     });
 
     it('answers 401 in the OpenAI shape without credentials, on every path, and with a wrong token', async () => {
-      for (const path of ['/admin/queues', '/admin/queues/', '/admin/queues/api/queues', '/admin/queues/api/redis/stats', '/admin/queues/static/favicon-32x32.png', '/admin/queues/nothing-here']) {
+      for (const path of [
+        '/admin/queues',
+        '/admin/queues/',
+        '/admin/queues/api/queues',
+        '/admin/queues/api/redis/stats',
+        '/admin/queues/static/favicon-32x32.png',
+        '/admin/queues/nothing-here',
+      ]) {
         const answer = await call(gateway.url, 'GET', path);
         expectError(answer, 401, 'not_signed_in');
         assert.match(answer.headers.get('www-authenticate')!, /^Bearer/);
       }
-      expectError(await call(gateway.url, 'GET', '/admin/queues/api/queues', { authorization: 'Bearer not-the-token' }), 401, 'invalid_admin_token');
+      expectError(
+        await call(gateway.url, 'GET', '/admin/queues/api/queues', { authorization: 'Bearer not-the-token' }),
+        401,
+        'invalid_admin_token',
+      );
       expectError(await call(gateway.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry')), 401, 'not_signed_in');
       // A browser gets a page that leads through the console.
-      const browser = await call(gateway.url, 'GET', '/admin/queues', { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' });
+      const browser = await call(gateway.url, 'GET', '/admin/queues', {
+        accept: 'text/html,application/xhtml+xml,*/*;q=0.8',
+      });
       assert.equal(browser.status, 401);
       assert.match(browser.text, /href="\/console\/queue-dashboard"/);
     });
@@ -209,12 +264,20 @@ describe('queue dashboard', () => {
     });
 
     it('answers 403 to a member’s session, and 401 once a session is signed out', async () => {
-      const made = await call(gateway.url, 'POST', '/admin/accounts', bearer, { email: 'member@dashboard.test', password: 'member-password', role: 'member' });
+      const made = await call(gateway.url, 'POST', '/admin/accounts', bearer, {
+        email: 'member@dashboard.test',
+        password: 'member-password',
+        role: 'member',
+      });
       assert.equal(made.status, 201, made.text);
       const member = new ConsoleClient(gateway.url);
       assert.equal((await member.signIn('member@dashboard.test', 'member-password')).status, 200);
       expectError(await call(gateway.url, 'GET', '/admin/queues/api/queues', cookieOf(member)), 403, 'admin_only');
-      expectError(await call(gateway.url, 'GET', '/admin/queues/static/favicon-32x32.png', cookieOf(member)), 403, 'admin_only');
+      expectError(
+        await call(gateway.url, 'GET', '/admin/queues/static/favicon-32x32.png', cookieOf(member)),
+        403,
+        'admin_only',
+      );
       assert.equal((await call(gateway.url, 'GET', '/console/queue-dashboard', cookieOf(member))).status, 403);
 
       const leaving = new ConsoleClient(gateway.url);
@@ -255,8 +318,15 @@ describe('queue dashboard', () => {
         call(gateway.url, 'GET', `${jobPath(chatQueue, ids.failed, '/flow')}?root=node`, bearer),
       ]);
       for (const detail of details) assert.equal(detail.status, 200, detail.text);
-      const pick = (answer: Answer) => (answer.json.queues as BoardQueue[]).find((queue) => queue.name === (answer === chat ? chatQueue : imageQueue))!;
-      return { text: [chat, image, ...details].map((answer) => answer.text).join('\n'), chat: pick(chat), image: pick(image) };
+      const pick = (answer: Answer) =>
+        (answer.json.queues as BoardQueue[]).find(
+          (queue) => queue.name === (answer === chat ? chatQueue : imageQueue),
+        )!;
+      return {
+        text: [chat, image, ...details].map((answer) => answer.text).join('\n'),
+        chat: pick(chat),
+        image: pick(image),
+      };
     }
 
     it('lists the jobs with no client key, vendor key, pasted secret, signature or inline image bytes anywhere', async () => {
@@ -265,7 +335,15 @@ describe('queue dashboard', () => {
       assert.ok(chatIds.includes(ids.chat) && chatIds.includes(ids.failed), chatIds.join(', '));
       assert.ok(image.jobs.some((job) => job.id === ids.edit));
 
-      for (const secret of [clientKey, clientKey.slice(3, 30), vendorKey, pastedSecret, 'hunter2hunter2', '9f2c1e7a55', FAKE_IMAGE_B64.slice(0, 40)]) {
+      for (const secret of [
+        clientKey,
+        clientKey.slice(3, 30),
+        vendorKey,
+        pastedSecret,
+        'hunter2hunter2',
+        '9f2c1e7a55',
+        FAKE_IMAGE_B64.slice(0, 40),
+      ]) {
         assert.ok(!text.includes(secret), `the dashboard shows ${secret}`);
       }
       assert.doesNotMatch(text, /data:image\/png;base64/);
@@ -276,16 +354,25 @@ describe('queue dashboard', () => {
       const { chat, image } = await everything();
       const asked = chat.jobs.find((job) => job.id === ids.chat)!;
       assert.equal(asked.name, 'chat.completions · gpt-4o-mini');
-      const data = asked.data as { requestId: string; keyId: string; payload: { messages: Array<{ content: Array<{ text?: string; image_url?: { url: string } }> }> } };
+      const data = asked.data as {
+        requestId: string;
+        keyId: string;
+        payload: { messages: Array<{ content: Array<{ text?: string; image_url?: { url: string } }> }> };
+      };
       assert.equal(data.requestId, ids.chat);
       assert.match(data.keyId, /^key_/);
       const [text, picture] = data.payload.messages[0]!.content;
-      assert.match(text!.text!, /My key is \[redacted\]; send Authorization: Bearer \[redacted\] and password=\[redacted\]/);
+      assert.match(
+        text!.text!,
+        /My key is \[redacted\]; send Authorization: Bearer \[redacted\] and password=\[redacted\]/,
+      );
       assert.match(picture!.image_url!.url, /^\[upload: image\/png, \d+ bytes\]$/);
       assert.match(JSON.stringify(asked.returnValue), /Hello from fake upstream/);
 
       const edited = image.jobs.find((job) => job.id === ids.edit)!;
-      const editData = edited.data as { payload: { images: Array<{ key: string; contentType: string; size: number }> } };
+      const editData = edited.data as {
+        payload: { images: Array<{ key: string; contentType: string; size: number }> };
+      };
       assert.match(editData.payload.images[0]!.key, /^uploads\//);
       assert.equal(editData.payload.images[0]!.contentType, 'image/png');
       assert.match(JSON.stringify(edited.returnValue), /"b64_json":"\[base64: \d+ bytes\]"/);
@@ -316,30 +403,75 @@ describe('queue dashboard', () => {
       assert.equal(job.json.status, 'failed');
     });
 
-    it('with QUEUE_DASHBOARD_WRITE=on retries a failed job and removes a finished one, from the dashboard’s own origin', async () => {
-      const own = { ...cookieOf(admin), origin: writer.url };
-      // From another site the cookie would not even be sent (SameSite=Strict); with it and a foreign Origin: 403.
-      expectError(await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), { ...cookieOf(admin), origin: 'https://evil.example' }), 403, 'csrf_failed');
-      expectError(await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), cookieOf(admin)), 403, 'csrf_failed');
+    it(
+      'with QUEUE_DASHBOARD_WRITE=on retries a failed job and removes a finished one, from the dashboard’s own ' +
+        'origin',
+      async () => {
+        const own = { ...cookieOf(admin), origin: writer.url };
+        // From another site the cookie would not even be sent (SameSite=Strict); with it and a foreign Origin: 403.
+        expectError(
+          await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), {
+            ...cookieOf(admin),
+            origin: 'https://evil.example',
+          }),
+          403,
+          'csrf_failed',
+        );
+        expectError(
+          await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), cookieOf(admin)),
+          403,
+          'csrf_failed',
+        );
 
-      const retried = await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), own);
-      assert.equal(retried.status, 204, retried.text);
-      // The fake answers normally now: the retried job runs again and completes.
-      await waitFor(async () => (await call(writer.url, 'GET', jobPath(chatQueue, ids.failed), own)).json.status === 'completed', 10_000, 'the retried job completed');
+        const retried = await call(writer.url, 'PUT', jobPath(chatQueue, ids.failed, '/retry'), own);
+        assert.equal(retried.status, 204, retried.text);
+        // The fake answers normally now: the retried job runs again and completes.
+        await waitFor(
+          async () => (await call(writer.url, 'GET', jobPath(chatQueue, ids.failed), own)).json.status === 'completed',
+          10_000,
+          'the retried job completed',
+        );
 
-      const removed = await call(writer.url, 'PUT', jobPath(imageQueue, ids.edit, '/clean'), own);
-      assert.equal(removed.status, 204, removed.text);
-      assert.equal((await call(writer.url, 'GET', jobPath(imageQueue, ids.edit), own)).status, 404);
-    });
+        const removed = await call(writer.url, 'PUT', jobPath(imageQueue, ids.edit, '/clean'), own);
+        assert.equal(removed.status, 204, removed.text);
+        assert.equal((await call(writer.url, 'GET', jobPath(imageQueue, ids.edit), own)).status, 404);
+      },
+    );
 
     it('never adds jobs, writes job data back or retries a completed job, even with writes on', async () => {
       const own = { ...cookieOf(admin), origin: writer.url };
       const queue = encodeURIComponent(chatQueue);
-      expectError(await call(writer.url, 'POST', `/admin/queues/api/queues/${queue}/add`, own, { name: 'chat.completions', data: {} }), 403, 'queue_dashboard_forbidden');
-      expectError(await call(writer.url, 'POST', `/admin/queues/api/queues/${queue}/ADD`, own, { name: 'chat.completions', data: {} }), 403, 'queue_dashboard_forbidden');
-      expectError(await call(writer.url, 'PATCH', jobPath(chatQueue, ids.chat, '/update-data'), own, { data: {} }), 403, 'queue_dashboard_forbidden');
-      expectError(await call(writer.url, 'PUT', `/admin/queues/api/queues/${queue}/retry/completed`, own), 403, 'queue_dashboard_forbidden');
-      expectError(await call(writer.url, 'PUT', jobPath(chatQueue, ids.chat, '/retry'), own), 403, 'queue_dashboard_forbidden');
+      expectError(
+        await call(writer.url, 'POST', `/admin/queues/api/queues/${queue}/add`, own, {
+          name: 'chat.completions',
+          data: {},
+        }),
+        403,
+        'queue_dashboard_forbidden',
+      );
+      expectError(
+        await call(writer.url, 'POST', `/admin/queues/api/queues/${queue}/ADD`, own, {
+          name: 'chat.completions',
+          data: {},
+        }),
+        403,
+        'queue_dashboard_forbidden',
+      );
+      expectError(
+        await call(writer.url, 'PATCH', jobPath(chatQueue, ids.chat, '/update-data'), own, { data: {} }),
+        403,
+        'queue_dashboard_forbidden',
+      );
+      expectError(
+        await call(writer.url, 'PUT', `/admin/queues/api/queues/${queue}/retry/completed`, own),
+        403,
+        'queue_dashboard_forbidden',
+      );
+      expectError(
+        await call(writer.url, 'PUT', jobPath(chatQueue, ids.chat, '/retry'), own),
+        403,
+        'queue_dashboard_forbidden',
+      );
       const job = await call(writer.url, 'GET', jobPath(chatQueue, ids.chat), own);
       assert.equal(job.json.status, 'completed');
     });

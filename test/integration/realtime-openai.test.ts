@@ -1,7 +1,14 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import {
+  freshRedis,
+  paidAccountKey,
+  requestRecord,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 import { startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
 import { openRealtime, userText, type RealtimeRefusal } from '../support/realtime-client.js';
 import { readBill } from '../../shared/money/billing.js';
@@ -24,7 +31,9 @@ const PRICES = {
 
 type ServerEvent = Record<string, any> & { type: string };
 
-/** What a response costs in micro-dollars: each kind of token at its price, each rounded up (a part-micro is a micro). */
+/**
+ * What a response costs in micro-dollars: each kind of token at its price, each rounded up (a part-micro is a micro).
+ */
 function expectedMicros(model: keyof typeof PRICES, usage: any): number {
   const price = PRICES[model];
   const input = usage.input_token_details;
@@ -51,7 +60,12 @@ describe("OpenAI's realtime models through the gateway", () => {
     const fresh = await freshRedis(5);
     redis = fresh.redis;
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, OPENAI_API_KEY: fake.key, OPENAI_BASE_URL: fake.url, REALTIME_START_WAIT_MS: '20000' },
+      env: {
+        REDIS_URL: fresh.url,
+        OPENAI_API_KEY: fake.key,
+        OPENAI_BASE_URL: fake.url,
+        REALTIME_START_WAIT_MS: '20000',
+      },
     });
   });
   afterEach(() => {
@@ -81,7 +95,15 @@ describe("OpenAI's realtime models through the gateway", () => {
     const { key, account } = await paidAccountKey(redis, 50_000_000);
     const { client, vendor, sessionId } = await start(key);
     const sent = [
-      { type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], instructions: `Answer kindly. ${'Be precise. '.repeat(80)}`, audio: { input: { turn_detection: null } } } },
+      {
+        type: 'session.update',
+        session: {
+          type: 'realtime',
+          output_modalities: ['text'],
+          instructions: `Answer kindly. ${'Be precise. '.repeat(80)}`,
+          audio: { input: { turn_detection: null } },
+        },
+      },
       userText('What is a switchyard?'),
       { type: 'response.create', event_id: 'evt_client_1' },
     ];
@@ -89,7 +111,10 @@ describe("OpenAI's realtime models through the gateway", () => {
     const updated = await client.next('session.updated');
     assert.equal(updated.session.model, 'gpt-realtime');
     const first = await client.next('response.done');
-    const text = client.events.filter((event) => event.type === 'response.output_text.delta').map((event) => event.delta).join('');
+    const text = client.events
+      .filter((event) => event.type === 'response.output_text.delta')
+      .map((event) => event.delta)
+      .join('');
     assert.equal(text, 'You said: What is a switchyard?');
     assert.equal(first.response.status, 'completed');
 
@@ -99,8 +124,13 @@ describe("OpenAI's realtime models through the gateway", () => {
     assert.ok(second.response.usage.input_token_details.cached_tokens > 0, 'the second response reads cached tokens');
     assert.deepEqual(vendor.received.slice(0, 3), sent, 'the events as the client wrote them');
 
-    const cost = expectedMicros('gpt-realtime', first.response.usage) + expectedMicros('gpt-realtime', second.response.usage);
-    await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost, 10_000, 'both responses settled');
+    const cost =
+      expectedMicros('gpt-realtime', first.response.usage) + expectedMicros('gpt-realtime', second.response.usage);
+    await waitFor(
+      async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost,
+      10_000,
+      'both responses settled',
+    );
     client.rt.close();
     await client.closed;
     const row = await requestRecord(gateway.url, key, sessionId, 'session');
@@ -118,7 +148,8 @@ describe("OpenAI's realtime models through the gateway", () => {
     await client.next('session.updated');
     // One second of a 300 Hz tone, in 20 ms frames of 960 bytes, as a microphone sends them.
     const second = Buffer.alloc(48_000);
-    for (let i = 0; i < 24_000; i++) second.writeInt16LE(Math.round(4000 * Math.sin((2 * Math.PI * 300 * i) / 24_000)), i * 2);
+    for (let i = 0; i < 24_000; i++)
+      second.writeInt16LE(Math.round(4000 * Math.sin((2 * Math.PI * 300 * i) / 24_000)), i * 2);
     const frames: string[] = [];
     for (let at = 0; at < second.length; at += 960) frames.push(second.subarray(at, at + 960).toString('base64'));
     for (const audio of frames) client.send({ type: 'input_audio_buffer.append', audio });
@@ -126,11 +157,17 @@ describe("OpenAI's realtime models through the gateway", () => {
     await client.next('input_audio_buffer.committed');
     client.send({ type: 'response.create' });
     const done = await client.next('response.done');
-    const appended = vendor.received.filter((event: any) => event.type === 'input_audio_buffer.append').map((event: any) => event.audio);
+    const appended = vendor.received
+      .filter((event: any) => event.type === 'input_audio_buffer.append')
+      .map((event: any) => event.audio);
     assert.deepEqual(appended, frames, 'every frame, in order, unchanged');
     assert.equal(vendor.appendedBytes, 48_000);
 
-    const audio = Buffer.concat(client.events.filter((event) => event.type === 'response.output_audio.delta').map((event) => Buffer.from(event.delta, 'base64')));
+    const audio = Buffer.concat(
+      client.events
+        .filter((event) => event.type === 'response.output_audio.delta')
+        .map((event) => Buffer.from(event.delta, 'base64')),
+    );
     const transcript = (await client.next('response.output_audio_transcript.done')).transcript;
     assert.equal(transcript, 'I heard you speak.');
     assert.equal(audio.length, transcript.length * 60 * 48, 'pcm16 at 24 kHz, as much as OpenAI sent');
@@ -141,7 +178,11 @@ describe("OpenAI's realtime models through the gateway", () => {
     assert.ok(done.response.usage.output_token_details.audio_tokens > 0);
 
     const cost = expectedMicros('gpt-realtime-mini', done.response.usage);
-    await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost, 10_000, 'the response settled at gpt-realtime-mini prices');
+    await waitFor(
+      async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost,
+      10_000,
+      'the response settled at gpt-realtime-mini prices',
+    );
     client.rt.close();
     await client.closed;
   });
@@ -149,7 +190,12 @@ describe("OpenAI's realtime models through the gateway", () => {
   it('runs a function call round trip', async () => {
     const { key } = await paidAccountKey(redis, 50_000_000);
     const { client, vendor } = await start(key);
-    const tool = { type: 'function', name: 'lookup_train', description: 'Finds a train', parameters: { type: 'object', properties: { number: { type: 'string' } }, required: ['number'] } };
+    const tool = {
+      type: 'function',
+      name: 'lookup_train',
+      description: 'Finds a train',
+      parameters: { type: 'object', properties: { number: { type: 'string' } }, required: ['number'] },
+    };
     client.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], tools: [tool] } });
     await client.next('session.updated');
     client.send(userText('When does lookup_train({"number": "IC 815"}) leave?'));
@@ -158,11 +204,16 @@ describe("OpenAI's realtime models through the gateway", () => {
     assert.deepEqual([call.name, JSON.parse(call.arguments)], ['lookup_train', { number: 'IC 815' }]);
     const done = await client.next('response.done');
     assert.equal(done.response.output[0].type, 'function_call');
-    client.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: call.call_id, output: '{"platform":4}' } });
+    client.send({
+      type: 'conversation.item.create',
+      item: { type: 'function_call_output', call_id: call.call_id, output: '{"platform":4}' },
+    });
     client.send({ type: 'response.create' });
     assert.equal((await client.next('response.output_text.done')).text, 'The tool answered {"platform":4}.');
     await client.next('response.done');
-    const output = vendor.received.find((event: any) => event.type === 'conversation.item.create' && event.item.type === 'function_call_output') as any;
+    const output = vendor.received.find(
+      (event: any) => event.type === 'conversation.item.create' && event.item.type === 'function_call_output',
+    ) as any;
     assert.equal(output.item.call_id, call.call_id, "OpenAI got the call's id back");
     client.rt.close();
     await client.closed;
@@ -180,31 +231,56 @@ describe("OpenAI's realtime models through the gateway", () => {
     assert.deepEqual([done.response.status, done.response.status_details.reason], ['cancelled', 'client_cancelled']);
     assert.ok(done.response.usage.output_token_details.audio_tokens > 0);
     const cost = expectedMicros('gpt-realtime', done.response.usage);
-    await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost, 10_000, 'the cancelled response settled');
+    await waitFor(
+      async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - cost,
+      10_000,
+      'the cancelled response settled',
+    );
     client.rt.close();
     await client.closed;
   });
 
-  it('runs one response at a time: an out-of-band response.create OpenAI would run beside one under way is refused, never run unreserved', async () => {
-    const { key, account } = await paidAccountKey(redis, 50_000_000);
-    const { client, vendor } = await start(key);
-    client.send(userText('Keep talking [hold]'));
-    client.send({ type: 'response.create' });
-    const created = await client.next('response.created');
-    // OpenAI runs an out-of-band response beside the conversation's; the session's reservation covers one response.
-    client.send({ type: 'response.create', event_id: 'evt_second', response: { conversation: 'none', output_modalities: ['text'] } });
-    const refused = await client.next('error');
-    assert.deepEqual([refused.error.code, refused.error.event_id], ['conversation_already_has_active_response', 'evt_second']);
-    client.send({ type: 'response.cancel', response_id: created.response.id });
-    const done = await client.next('response.done');
-    await waitFor(async () => (await readBill(redis, account))?.balanceMicros === 50_000_000 - expectedMicros('gpt-realtime', done.response.usage), 10_000, 'the one response settled');
-    assert.equal(vendor.received.filter((event: any) => event.type === 'response.create').length, 1, 'the second never reached OpenAI');
-    // The next response, once the first is done, runs.
-    client.send({ type: 'response.create', response: { output_modalities: ['text'] } });
-    assert.equal((await client.next('response.done')).response.status, 'completed');
-    client.rt.close();
-    await client.closed;
-  });
+  it(
+    'runs one response at a time: an out-of-band response.create OpenAI would run beside one under way is refused, ' +
+      'never run unreserved',
+    async () => {
+      const { key, account } = await paidAccountKey(redis, 50_000_000);
+      const { client, vendor } = await start(key);
+      client.send(userText('Keep talking [hold]'));
+      client.send({ type: 'response.create' });
+      const created = await client.next('response.created');
+      // OpenAI runs an out-of-band response beside the conversation's; the session's reservation covers one response.
+      client.send({
+        type: 'response.create',
+        event_id: 'evt_second',
+        response: { conversation: 'none', output_modalities: ['text'] },
+      });
+      const refused = await client.next('error');
+      assert.deepEqual(
+        [refused.error.code, refused.error.event_id],
+        ['conversation_already_has_active_response', 'evt_second'],
+      );
+      client.send({ type: 'response.cancel', response_id: created.response.id });
+      const done = await client.next('response.done');
+      await waitFor(
+        async () =>
+          (await readBill(redis, account))?.balanceMicros ===
+          50_000_000 - expectedMicros('gpt-realtime', done.response.usage),
+        10_000,
+        'the one response settled',
+      );
+      assert.equal(
+        vendor.received.filter((event: any) => event.type === 'response.create').length,
+        1,
+        'the second never reached OpenAI',
+      );
+      // The next response, once the first is done, runs.
+      client.send({ type: 'response.create', response: { output_modalities: ['text'] } });
+      assert.equal((await client.next('response.done')).response.status, 'completed');
+      client.rt.close();
+      await client.closed;
+    },
+  );
 
   it("relays OpenAI's error events and refusals of bad events without ending the session", async () => {
     const { key } = await paidAccountKey(redis, 50_000_000);

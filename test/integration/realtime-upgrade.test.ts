@@ -10,7 +10,15 @@ import OpenAI from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
 import WebSocket from 'ws';
 import { billKey } from '../../shared/redis-keys.js';
-import { decodeRealtime, encodeRealtime, realtimeClockMs, realtimeDownChannel, realtimeUpChannel, type RealtimeClose, type RealtimeJobData } from '../../shared/realtime.js';
+import {
+  decodeRealtime,
+  encodeRealtime,
+  realtimeClockMs,
+  realtimeDownChannel,
+  realtimeUpChannel,
+  type RealtimeClose,
+  type RealtimeJobData,
+} from '../../shared/realtime.js';
 import { freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
@@ -26,7 +34,13 @@ import { assertMatchesSchema } from '../support/openapi-schemas.js';
 
 const model = 'switchyard-test-realtime';
 const refusingModel = 'switchyard-test-realtime-refused';
-const limits = { REALTIME_START_WAIT_MS: '1500', REALTIME_MAX_FRAME_BYTES: '2048', REALTIME_MAX_FRAMES_PER_SECOND: '20', REALTIME_IDLE_MS: '8000', MAX_REALTIME_SESSIONS_PER_KEY: '3' };
+const limits = {
+  REALTIME_START_WAIT_MS: '1500',
+  REALTIME_MAX_FRAME_BYTES: '2048',
+  REALTIME_MAX_FRAMES_PER_SECOND: '20',
+  REALTIME_IDLE_MS: '8000',
+  MAX_REALTIME_SESSIONS_PER_KEY: '3',
+};
 
 function catalogFile(): string {
   const dir = mkdtempSync(join(tmpdir(), 'realtime-upgrade-'));
@@ -40,7 +54,14 @@ function catalogFile(): string {
     input_modalities: ['text', 'audio'],
     supports_tools: true,
     routes: [{ vendor: 'mock', model: 'mock-realtime' }],
-    pricing: { input_per_1m: 4, cached_input_per_1m: 0.4, output_per_1m: 16, audio_input_per_1m: 32, cached_audio_input_per_1m: 0.4, audio_output_per_1m: 64 },
+    pricing: {
+      input_per_1m: 4,
+      cached_input_per_1m: 0.4,
+      output_per_1m: 16,
+      audio_input_per_1m: 32,
+      cached_audio_input_per_1m: 0.4,
+      audio_output_per_1m: 64,
+    },
   });
   const file = join(dir, 'catalog.json');
   writeFileSync(file, JSON.stringify({ models: [entry(model), entry(refusingModel)] }));
@@ -54,7 +75,10 @@ interface Refusal {
 }
 
 /** Opens a raw ws client; resolves with the refusal it got (or rejects when the upgrade succeeded). */
-function refusal(url: string, options: { headers?: Record<string, string>; protocols?: string[] } = {}): Promise<Refusal> {
+function refusal(
+  url: string,
+  options: { headers?: Record<string, string>; protocols?: string[] } = {},
+): Promise<Refusal> {
   return new Promise((resolve, reject) => {
     const ws = new WebSocket(url, options.protocols ?? [], { headers: options.headers ?? {} });
     ws.on('open', () => {
@@ -90,9 +114,13 @@ interface Client {
 
 function openClient(url: string, key: string, protocols?: string[]): Promise<Client> {
   return new Promise((resolve, reject) => {
-    const ws = protocols ? new WebSocket(url, protocols) : new WebSocket(url, { headers: { authorization: `Bearer ${key}` } });
+    const ws = protocols
+      ? new WebSocket(url, protocols)
+      : new WebSocket(url, { headers: { authorization: `Bearer ${key}` } });
     const events: Array<Record<string, unknown>> = [];
-    const closed = new Promise<{ code: number; reason: string }>((done) => ws.once('close', (code, reason) => done({ code, reason: reason.toString() })));
+    const closed = new Promise<{ code: number; reason: string }>((done) =>
+      ws.once('close', (code, reason) => done({ code, reason: reason.toString() })),
+    );
     ws.on('message', (data) => events.push(JSON.parse(data.toString()) as Record<string, unknown>));
     ws.on('error', () => {});
     ws.once('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
@@ -103,7 +131,11 @@ function openClient(url: string, key: string, protocols?: string[]): Promise<Cli
         closed,
         next: async (type, from = 0) => {
           let found: Record<string, unknown> | undefined;
-          await waitFor(() => (found = events.slice(from).find((event) => event.type === type)) !== undefined, 15_000, `a ${type} event`);
+          await waitFor(
+            () => (found = events.slice(from).find((event) => event.type === type)) !== undefined,
+            15_000,
+            `a ${type} event`,
+          );
           return found!;
         },
       }),
@@ -143,9 +175,22 @@ class TestWorker {
     const id = data.jobId;
     const seen: SeenSession = { data, up: [] };
     this.seen.set(id, seen);
-    const down = (kind: 'started' | 'refused' | 'event' | 'close' | 'beat', payload = '', stamp?: number) => void this.pub.publish(realtimeDownChannel(id), encodeRealtime(kind, payload, stamp));
+    const down = (kind: 'started' | 'refused' | 'event' | 'close' | 'beat', payload = '', stamp?: number) =>
+      void this.pub.publish(realtimeDownChannel(id), encodeRealtime(kind, payload, stamp));
     if (data.model === refusingModel) {
-      down('refused', JSON.stringify({ status: 503, headers: { 'retry-after': '2' }, error: { message: 'The vendor has no session free.', type: 'server_error', param: null, code: 'vendor_unavailable' } }));
+      down(
+        'refused',
+        JSON.stringify({
+          status: 503,
+          headers: { 'retry-after': '2' },
+          error: {
+            message: 'The vendor has no session free.',
+            type: 'server_error',
+            param: null,
+            code: 'vendor_unavailable',
+          },
+        }),
+      );
       return;
     }
     let silent = false;
@@ -168,19 +213,37 @@ class TestWorker {
         }
         if (message.kind !== 'event' || silent) return;
         const event = JSON.parse(message.payload) as Record<string, unknown>;
-        const send = (value: Record<string, unknown>) => down('event', JSON.stringify({ event_id: `event_t${seen.up.length}`, ...value }), realtimeClockMs());
+        const send = (value: Record<string, unknown>) =>
+          down('event', JSON.stringify({ event_id: `event_t${seen.up.length}`, ...value }), realtimeClockMs());
         if (event.type === 'test.echo') send({ type: 'test.echoed', raw: message.payload });
         else if (event.type === 'test.close') {
-          down('close', JSON.stringify({ code: event.code, reason: 'the test worker ended it', ...(event.error ? { error: event.error } : {}) }));
+          down(
+            'close',
+            JSON.stringify({
+              code: event.code,
+              reason: 'the test worker ended it',
+              ...(event.error ? { error: event.error } : {}),
+            }),
+          );
           end();
         } else if (event.type === 'test.silence') silent = true;
-        else if (event.type === 'test.flood') for (let i = 0; i < (event.count as number); i++) send({ type: 'test.flood', i, fill: 'x'.repeat(event.bytes as number) });
+        else if (event.type === 'test.flood')
+          for (let i = 0; i < (event.count as number); i++)
+            send({ type: 'test.flood', i, fill: 'x'.repeat(event.bytes as number) });
         else if (event.type === 'test.raw') down('event', event.raw as string, realtimeClockMs());
       };
       this.sub.on('message', onMessage);
       void this.sub.subscribe(channel).then(() => {
         down('started', JSON.stringify({ worker: 'test-worker', vendor: 'mock' }));
-        down('event', JSON.stringify({ type: 'session.created', event_id: 'event_t0', session: { type: 'realtime', object: 'realtime.session', id, model: data.clientModel } }), realtimeClockMs());
+        down(
+          'event',
+          JSON.stringify({
+            type: 'session.created',
+            event_id: 'event_t0',
+            session: { type: 'realtime', object: 'realtime.session', id, model: data.clientModel },
+          }),
+          realtimeClockMs(),
+        );
       });
     });
   }
@@ -205,7 +268,10 @@ describe('GET /v1/realtime: the api side', () => {
     const fresh = await freshRedis(7);
     redis = fresh.redis;
     redisUrl = fresh.url;
-    gateway = await startGateway({ role: 'api', env: { REDIS_URL: fresh.url, MOCK_VENDOR: 'on', CATALOG_FILE: catalogFile(), ...limits } });
+    gateway = await startGateway({
+      role: 'api',
+      env: { REDIS_URL: fresh.url, MOCK_VENDOR: 'on', CATALOG_FILE: catalogFile(), ...limits },
+    });
     url = `${gateway.url.replace('http:', 'ws:')}/v1/realtime`;
     queue = new Queue('{realtime}', { connection: redis });
     key = (await paidAccountKey(redis, 'unlimited')).key;
@@ -220,9 +286,19 @@ describe('GET /v1/realtime: the api side', () => {
   describe('refusals at the upgrade (no worker)', () => {
     it('401 without a key, with a wrong key, and with a wrong key in the browser subprotocol', async () => {
       assertOpenAIError(await refusal(`${url}?model=${model}`), 401, 'invalid_api_key');
-      assertOpenAIError(await refusal(`${url}?model=${model}`, { headers: { authorization: 'Bearer sk-not-a-key' } }), 401, 'invalid_api_key');
-      assertOpenAIError(await refusal(`${url}?model=${model}`, { headers: { authorization: 'Basic abc' } }), 401, 'invalid_api_key');
-      const browser = await refusal(`${url}?model=${model}`, { protocols: ['realtime', 'openai-insecure-api-key.sk-not-a-key'] });
+      assertOpenAIError(
+        await refusal(`${url}?model=${model}`, { headers: { authorization: 'Bearer sk-not-a-key' } }),
+        401,
+        'invalid_api_key',
+      );
+      assertOpenAIError(
+        await refusal(`${url}?model=${model}`, { headers: { authorization: 'Basic abc' } }),
+        401,
+        'invalid_api_key',
+      );
+      const browser = await refusal(`${url}?model=${model}`, {
+        protocols: ['realtime', 'openai-insecure-api-key.sk-not-a-key'],
+      });
       assertOpenAIError(browser, 401, 'invalid_api_key');
       assert.equal(browser.body.error.type, 'invalid_request_error');
     });
@@ -261,7 +337,11 @@ describe('GET /v1/realtime: the api side', () => {
       assert.equal(await queue.getJob(sessionId), undefined);
       assert.equal(await queue.getJobCountByTypes('waiting', 'prioritized', 'active', 'delayed'), 0);
       // What was reserved for the first response is given back.
-      await waitFor(async () => Number((await redis.hget(billKey(paid.account), 'reserved')) ?? 0) === 0, 5000, 'the reservation released');
+      await waitFor(
+        async () => Number((await redis.hget(billKey(paid.account), 'reserved')) ?? 0) === 0,
+        5000,
+        'the reservation released',
+      );
     });
 
     it('429 rate_limit_exceeded with retry-after once the key has spent its requests per minute', async () => {
@@ -279,9 +359,17 @@ describe('GET /v1/realtime: the api side', () => {
     it('a client that leaves during the start has its session taken out of the queue', async () => {
       const ws = new WebSocket(`${url}?model=${model}`, { headers: { authorization: `Bearer ${key}` } });
       ws.on('error', () => {});
-      await waitFor(async () => (await queue.getJobCountByTypes('prioritized', 'waiting')) === 1, 5000, 'the session queued');
+      await waitFor(
+        async () => (await queue.getJobCountByTypes('prioritized', 'waiting')) === 1,
+        5000,
+        'the session queued',
+      );
       ws.terminate();
-      await waitFor(async () => (await queue.getJobCountByTypes('prioritized', 'waiting', 'active')) === 0, 5000, 'the session taken out');
+      await waitFor(
+        async () => (await queue.getJobCountByTypes('prioritized', 'waiting', 'active')) === 0,
+        5000,
+        'the session taken out',
+      );
     });
 
     it('a malformed handshake is a 400 before anything starts', async () => {
@@ -292,7 +380,11 @@ describe('GET /v1/realtime: the api side', () => {
         socket.on('data', (chunk: Buffer) => chunks.push(chunk));
         socket.on('error', reject);
         socket.on('close', () => resolve(Buffer.concat(chunks).toString('utf8')));
-        socket.write(`GET /v1/realtime?model=${model} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: nonsense\r\nAuthorization: Bearer ${key}\r\n\r\n`);
+        socket.write(
+          `GET /v1/realtime?model=${model} HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: ` +
+            `websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: nonsense\r\nAuthorization: Bearer ` +
+            `${key}\r\n\r\n`,
+        );
       });
       assert.match(text, /^HTTP\/1\.1 400 /);
       assert.match(text, /"code":"invalid_upgrade"/);
@@ -310,33 +402,42 @@ describe('GET /v1/realtime: the api side', () => {
       await worker?.close();
     });
 
-    it('the official SDK opens a session: session.created names the model as asked, events relay both ways, a close reaches the worker', async () => {
-      const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1` });
-      const { port } = new URL(gateway.url);
-      const rt = new OpenAIRealtimeWS({ model, options: { createConnection: () => connect(Number(port), '127.0.0.1') } }, client);
-      const events: Array<Record<string, unknown>> = [];
-      rt.on('event', (event) => events.push(event as unknown as Record<string, unknown>));
-      rt.on('error', (error) => events.push({ type: 'sdk.error', message: error.message }));
-      await new Promise<void>((resolve, reject) => {
-        rt.socket.once('open', () => resolve());
-        rt.socket.once('unexpected-response', (_req, res) => reject(new Error(`refused ${res.statusCode}`)));
-      });
-      await waitFor(() => events.some((event) => event.type === 'session.created'), 10_000, 'session.created');
-      const created = events.find((event) => event.type === 'session.created') as { session: { model: string; id: string } };
-      assert.equal(created.session.model, model);
-      const seen = worker.seen.get(created.session.id)!;
-      assert.equal(seen.data.clientModel, model);
-      assert.equal(seen.data.endpoint, 'realtime');
-      rt.send({ type: 'test.echo', event_id: 'evt_1' } as never);
-      await waitFor(() => events.some((event) => event.type === 'test.echoed'), 10_000, 'the echo');
-      // The client's frame went up untouched, stamped with when it arrived.
-      const up = seen.up.find((message) => message.kind === 'event')!;
-      assert.equal(up.payload, JSON.stringify({ type: 'test.echo', event_id: 'evt_1' }));
-      assert.ok(typeof up.stampMs === 'number' && up.stampMs > 0);
-      rt.close({ code: 1000, reason: 'done' });
-      await waitFor(() => seen.closedUp !== undefined, 10_000, 'the close up');
-      assert.equal(seen.closedUp!.code, 1000);
-    });
+    it(
+      'the official SDK opens a session: session.created names the model as asked, events relay both ways, a close ' +
+        'reaches the worker',
+      async () => {
+        const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1` });
+        const { port } = new URL(gateway.url);
+        const rt = new OpenAIRealtimeWS(
+          { model, options: { createConnection: () => connect(Number(port), '127.0.0.1') } },
+          client,
+        );
+        const events: Array<Record<string, unknown>> = [];
+        rt.on('event', (event) => events.push(event as unknown as Record<string, unknown>));
+        rt.on('error', (error) => events.push({ type: 'sdk.error', message: error.message }));
+        await new Promise<void>((resolve, reject) => {
+          rt.socket.once('open', () => resolve());
+          rt.socket.once('unexpected-response', (_req, res) => reject(new Error(`refused ${res.statusCode}`)));
+        });
+        await waitFor(() => events.some((event) => event.type === 'session.created'), 10_000, 'session.created');
+        const created = events.find((event) => event.type === 'session.created') as {
+          session: { model: string; id: string };
+        };
+        assert.equal(created.session.model, model);
+        const seen = worker.seen.get(created.session.id)!;
+        assert.equal(seen.data.clientModel, model);
+        assert.equal(seen.data.endpoint, 'realtime');
+        rt.send({ type: 'test.echo', event_id: 'evt_1' } as never);
+        await waitFor(() => events.some((event) => event.type === 'test.echoed'), 10_000, 'the echo');
+        // The client's frame went up untouched, stamped with when it arrived.
+        const up = seen.up.find((message) => message.kind === 'event')!;
+        assert.equal(up.payload, JSON.stringify({ type: 'test.echo', event_id: 'evt_1' }));
+        assert.ok(typeof up.stampMs === 'number' && up.stampMs > 0);
+        rt.close({ code: 1000, reason: 'done' });
+        await waitFor(() => seen.closedUp !== undefined, 10_000, 'the close up');
+        assert.equal(seen.closedUp!.code, 1000);
+      },
+    );
 
     it('the browser subprotocol authenticates, and `realtime` is answered back', async () => {
       const client = await openClient(`${url}?model=${model}`, key, ['realtime', `openai-insecure-api-key.${key}`]);
@@ -357,7 +458,9 @@ describe('GET /v1/realtime: the api side', () => {
       const client = await openClient(`${url}?model=${model}`, key);
       await client.next('session.created');
       const raw = '{ "type" : "test.raw.event",  "event_id":"event_x", "n": 1.50 }';
-      const received = new Promise<string>((resolve) => client.ws.on('message', (data) => data.toString().includes('test.raw.event') && resolve(data.toString())));
+      const received = new Promise<string>((resolve) =>
+        client.ws.on('message', (data) => data.toString().includes('test.raw.event') && resolve(data.toString())),
+      );
       client.ws.send(JSON.stringify({ type: 'test.raw', raw }));
       assert.equal(await received, raw);
       client.ws.close();
@@ -371,8 +474,14 @@ describe('GET /v1/realtime: the api side', () => {
       client.ws.send('[1,2]');
       client.ws.send(JSON.stringify({ event_id: 'evt_no_type' }));
       client.ws.send(Buffer.from([1, 2, 3]), { binary: true });
-      await waitFor(() => client.events.filter((event) => event.type === 'error').length === 4, 10_000, 'four error events');
-      const errors = client.events.filter((event) => event.type === 'error') as Array<{ error: { type: string; code: string; param: string | null; event_id: string | null } }>;
+      await waitFor(
+        () => client.events.filter((event) => event.type === 'error').length === 4,
+        10_000,
+        'four error events',
+      );
+      const errors = client.events.filter((event) => event.type === 'error') as Array<{
+        error: { type: string; code: string; param: string | null; event_id: string | null };
+      }>;
       for (const error of errors) {
         assertMatchesSchema('RealtimeServerEventError', error, 'a refused frame');
         assert.equal(error.error.type, 'invalid_request_error');
@@ -416,11 +525,15 @@ describe('GET /v1/realtime: the api side', () => {
       assert.equal(error.error.code, 'rate_limit_exceeded');
       client.ws.send(JSON.stringify({ type: 'test.echo' }));
       // Past the second the frames go up again (a fresh window), the session alive.
-      await waitFor(async () => {
-        client.ws.send(JSON.stringify({ type: 'test.echo', event_id: 'evt_after' }));
-        await new Promise((r) => setTimeout(r, 200));
-        return client.events.some((event) => event.type === 'test.echoed');
-      }, 10_000, 'an echo after the burst');
+      await waitFor(
+        async () => {
+          client.ws.send(JSON.stringify({ type: 'test.echo', event_id: 'evt_after' }));
+          await new Promise((r) => setTimeout(r, 200));
+          return client.events.some((event) => event.type === 'test.echoed');
+        },
+        10_000,
+        'an echo after the burst',
+      );
       const seen = worker.seen.get(created.session.id)!;
       const notes = seen.up.filter((message) => message.payload.includes('test.note')).length;
       // At most two windows' worth of the burst went up; the rest were dropped.
@@ -434,7 +547,17 @@ describe('GET /v1/realtime: the api side', () => {
     it("the worker's close: its error event first, then its code", async () => {
       const client = await openClient(`${url}?model=${model}`, key);
       await client.next('session.created');
-      client.ws.send(JSON.stringify({ type: 'test.close', code: 1000, error: { type: 'insufficient_quota', code: 'insufficient_quota', message: 'The balance cannot cover another response.' } }));
+      client.ws.send(
+        JSON.stringify({
+          type: 'test.close',
+          code: 1000,
+          error: {
+            type: 'insufficient_quota',
+            code: 'insufficient_quota',
+            message: 'The balance cannot cover another response.',
+          },
+        }),
+      );
       const closed = await client.closed;
       assert.equal(closed.code, 1000);
       const error = client.events.at(-1) as { type: string; error: { type: string; code: string } };
@@ -544,7 +667,10 @@ describe('GET /v1/realtime end to end: the gateway and its own worker on mock-re
     const { key } = await paidAccountKey(redis, 'unlimited');
     const client = new OpenAI({ apiKey: key, baseURL: `${gateway.url}/v1` });
     const { port } = new URL(gateway.url);
-    const rt = new OpenAIRealtimeWS({ model: 'mock-realtime', options: { createConnection: () => connect(Number(port), '127.0.0.1') } }, client);
+    const rt = new OpenAIRealtimeWS(
+      { model: 'mock-realtime', options: { createConnection: () => connect(Number(port), '127.0.0.1') } },
+      client,
+    );
     const events: Array<Record<string, unknown>> = [];
     rt.on('event', (event) => events.push(event as unknown as Record<string, unknown>));
     rt.on('error', (error) => events.push({ type: 'sdk.error', message: error.message }));
@@ -557,7 +683,10 @@ describe('GET /v1/realtime end to end: the gateway and its own worker on mock-re
     const created = events.find((event) => event.type === 'session.created') as { session: { model: string } };
     assert.equal(created.session.model, 'mock-realtime');
     rt.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'] } });
-    rt.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hello there' }] } });
+    rt.send({
+      type: 'conversation.item.create',
+      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hello there' }] },
+    });
     rt.send({ type: 'response.create' });
     await waitFor(() => events.some((event) => event.type === 'response.done'), 15_000, 'response.done');
     const text = events
@@ -565,7 +694,10 @@ describe('GET /v1/realtime end to end: the gateway and its own worker on mock-re
       .map((event) => event.delta as string)
       .join('');
     assert.match(text, /Hello there/);
-    assert.ok(!events.some((event) => event.type === 'sdk.error' || event.type === 'error'), JSON.stringify(events.filter((event) => String(event.type).includes('error'))));
+    assert.ok(
+      !events.some((event) => event.type === 'sdk.error' || event.type === 'error'),
+      JSON.stringify(events.filter((event) => String(event.type).includes('error'))),
+    );
     rt.close({ code: 1000, reason: 'done' });
     assert.equal(await closed, 1000);
   });

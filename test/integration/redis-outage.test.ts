@@ -45,7 +45,10 @@ describe('Redis outage', () => {
 
     await redisServer.restart();
     await waitFor(async () => (await ready()) === 200, 10_000, 'readyz to recover');
-    const after = await client.chat.completions.create({ model: 'mock-chat', messages: [{ role: 'user', content: 'after' }] });
+    const after = await client.chat.completions.create({
+      model: 'mock-chat',
+      messages: [{ role: 'user', content: 'after' }],
+    });
     assert.equal(after.object, 'chat.completion');
   });
 });

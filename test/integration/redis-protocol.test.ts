@@ -38,7 +38,10 @@ describe('the Redis protocol', () => {
     assert.equal(redisProtocol, 3);
     const queue = new Queue('{protocol}', { connection: redis });
     const worker = new Worker('{protocol}', async () => 'ok', { connection: redis });
-    closing.push(() => worker.close(), () => queue.close());
+    closing.push(
+      () => worker.close(),
+      () => queue.close(),
+    );
     await worker.waitUntilReady();
     await queue.add('job', {});
     await waitFor(async () => (await queue.getCompletedCount()) === 1, 5000, 'the job done');
@@ -68,7 +71,18 @@ describe('the Redis protocol', () => {
     assert.equal(await redis.eval(luaFixture('get-key'), 1, 'protocol:none'), null);
     assert.deepEqual(await redis.eval(luaFixture('false-in-array'), 0), [1, null, 2]);
     // Admission's reply: a member at $0 is refused for its balance, the code read from the reply's numbers.
-    const refused = await reserve(redis, { requestId: 'req_protocol', keyId: made.id, accountId: account.id, micros: 1, tokens: 1, deadline: Date.now() + 60_000 }, {});
+    const refused = await reserve(
+      redis,
+      {
+        requestId: 'req_protocol',
+        keyId: made.id,
+        accountId: account.id,
+        micros: 1,
+        tokens: 1,
+        deadline: Date.now() + 60_000,
+      },
+      {},
+    );
     assert.deepEqual(refused, { ok: false, reason: 'account_balance', retryAfterMs: 0 });
   });
 
@@ -77,10 +91,13 @@ describe('the Redis protocol', () => {
     closing.push(() => subscriber.disconnect());
     const got: string[] = [];
     subscriber.on('message', (channel: string, message: string) => got.push(`${channel}:${message}`));
-    subscriber.on('pmessage', (_pattern: string, channel: string, message: string) => got.push(`p ${channel}:${message}`));
+    subscriber.on('pmessage', (_pattern: string, channel: string, message: string) =>
+      got.push(`p ${channel}:${message}`),
+    );
     await subscriber.subscribe('protocol:one');
     await subscriber.psubscribe('protocol:p:*');
-    // A subscribed RESP3 connection still answers commands; the gateway does not rely on it, but it must not break replies.
+    // A subscribed RESP3 connection still answers commands; the gateway does not rely on it, but it must not break
+    // replies.
     await redis.publish('protocol:one', 'a');
     await redis.publish('protocol:p:x', 'b');
     await waitFor(() => got.length === 2, 5000, 'both messages');

@@ -25,7 +25,13 @@ const outlastFailover: ClusterOptions = {
 
 /** Whether something answers on the port (a stopped harness must leave nothing listening). */
 async function answers(port: number): Promise<boolean> {
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+  const probe = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    retryStrategy: () => null,
+    maxRetriesPerRequest: 0,
+  });
   probe.on('error', () => undefined);
   try {
     await probe.connect();
@@ -101,7 +107,8 @@ describe('Redis Cluster harness', { skip: reasonToSkip(clusterSupport()) }, () =
       assert.deepEqual([role[0], role[2]], ['slave', primary.port]);
       assert.equal((await harness.primaryForSlot(primary.slots[0]![0])).id, primary.id);
     }
-    for (const port of harness.ports) assert.match(String(await harness.call(port, 'CLUSTER', 'INFO')), /cluster_state:ok/);
+    for (const port of harness.ports)
+      assert.match(String(await harness.call(port, 'CLUSTER', 'INFO')), /cluster_state:ok/);
 
     const redis = client(harness);
     const byPrimary = await keysOnEveryPrimary(harness, 5);
@@ -111,12 +118,16 @@ describe('Redis Cluster harness', { skip: reasonToSkip(clusterSupport()) }, () =
       for (const key of keys) assert.equal(await harness.call(port, 'GET', key), `value of ${key}`);
     }
     const all = [...byPrimary.values()].flat();
-    assert.deepEqual(await Promise.all(all.map((key) => redis.get(key))), all.map((key) => `value of ${key}`));
+    assert.deepEqual(
+      await Promise.all(all.map((key) => redis.get(key))),
+      all.map((key) => `value of ${key}`),
+    );
     assert.ok((await harness.infoCpu(primaries[0]!.port)) > 0);
 
     await harness.stop();
     assert.equal(existsSync(harness.dir), false, 'the data directory is gone');
-    for (const port of harness.ports) assert.equal(await answers(port), false, `nothing answers on ${port} after stop()`);
+    for (const port of harness.ports)
+      assert.equal(await answers(port), false, `nothing answers on ${port} after stop()`);
   });
 
   it('a killed primary is replaced by its replica within the bound; the same ioredis Cluster keeps serving its key', async (t) => {
@@ -166,58 +177,73 @@ describe('Redis Cluster harness', { skip: reasonToSkip(clusterSupport()) }, () =
     assert.deepEqual([role[0], role[2]], ['slave', failover.primary.port]);
   });
 
-  it('sharded pub/sub: smessage reaches a shardedSubscribers client, which subscribes again by itself after its shard fails over', async (t) => {
-    const harness = await cluster();
-    const subscriber = new Cluster(harness.startupNodes, { shardedSubscribers: true });
-    const subscriberErrors: string[] = [];
-    subscriber.on('error', (error: Error) => subscriberErrors.push(error.message));
-    cleanups.push(() => subscriber.disconnect());
-    const publisher = client(harness, outlastFailover);
-    const received: string[] = [];
-    subscriber.on('smessage', (channel: string, message: string) => received.push(`${channel} ${message}`));
+  it(
+    'sharded pub/sub: smessage reaches a shardedSubscribers client, which subscribes again by itself after its ' +
+      'shard fails over',
+    async (t) => {
+      const harness = await cluster();
+      const subscriber = new Cluster(harness.startupNodes, { shardedSubscribers: true });
+      const subscriberErrors: string[] = [];
+      subscriber.on('error', (error: Error) => subscriberErrors.push(error.message));
+      cleanups.push(() => subscriber.disconnect());
+      const publisher = client(harness, outlastFailover);
+      const received: string[] = [];
+      subscriber.on('smessage', (channel: string, message: string) => received.push(`${channel} ${message}`));
 
-    const channel = 'replies:{job-1}';
-    assert.equal(await subscriber.ssubscribe(channel), 1);
-    await assert.rejects(() => subscriber.ssubscribe('a', 'b'), /CROSSSLOT/, 'one ssubscribe takes channels of one slot only');
-    assert.equal(await publisher.spublish(channel, 'first'), 1, 'one shard subscriber receives it');
-    await eventually('the first message', 2000, async () => (received.length > 0 ? true : undefined));
-    assert.deepEqual(received, [`${channel} first`]);
-    const owner = await harness.primaryForKey(channel);
-    assert.deepEqual(await harness.call(owner.port, 'PUBSUB', 'SHARDNUMSUB', channel), [channel, 1]);
+      const channel = 'replies:{job-1}';
+      assert.equal(await subscriber.ssubscribe(channel), 1);
+      await assert.rejects(
+        () => subscriber.ssubscribe('a', 'b'),
+        /CROSSSLOT/,
+        'one ssubscribe takes channels of one slot only',
+      );
+      assert.equal(await publisher.spublish(channel, 'first'), 1, 'one shard subscriber receives it');
+      await eventually('the first message', 2000, async () => (received.length > 0 ? true : undefined));
+      assert.deepEqual(received, [`${channel} first`]);
+      const owner = await harness.primaryForKey(channel);
+      assert.deepEqual(await harness.call(owner.port, 'PUBSUB', 'SHARDNUMSUB', channel), [channel, 1]);
 
-    // Without `shardedSubscribers`, ioredis sends SSUBSCRIBE on its one subscriber connection to a
-    // random node and never emits 'smessage': the call hangs on a MOVED reply, and even when the
-    // node happens to own the slot the message is not passed on.
-    const plain = client(harness);
-    const plainReceived: string[] = [];
-    plain.on('smessage', (_channel: string, message: string) => plainReceived.push(message));
-    const plainSubscribe = plain.ssubscribe(channel).then(
-      () => 'subscribed',
-      () => 'rejected',
-    );
-    const plainOutcome = await Promise.race([plainSubscribe, sleep(1000, 'still pending after 1 s')]);
-    await publisher.spublish(channel, 'to the plain client');
-    await sleep(200);
-    t.diagnostic(`without shardedSubscribers: ssubscribe ${plainOutcome}, smessages received: ${plainReceived.length}`);
-    assert.deepEqual(plainReceived, []);
-    plain.disconnect();
+      // Without `shardedSubscribers`, ioredis sends SSUBSCRIBE on its one subscriber connection to a
+      // random node and never emits 'smessage': the call hangs on a MOVED reply, and even when the
+      // node happens to own the slot the message is not passed on.
+      const plain = client(harness);
+      const plainReceived: string[] = [];
+      plain.on('smessage', (_channel: string, message: string) => plainReceived.push(message));
+      const plainSubscribe = plain.ssubscribe(channel).then(
+        () => 'subscribed',
+        () => 'rejected',
+      );
+      const plainOutcome = await Promise.race([plainSubscribe, sleep(1000, 'still pending after 1 s')]);
+      await publisher.spublish(channel, 'to the plain client');
+      await sleep(200);
+      t.diagnostic(
+        `without shardedSubscribers: ssubscribe ${plainOutcome}, smessages received: ${plainReceived.length}`,
+      );
+      assert.deepEqual(plainReceived, []);
+      plain.disconnect();
 
-    const killed = await harness.killPrimary({ key: channel });
-    const failover = await harness.waitForFailover();
-    received.length = 0;
-    let published = 0;
-    const recovered = await eventually('a message after the failover', 10_000, async () => {
-      await publisher.spublish(channel, `after ${published++}`);
-      await sleep(50);
-      return received.length > 0 ? Date.now() - killed.killedAt : undefined;
-    });
-    t.diagnostic(
-      `failover in ${failover.elapsedMs} ms; the subscriber received again ${recovered} ms after the kill, ` +
-        `with ${subscriberErrors.length} 'error' events meanwhile (e.g. ${JSON.stringify(subscriberErrors[0] ?? null)})`,
-    );
-    assert.match(received[0]!, /^replies:\{job-1\} after \d+$/);
-    assert.deepEqual(await harness.call(failover.primary.port, 'PUBSUB', 'SHARDNUMSUB', channel), [channel, 1], 'subscribed on the new primary');
-  });
+      const killed = await harness.killPrimary({ key: channel });
+      const failover = await harness.waitForFailover();
+      received.length = 0;
+      let published = 0;
+      const recovered = await eventually('a message after the failover', 10_000, async () => {
+        await publisher.spublish(channel, `after ${published++}`);
+        await sleep(50);
+        return received.length > 0 ? Date.now() - killed.killedAt : undefined;
+      });
+      t.diagnostic(
+        `failover in ${failover.elapsedMs} ms; the subscriber received again ${recovered} ms after the kill, ` +
+          (`with ${subscriberErrors.length} 'error' events meanwhile (e.g. ` +
+            `${JSON.stringify(subscriberErrors[0] ?? null)})`),
+      );
+      assert.match(received[0]!, /^replies:\{job-1\} after \d+$/);
+      assert.deepEqual(
+        await harness.call(failover.primary.port, 'PUBSUB', 'SHARDNUMSUB', channel),
+        [channel, 1],
+        'subscribed on the new primary',
+      );
+    },
+  );
 });
 
 describe('Redis Sentinel harness', { skip: reasonToSkip(sentinelSupport()) }, () => {
@@ -258,7 +284,11 @@ describe('Redis Sentinel harness', { skip: reasonToSkip(sentinelSupport()) }, ()
     assert.ok(held.ok, `the write sent during the outage failed: ${'error' in held ? held.error : ''}`);
     assert.equal(await redis.get('sentinel:key'), 'before');
     await redis.set('sentinel:key', 'after');
-    assert.equal(await harness.call(failover.primary.port, 'GET', 'sentinel:key'), 'after', 'the same client writes to the new primary');
+    assert.equal(
+      await harness.call(failover.primary.port, 'GET', 'sentinel:key'),
+      'after',
+      'the same client writes to the new primary',
+    );
 
     // the old primary comes back as a replica of the new one
     await harness.restart(killed.port);
@@ -267,6 +297,7 @@ describe('Redis Sentinel harness', { skip: reasonToSkip(sentinelSupport()) }, ()
 
     await harness.stop();
     assert.equal(existsSync(harness.dir), false);
-    for (const port of [...harness.dataPorts, ...harness.sentinelPorts]) assert.equal(await answers(port), false, `nothing answers on ${port}`);
+    for (const port of [...harness.dataPorts, ...harness.sentinelPorts])
+      assert.equal(await answers(port), false, `nothing answers on ${port}`);
   });
 });

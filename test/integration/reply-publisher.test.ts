@@ -10,7 +10,13 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { replayStreamKey } from '../../shared/redis-keys.js';
 import { createRedis } from '../../shared/redis.js';
-import { decodeReply, framesAfterBatch, parseLogEntry, replayLogIntervalMs, type LogEntry } from '../../shared/reply.js';
+import {
+  decodeReply,
+  framesAfterBatch,
+  parseLogEntry,
+  replayLogIntervalMs,
+  type LogEntry,
+} from '../../shared/reply.js';
 import { ReplyPublisher } from '../../workers/reply-publisher.js';
 import { startPrivateRedis, type PrivateRedis } from '../support/redis-server.js';
 
@@ -38,7 +44,8 @@ describe('reply publisher and its replay log', () => {
   });
 
   const frame = (n: number) => `id: ${n}\ndata: {"n":${n}}\n\n`;
-  const log = async (jobId: string): Promise<LogEntry[]> => (await redis.xrange(replayStreamKey(jobId), '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
+  const log = async (jobId: string): Promise<LogEntry[]> =>
+    (await redis.xrange(replayStreamKey(jobId), '-', '+')).map(([id, fields]) => parseLogEntry(id, fields));
   /** The chunks the log gives a reader that has seen batches up to `afterSeq`, as the api's gap filler takes them. */
   const replayAfter = (entries: LogEntry[], afterSeq: number) => {
     let seen = afterSeq;
@@ -71,24 +78,35 @@ describe('reply publisher and its replay log', () => {
     const elapsed = Date.now() - started;
     await publisher.endStream('data: [DONE]\n\n');
     // Pub/sub delivers to the subscriber on its own connection: wait for the end to arrive there.
-    for (let waited = 0; !(heard.get(channel) ?? []).some((m) => m.startsWith('done ')) && waited < 5000; waited += 10) await sleep(10);
+    for (let waited = 0; !(heard.get(channel) ?? []).some((m) => m.startsWith('done ')) && waited < 5000; waited += 10)
+      await sleep(10);
     const messages = (heard.get(channel) ?? []).map((m) => decodeReply(m)!);
     const chunks = messages.filter((m) => m.kind === 'chunk');
     assert.equal(chunks.length, batches, 'one live message per batch');
-    assert.deepEqual(chunks.map((m) => m.seq), Array.from({ length: batches }, (_, i) => i + 1));
+    assert.deepEqual(
+      chunks.map((m) => m.seq),
+      Array.from({ length: batches }, (_, i) => i + 1),
+    );
     assert.equal(messages.at(-1)!.kind, 'done');
 
     const entries = await log('job-1');
     const logged = entries.filter((e) => e.end === undefined);
     // The first batch, then at most one entry per interval, and the rest with the end: 30 batches over about 300 ms
     // make about five entries (more only on a machine so slow that the batches themselves are an interval apart).
-    assert.ok(logged.length <= 2 + Math.ceil(elapsed / replayLogIntervalMs), `${logged.length} entries for ${batches} batches in ${elapsed} ms`);
+    assert.ok(
+      logged.length <= 2 + Math.ceil(elapsed / replayLogIntervalMs),
+      `${logged.length} entries for ${batches} batches in ${elapsed} ms`,
+    );
     assert.equal(entries.at(-1)!.end, 'done');
     const all = Array.from({ length: batches }, (_, n) => frame(n)).join('');
     assert.equal(replayAfter(entries, 0), all, 'the log holds every frame once, in order');
     // A reader that saw up to any batch gets exactly the rest, whether that batch starts an entry or lies inside one.
     for (let seen = 1; seen < batches; seen++) {
-      assert.equal(replayAfter(entries, seen), Array.from({ length: batches - seen }, (_, i) => frame(seen + i)).join(''), `after batch ${seen}`);
+      assert.equal(
+        replayAfter(entries, seen),
+        Array.from({ length: batches - seen }, (_, i) => frame(seen + i)).join(''),
+        `after batch ${seen}`,
+      );
     }
     // Entries chain: each starts where the last ended.
     logged.forEach((entry, i) => assert.equal(entry.from, i === 0 ? 1 : logged[i - 1]!.seq + 1));
@@ -115,7 +133,10 @@ describe('reply publisher and its replay log', () => {
     }
     await sleep(10);
     const entries = await log('job-3');
-    assert.deepEqual(entries.map((e) => e.seq), [1, 2, 3, 4, 5]);
+    assert.deepEqual(
+      entries.map((e) => e.seq),
+      [1, 2, 3, 4, 5],
+    );
     await publisher.endStream('data: [DONE]\n\n');
   });
 });

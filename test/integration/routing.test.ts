@@ -33,7 +33,13 @@ describe('channels, cooldowns and fallbacks', () => {
     // A model of its own whose fallback is served by another vendor.
     const catalog = fallbackCatalogFile();
     gateway = await startGateway({
-      env: { REDIS_URL: fresh.url, CHANNELS_FILE: channels, CATALOG_FILE: catalog, RETRY_BASE_MS: '10', CHANNEL_COOLDOWN_MS: '60000' },
+      env: {
+        REDIS_URL: fresh.url,
+        CHANNELS_FILE: channels,
+        CATALOG_FILE: catalog,
+        RETRY_BASE_MS: '10',
+        CHANNEL_COOLDOWN_MS: '60000',
+      },
     });
     key = (await createKey(redis)).key;
     client = gateway.client(key);
@@ -54,35 +60,55 @@ describe('channels, cooldowns and fallbacks', () => {
   it('spreads traffic over channels by weight', async () => {
     for (let i = 0; i < 80; i++) await ask(client);
     assert.ok(light.requests.length > 0, 'the light channel gets some');
-    assert.ok(heavy.requests.length > light.requests.length * 1.5, `3:1 weights gave ${heavy.requests.length}:${light.requests.length}`);
+    assert.ok(
+      heavy.requests.length > light.requests.length * 1.5,
+      `3:1 weights gave ${heavy.requests.length}:${light.requests.length}`,
+    );
     assert.equal(backup.requests.length, 0);
     assert.equal(heavy.requests[0]!.headers.authorization, 'Bearer sk-heavy-key-000000');
   });
 
   it('moves traffic off a channel whose credentials fail, and the failing request still succeeds', async () => {
-    heavy.setDefault(() => ({ status: 401, json: { error: { message: 'Incorrect API key', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } }));
+    heavy.setDefault(() => ({
+      status: 401,
+      json: {
+        error: { message: 'Incorrect API key', type: 'invalid_request_error', param: null, code: 'invalid_api_key' },
+      },
+    }));
     for (let i = 0; i < 10; i++) assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.ok(heavy.requests.length <= 1, `the bad channel was tried ${heavy.requests.length} times`);
     assert.ok(light.requests.length >= 10);
-    assert.ok(Object.keys(await redis.hgetall('sy:cooldowns')).some((id) => id.startsWith('openai:')), 'the cooldown is shared through Redis');
+    assert.ok(
+      Object.keys(await redis.hgetall('sy:cooldowns')).some((id) => id.startsWith('openai:')),
+      'the cooldown is shared through Redis',
+    );
   });
 
   it('cools a channel down after repeated 5xx and serves from the other', async () => {
-    light.setDefault(() => ({ status: 500, json: { error: { message: 'boom', type: 'server_error', param: null, code: null } } }));
+    light.setDefault(() => ({
+      status: 500,
+      json: { error: { message: 'boom', type: 'server_error', param: null, code: null } },
+    }));
     for (let i = 0; i < 30; i++) assert.equal((await ask(client)).choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.ok(light.requests.length <= 3, `the failing channel saw ${light.requests.length} calls before resting`);
   });
 
   it('falls back to the catalog fallback when every channel of a model is down', async () => {
     for (const fake of [heavy, light]) {
-      fake.setDefault(() => ({ status: 401, json: { error: { message: 'revoked', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } } }));
+      fake.setDefault(() => ({
+        status: 401,
+        json: { error: { message: 'revoked', type: 'invalid_request_error', param: null, code: 'invalid_api_key' } },
+      }));
     }
-    for (let i = 0; i < 5; i++) assert.equal((await ask(client, 'house-model')).choices[0]!.message.content, FAKE_REPLY_TEXT);
+    for (let i = 0; i < 5; i++)
+      assert.equal((await ask(client, 'house-model')).choices[0]!.message.content, FAKE_REPLY_TEXT);
     assert.ok(backup.requests.length >= 4);
     assert.equal((backup.requests.at(-1)!.body as { model: string }).model, 'spare-upstream');
 
     // The request log says which model and channel served it: the one asked for stays the record's model.
-    const { data: completion, response } = await client.chat.completions.create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] }).withResponse();
+    const { data: completion, response } = await client.chat.completions
+      .create({ model: 'house-model', messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
     const requestId = response.headers.get('x-request-id')!;
     const record = await requestRecord(gateway.url, key, requestId);
     assert.equal(record.model, 'house-model');
@@ -104,7 +130,12 @@ describe('global vendor limits', () => {
     fake = await startFakeOpenAI({ latencyMs: 150 });
     const fresh = await freshRedis(12);
     redis = fresh.redis;
-    const env = { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-limited', OPENAI_BASE_URL: fake.url, OPENAI_MAX_CONCURRENCY: '4' };
+    const env = {
+      REDIS_URL: fresh.url,
+      OPENAI_API_KEY: 'sk-limited',
+      OPENAI_BASE_URL: fake.url,
+      OPENAI_MAX_CONCURRENCY: '4',
+    };
     // Two worker processes share the cap: it holds across processes, not per process.
     gateways.push(await startGateway({ env }), await startGateway({ role: 'worker', env }));
   });
@@ -172,7 +203,10 @@ describe('vendor timeouts', () => {
 
   it('maps a vendor that never answers in time to 504 vendor_timeout', async () => {
     fake.setDefault(() => ({ delayMs: lateMs }));
-    await assert.rejects(ask(client), (error: unknown) => error instanceof OpenAI.APIError && error.status === 504 && error.code === 'vendor_timeout');
+    await assert.rejects(
+      ask(client),
+      (error: unknown) => error instanceof OpenAI.APIError && error.status === 504 && error.code === 'vendor_timeout',
+    );
     assert.equal(fake.requests.length, 4, 'every attempt was tried');
   });
 

@@ -55,7 +55,8 @@ describe('the scheduler through the gateway', () => {
     redis?.disconnect();
   });
 
-  const ask = (client: OpenAI, model: string) => client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 16 });
+  const ask = (client: OpenAI, model: string) =>
+    client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hello' }], max_tokens: 16 });
 
   it('a flood to a capped vendor holds up neither another vendor nor another account of the same vendor', async () => {
     const flooder = await paidAccountKey(redis, 'unlimited');
@@ -63,19 +64,31 @@ describe('the scheduler through the gateway', () => {
     const other = await paidAccountKey(redis, 'unlimited');
     const done: string[] = [];
     // 24 calls at 2 at a time, 250 ms each: the flood takes about 3 s to drain.
-    const flood = Array.from({ length: 24 }, () => ask(gateway.client(flooder.key), openaiModel).then(() => void done.push('flood')));
-    await waitFor(async () => (await redis.zcard('bull:{lane@openai}:prioritized')) >= 12, 10_000, 'the flood to wait in the OpenAI lane');
+    const flood = Array.from({ length: 24 }, () =>
+      ask(gateway.client(flooder.key), openaiModel).then(() => void done.push('flood')),
+    );
+    await waitFor(
+      async () => (await redis.zcard('bull:{lane@openai}:prioritized')) >= 12,
+      10_000,
+      'the flood to wait in the OpenAI lane',
+    );
     const floodDoneBefore = done.length;
     const quietCall = ask(gateway.client(quiet.key), openaiModel).then(() => void done.push('quiet-openai'));
     const otherCall = ask(gateway.client(other.key), anthropicModel).then(() => void done.push('other-anthropic'));
     await Promise.all([...flood, quietCall, otherCall]);
 
     const otherAt = done.indexOf('other-anthropic');
-    assert.ok(otherAt - floodDoneBefore <= 2, `the Anthropic request waited behind ${otherAt - floodDoneBefore} OpenAI calls: ${done.join(' ')}`);
+    assert.ok(
+      otherAt - floodDoneBefore <= 2,
+      `the Anthropic request waited behind ${otherAt - floodDoneBefore} OpenAI calls: ${done.join(' ')}`,
+    );
     const quietAt = done.indexOf('quiet-openai');
     // The two calls in flight and at most one taken with it before it, and one more when a call ended (and the next
     // was taken) while the quiet request was on its way to the queue: it is served next, not after the other 12+.
-    assert.ok(quietAt - floodDoneBefore <= 5, `the quiet OpenAI request waited behind ${quietAt - floodDoneBefore} of the flood's calls: ${done.join(' ')}`);
+    assert.ok(
+      quietAt - floodDoneBefore <= 5,
+      `the quiet OpenAI request waited behind ${quietAt - floodDoneBefore} of the flood's calls: ${done.join(' ')}`,
+    );
     assert.ok(openai.maxInFlight <= 2, `the vendor saw ${openai.maxInFlight} calls at once`);
   });
 
@@ -84,26 +97,52 @@ describe('the scheduler through the gateway', () => {
     const client = gateway.client(account.key);
     for (const tier of ['flex', 'priority'] as const) {
       const answer = await client.chat.completions
-        .create({ model: anthropicModel, messages: [{ role: 'user', content: tier }], service_tier: tier } as OpenAI.ChatCompletionCreateParamsNonStreaming)
+        .create({
+          model: anthropicModel,
+          messages: [{ role: 'user', content: tier }],
+          service_tier: tier,
+        } as OpenAI.ChatCompletionCreateParamsNonStreaming)
         .withResponse();
       const id = answer.response.headers.get('x-request-id')!;
       const [priority, data] = await redis.hmget(`bull:{chat}:${id}`, 'priority', 'data');
       assert.equal(Number(priority), bandStart(tier), `a ${tier} job waits at its band's head`);
-      assert.equal((JSON.parse(data!) as { contended?: boolean }).contended, undefined, 'not placed among waiting work');
+      assert.equal(
+        (JSON.parse(data!) as { contended?: boolean }).contended,
+        undefined,
+        'not placed among waiting work',
+      );
     }
     // Counted while it waited, uncounted once taken.
-    await waitFor(async () => (await readBacklog(redis, '{chat}')).length === 0, 5_000, 'the backlog to be empty again');
+    await waitFor(
+      async () => (await readBacklog(redis, '{chat}')).length === 0,
+      5_000,
+      'the backlog to be empty again',
+    );
   });
 
   it('shows the wait per tier and account in /metrics', async () => {
     const account = await paidAccountKey(redis, 'unlimited');
-    await gateway.client(account.key).chat.completions.create({ model: openaiModel, messages: [{ role: 'user', content: 'flex' }], service_tier: 'flex' } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-    await waitFor(async () => (await (await fetch(`${gateway.url}/metrics`)).text()).includes(`switchyard_queue_wait_seconds_count{queue="chat",tier="flex",account="${account.account}"} 1`), 10_000, 'the flex wait of the account in /metrics');
+    await gateway.client(account.key).chat.completions.create({
+      model: openaiModel,
+      messages: [{ role: 'user', content: 'flex' }],
+      service_tier: 'flex',
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    await waitFor(
+      async () =>
+        (await (await fetch(`${gateway.url}/metrics`)).text()).includes(
+          `switchyard_queue_wait_seconds_count{queue="chat",tier="flex",account="${account.account}"} 1`,
+        ),
+      10_000,
+      'the flex wait of the account in /metrics',
+    );
   });
 
   it('keeps an admin’s weight in the record and shows it; refuses one out of range', async () => {
     const { admin } = adminClient(() => gateway.url, adminToken);
-    const account = (await admin('POST', '/admin/accounts', { email: 'weighted@example.com' })).json as unknown as { id: string; weight: number };
+    const account = (await admin('POST', '/admin/accounts', { email: 'weighted@example.com' })).json as unknown as {
+      id: string;
+      weight: number;
+    };
     assert.equal(account.weight, 1, 'the default weight');
     const patched = await admin('PATCH', `/admin/accounts/${account.id}`, { weight: 3 });
     assert.equal(patched.status, 200);
@@ -113,7 +152,11 @@ describe('the scheduler through the gateway', () => {
     assert.equal((await admin('PATCH', `/admin/accounts/${account.id}`, { weight: 101 })).status, 400);
     const record = await openRecord(await recordUrlFor(url), { max: 1, migrate: false });
     try {
-      const row = await record.selectFrom('accounts').select('weight').where('id', '=', account.id).executeTakeFirstOrThrow();
+      const row = await record
+        .selectFrom('accounts')
+        .select('weight')
+        .where('id', '=', account.id)
+        .executeTakeFirstOrThrow();
       assert.equal(row.weight, 3, 'kept in the record');
     } finally {
       await record.destroy();

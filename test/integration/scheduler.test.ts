@@ -3,7 +3,17 @@ import assert from 'node:assert/strict';
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { createRedis } from '../../shared/redis.js';
-import { bandStart, bandWidth, leaveBacklog, maxPriorityLead, placeJob, readBacklog, recount, tokensPerUnit, type FairClaim } from '../../shared/scheduling/index.js';
+import {
+  bandStart,
+  bandWidth,
+  leaveBacklog,
+  maxPriorityLead,
+  placeJob,
+  readBacklog,
+  recount,
+  tokensPerUnit,
+  type FairClaim,
+} from '../../shared/scheduling/index.js';
 import { recountLockKey } from '../../shared/redis-keys.js';
 import { freshRedis, waitFor } from '../support/gateway.js';
 
@@ -70,7 +80,13 @@ describe('the fair queue', () => {
     return served;
   }
 
-  const claim = (accountId: string, tier: FairClaim['tier'] = 'default', weight = 1, tokens = 1000, leadTokens = 0): FairClaim => ({ accountId, weight, tokens, tier, contended: true, leadTokens });
+  const claim = (
+    accountId: string,
+    tier: FairClaim['tier'] = 'default',
+    weight = 1,
+    tokens = 1000,
+    leadTokens = 0,
+  ): FairClaim => ({ accountId, weight, tokens, tier, contended: true, leadTokens });
 
   it('serves an account that arrives during another account’s flood next, not after the flood', async () => {
     const q = queue();
@@ -78,7 +94,11 @@ describe('the fair queue', () => {
     await add(q, claim('acct_quiet'), 'quiet');
     const served = await serve(q, 51);
     assert.ok(served.indexOf('quiet') <= 1, `the quiet account's job was served at ${served.indexOf('quiet')} of 51`);
-    assert.deepEqual(served.filter((label) => label.startsWith('flood-')), Array.from({ length: 50 }, (_, i) => `flood-${i}`), 'an account’s own jobs keep their order');
+    assert.deepEqual(
+      served.filter((label) => label.startsWith('flood-')),
+      Array.from({ length: 50 }, (_, i) => `flood-${i}`),
+      'an account’s own jobs keep their order',
+    );
   });
 
   it('shares by account, not by key or arrival: two floods added one after the other alternate', async () => {
@@ -107,19 +127,34 @@ describe('the fair queue', () => {
     for (let i = 0; i < 40; i++) await add(q, claim('acct_small', 'default', 1, tokensPerUnit), `small-${i}`);
     const served = await serve(q, 45);
     // The big account's second request starts 64 units after its first: every small one fits in between.
-    assert.ok(served.indexOf('big-1') > served.indexOf('small-39'), `the second huge request waited for the small ones: ${served.slice(0, 12).join(' ')}`);
+    assert.ok(
+      served.indexOf('big-1') > served.indexOf('small-39'),
+      `the second huge request waited for the small ones: ${served.slice(0, 12).join(' ')}`,
+    );
   });
 
-  it('serves flex only when nothing interactive waits, and priority a bounded lead ahead of its account\'s place', async () => {
+  it("serves flex only when nothing interactive waits, and priority a bounded lead ahead of its account's place", async () => {
     const q = queue();
     for (let i = 0; i < 10; i++) await add(q, claim('acct_flex', 'flex'), `flex-${i}`);
     for (let i = 0; i < 10; i++) await add(q, claim('acct_default', 'default'), `default-${i}`);
     const priorityTag = await add(q, claim('acct_priority', 'priority', 1, 1000, 16 * tokensPerUnit), 'priority-0');
-    assert.equal(priorityTag, bandStart('priority') + maxPriorityLead - 16, 'an idle account\'s priority request starts its lead ahead of the band\'s virtual time');
+    assert.equal(
+      priorityTag,
+      bandStart('priority') + maxPriorityLead - 16,
+      "an idle account's priority request starts its lead ahead of the band's virtual time",
+    );
     const served = await serve(q, 21);
     assert.equal(served[0], 'priority-0');
-    assert.deepEqual(served.slice(1, 11).every((label) => label.startsWith('default-')), true, served.join(' '));
-    assert.deepEqual(served.slice(11).every((label) => label.startsWith('flex-')), true, served.join(' '));
+    assert.deepEqual(
+      served.slice(1, 11).every((label) => label.startsWith('default-')),
+      true,
+      served.join(' '),
+    );
+    assert.deepEqual(
+      served.slice(11).every((label) => label.startsWith('flex-')),
+      true,
+      served.join(' '),
+    );
   });
 
   it('lets no account starve another with priority: its priority requests count in its share, the lead is bounded', async () => {
@@ -128,7 +163,10 @@ describe('the fair queue', () => {
     for (let i = 0; i < 40; i++) await add(q, claim('acct_flood', 'priority', 1, 1000, 16 * tokensPerUnit), `p-${i}`);
     await add(q, claim('acct_quiet', 'default'), 'quiet');
     const served = await serve(q, 41);
-    assert.ok(served.indexOf('quiet') <= 5, `the quiet account's default request was served at ${served.indexOf('quiet')} of 41`);
+    assert.ok(
+      served.indexOf('quiet') <= 5,
+      `the quiet account's default request was served at ${served.indexOf('quiet')} of 41`,
+    );
   });
 
   it('starts every account level once a band is empty: past service is not held against a later burst', async () => {
@@ -138,7 +176,11 @@ describe('the fair queue', () => {
     const first = await add(q, claim('acct_late'), 'late');
     const second = await add(q, claim('acct_early'), 'early-again');
     assert.equal(first, bandStart('default') + maxPriorityLead, 'the empty band starts at its first tagged place');
-    assert.equal(second, bandStart('default') + maxPriorityLead, 'the account served before starts level with the new one');
+    assert.equal(
+      second,
+      bandStart('default') + maxPriorityLead,
+      'the account served before starts level with the new one',
+    );
   });
 
   it('shifts a busy band down before its tags outgrow it, keeping the order of what waits', async () => {
@@ -148,8 +190,11 @@ describe('the fair queue', () => {
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-0');
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-1');
     await add(q, claim('acct_huge', 'default', 1, huge), 'huge-2');
-    // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band in.
-    const taken = (await q.getJobs(['prioritized'])).filter((j) => j.data.label !== 'huge-2').sort((x, y) => x.priority - y.priority);
+    // The first two are taken (as a worker takes them): the band's virtual time is huge-1's tag, a third of the band
+    // in.
+    const taken = (await q.getJobs(['prioritized']))
+      .filter((j) => j.data.label !== 'huge-2')
+      .sort((x, y) => x.priority - y.priority);
     for (const job of taken) {
       await leaveBacklog(redis, q.name, job.id!, q.toKey(job.id!));
       await q.remove(job.id!);
@@ -160,8 +205,16 @@ describe('the fair queue', () => {
     assert.equal(waiting.data.label, 'huge-2');
     const next = await add(q, claim('acct_next'), 'next');
     const shifted = (await q.getJob(waiting.id!))!;
-    assert.equal(shifted.priority, waiting.priority - virtual, 'the waiting job was shifted down by the virtual time, score and job alike');
-    assert.equal(next, bandStart('default') + maxPriorityLead, 'the newcomer starts at the virtual time, now the band’s start');
+    assert.equal(
+      shifted.priority,
+      waiting.priority - virtual,
+      'the waiting job was shifted down by the virtual time, score and job alike',
+    );
+    assert.equal(
+      next,
+      bandStart('default') + maxPriorityLead,
+      'the newcomer starts at the virtual time, now the band’s start',
+    );
     // The huge job starts after the one before it finishes (a third of the band later); the newcomer starts now.
     assert.deepEqual(await serve(q, 2), ['next', 'huge-2'], 'each is served by its start tag after the shift');
   });
@@ -171,7 +224,8 @@ describe('the fair queue', () => {
     const cost = Math.ceil(0.3 * bandWidth);
     for (let i = 0; i < 4; i++) await add(q, claim('acct_big', 'default', 1, cost * tokensPerUnit), `big-${i}`);
     const first = bandStart('default') + maxPriorityLead;
-    const byLabel = async () => new Map((await q.getJobs(['prioritized', 'active'])).map((job) => [job.data.label as string, job]));
+    const byLabel = async () =>
+      new Map((await q.getJobs(['prioritized', 'active'])).map((job) => [job.data.label as string, job]));
     // big-0 and big-1 taken and started: the virtual time is big-1's tag, past a quarter of the band.
     for (const label of ['big-0', 'big-1']) {
       const job = (await byLabel()).get(label)!;
@@ -190,7 +244,11 @@ describe('the fair queue', () => {
       // big-2 starts now: the virtual time is its shifted tag (cost), not the tag it was taken with (2 × cost).
       await leaveBacklog(redis, q.name, taken.id!, q.toKey(taken.id!));
       await add(q, claim('acct_later'), 'later');
-      assert.equal((await byLabel()).get('big-3')!.priority, first + cost, 'shifted once more by the started job’s tag, not past it');
+      assert.equal(
+        (await byLabel()).get('big-3')!.priority,
+        first + cost,
+        'shifted once more by the started job’s tag, not past it',
+      );
     } finally {
       await worker.close();
       connection.disconnect();
@@ -203,11 +261,18 @@ describe('the fair queue', () => {
     await add(q, claim('acct_x', 'flex'), 'x2');
     await add(q, claim('acct_y', 'priority'), 'y1');
     const rows = (await readBacklog(redis, q.name)).sort();
-    assert.deepEqual(rows, [['flex', 'acct_x', 2], ['priority', 'acct_y', 1]]);
+    assert.deepEqual(rows, [
+      ['flex', 'acct_x', 2],
+      ['priority', 'acct_y', 1],
+    ]);
     const y1 = (await q.getJobs(['prioritized'])).find((job) => job.data.label === 'y1')!;
     await leaveBacklog(redis, q.name, y1.id!);
     await leaveBacklog(redis, q.name, y1.id!);
-    assert.deepEqual((await readBacklog(redis, q.name)).sort(), [['flex', 'acct_x', 2]], 'a count that reaches 0 is removed, and counted down once');
+    assert.deepEqual(
+      (await readBacklog(redis, q.name)).sort(),
+      [['flex', 'acct_x', 2]],
+      'a count that reaches 0 is removed, and counted down once',
+    );
   });
 
   it('gives an account back the cost of a job that never ran: a refused or cancelled request does not move its tag', async () => {
@@ -221,7 +286,11 @@ describe('the fair queue', () => {
       await leaveBacklog(redis, q.name, job.id!);
     }
     const next = await add(q, claim('acct_retry'), 'retry-4');
-    assert.equal(next - first, 4, 'the next admitted job starts right after the last one that ran (1,000 tokens: 4 units)');
+    assert.equal(
+      next - first,
+      4,
+      'the next admitted job starts right after the last one that ran (1,000 tokens: 4 units)',
+    );
   });
 
   it('repairs a count whose job left without saying so (a lost report, a removal that did not tell)', async () => {

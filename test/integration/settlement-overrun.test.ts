@@ -8,7 +8,14 @@ import { PriceList } from '../../shared/money/pricing.js';
 import { countChatPromptTokensAsync } from '../../shared/tokens.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { startFakeOpenAI, type FakeOpenAI } from '../support/fake-openai.js';
-import { createKey, freshRedis, paidAccountKey, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import {
+  createKey,
+  freshRedis,
+  paidAccountKey,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 
 /*
  * A request is admitted against its reservation (its prompt and at most
@@ -23,9 +30,24 @@ const prices = new PriceList(loadCatalog().all());
 const model = 'gpt-4o';
 const weather: OpenAI.ChatCompletionTool = {
   type: 'function',
-  function: { name: 'get_weather', description: 'Weather for a city', parameters: { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } }, required: ['city', 'unit'] } },
+  function: {
+    name: 'get_weather',
+    description: 'Weather for a city',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['celsius', 'fahrenheit'] } },
+      required: ['city', 'unit'],
+    },
+  },
 };
-const toolRequest = { model, max_tokens: 1, n: 8, tool_choice: 'required', tools: [weather], messages: [{ role: 'user', content: 'What is the weather in Lisbon?' }] } as const;
+const toolRequest = {
+  model,
+  max_tokens: 1,
+  n: 8,
+  tool_choice: 'required',
+  tools: [weather],
+  messages: [{ role: 'user', content: 'What is the weather in Lisbon?' }],
+} as const;
 
 async function worstCase(request: object): Promise<number> {
   const payload = request as unknown as ChatCompletionRequest;
@@ -42,7 +64,11 @@ async function metric(gateway: GatewayProcess, name: string): Promise<number> {
 }
 
 const post = (gateway: GatewayProcess, key: string, body: object) =>
-  fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  fetch(`${gateway.url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
 
 describe('settlement never passes the reservation unseen', () => {
   let redis: Redis;
@@ -64,9 +90,16 @@ describe('settlement never passes the reservation unseen', () => {
     assert.equal(answer.choices.length, 8);
     for (const choice of answer.choices) assert.equal(choice.finish_reason, 'length');
     assert.ok(answer.usage!.completion_tokens <= 8, `completion tokens ${answer.usage!.completion_tokens}`);
-    const full = (await (await post(mock, key, { ...toolRequest, max_tokens: 200, n: 1 })).json()) as OpenAI.ChatCompletion;
+    const full = (await (
+      await post(mock, key, { ...toolRequest, max_tokens: 200, n: 1 })
+    ).json()) as OpenAI.ChatCompletion;
     assert.equal(full.choices[0]!.finish_reason, 'tool_calls');
-    assert.deepEqual(JSON.parse((full.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments), { city: 'mock', unit: 'celsius' });
+    assert.deepEqual(
+      JSON.parse(
+        (full.choices[0]!.message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function.arguments,
+      ),
+      { city: 'mock', unit: 'celsius' },
+    );
   });
 
   it('40 racing tool-call requests keep the key limit and the balance, and no overrun is counted', async () => {
@@ -76,9 +109,17 @@ describe('settlement never passes the reservation unseen', () => {
     const limit = 10 * worst;
     const created = await paidAccountKey(redis, balance, { limitMicros: limit });
     const { account } = created;
-    const statuses = await Promise.all(Array.from({ length: 40 }, () => post(mock, created.key, toolRequest).then(async (res) => (await res.arrayBuffer(), res.status))));
+    const statuses = await Promise.all(
+      Array.from({ length: 40 }, () =>
+        post(mock, created.key, toolRequest).then(async (res) => (await res.arrayBuffer(), res.status)),
+      ),
+    );
     assert.ok(statuses.includes(200) && statuses.includes(429), JSON.stringify(statuses));
-    await waitFor(async () => (await readKeySpend(redis, account, created.id))?.reservedMicros === 0, 10_000, 'every reservation settled');
+    await waitFor(
+      async () => (await readKeySpend(redis, account, created.id))?.reservedMicros === 0,
+      10_000,
+      'every reservation settled',
+    );
     const spent = (await readKeySpend(redis, account, created.id))!.spentMicros;
     const left = (await readBill(redis, account))!.balanceMicros!;
     assert.ok(spent <= limit, `spent ${spent} of the key's ${limit}`);
@@ -97,7 +138,14 @@ describe('a vendor that answers past max_tokens', () => {
     fake = await startFakeOpenAI();
     const fresh = await freshRedis(6);
     redis = fresh.redis;
-    gateway = await startGateway({ env: { REDIS_URL: fresh.url, OPENAI_API_KEY: 'sk-overrun-vendor-0123456789', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off' } });
+    gateway = await startGateway({
+      env: {
+        REDIS_URL: fresh.url,
+        OPENAI_API_KEY: 'sk-overrun-vendor-0123456789',
+        OPENAI_BASE_URL: fake.url,
+        MOCK_VENDOR: 'off',
+      },
+    });
   });
   after(async () => {
     await gateway?.stop();
@@ -113,7 +161,14 @@ describe('a vendor that answers past max_tokens', () => {
         object: 'chat.completion',
         created: 1_700_000_000,
         model: 'gpt-4o-2024-08-06',
-        choices: [{ index: 0, message: { role: 'assistant', content: 'far more than one token of answer', refusal: null }, logprobs: null, finish_reason: 'stop' }],
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: 'far more than one token of answer', refusal: null },
+            logprobs: null,
+            finish_reason: 'stop',
+          },
+        ],
         usage: { prompt_tokens: 12, completion_tokens: 5000, total_tokens: 5012 },
       },
     });
@@ -121,9 +176,20 @@ describe('a vendor that answers past max_tokens', () => {
     const res = await post(gateway, key, { model, max_tokens: 1, messages: [{ role: 'user', content: 'Hi' }] });
     assert.equal(res.status, 200);
     const requestId = res.headers.get('x-request-id')!;
-    await waitFor(async () => (await metric(gateway, 'switchyard_settlement_overruns_total')) === before + 1, 5000, 'the overrun counted');
+    await waitFor(
+      async () => (await metric(gateway, 'switchyard_settlement_overruns_total')) === before + 1,
+      5000,
+      'the overrun counted',
+    );
     const over = await metric(gateway, 'switchyard_settlement_overrun_micros_total');
-    const billed = prices.costMicros(model, { inputTokens: 12, cachedTokens: 0, outputTokens: 5000, images: 0, audioSeconds: 0, videoSeconds: 0 });
+    const billed = prices.costMicros(model, {
+      inputTokens: 12,
+      cachedTokens: 0,
+      outputTokens: 5000,
+      images: 0,
+      audioSeconds: 0,
+      videoSeconds: 0,
+    });
     assert.ok(over > 0 && over < billed, `over by ${over} of ${billed}`);
     const warning = gateway.logs.find((line) => line.includes('more than its reservation'));
     assert.ok(warning, 'a warning');

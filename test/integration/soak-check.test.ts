@@ -35,25 +35,50 @@ describe('the soak’s check after the run', () => {
     [openai, anthropic] = await Promise.all([startFakeOpenAI({ record: false }), startFakeAnthropic()]);
     recordUrl = await recordUrlFor(redisServer.url);
     gateway = await startGateway({
-      env: { REDIS_URL: redisServer.url, OPENAI_API_KEY: 'sk-openai-test', OPENAI_BASE_URL: openai.url, ANTHROPIC_API_KEY: 'sk-ant-test', ANTHROPIC_BASE_URL: anthropic.url, MOCK_VENDOR: 'off' },
+      env: {
+        REDIS_URL: redisServer.url,
+        OPENAI_API_KEY: 'sk-openai-test',
+        OPENAI_BASE_URL: openai.url,
+        ANTHROPIC_API_KEY: 'sk-ant-test',
+        ANTHROPIC_BASE_URL: anthropic.url,
+        MOCK_VENDOR: 'off',
+      },
     });
     const paid = await paidAccountKey(redis, 10_000_000);
-    accounts = [{ name: 'paid', id: paid.account, creditsMicros: 10_000_000, keys: [{ name: 'main', id: paid.id, limitMicros: null, budgetMicros: null }] }];
+    accounts = [
+      {
+        name: 'paid',
+        id: paid.account,
+        creditsMicros: 10_000_000,
+        keys: [{ name: 'main', id: paid.id, limitMicros: null, budgetMicros: null }],
+      },
+    ];
     const options = { apis: [gateway.url], apiKey: paid.key, timeoutMs: 60_000 };
     const keep = (kind: KindName, seq: number, parts: Part[]) => {
       for (const part of parts) records.push({ seq, kind, key: 'main', api: 1, startedMs: 0, ...part });
     };
     const chat = kinds.find((k) => k.name === 'chat')!;
-    for (let seq = 0; seq < 3; seq += 1) keep('chat', seq, [await send(chat, seq, { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 })]);
+    for (let seq = 0; seq < 3; seq += 1)
+      keep('chat', seq, [await send(chat, seq, { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 })]);
     // A stream its client leaves after the first chunk: billed for what the vendor produced.
-    keep('stream-left', 3, [await send(kinds.find((k) => k.name === 'stream-left')!, 3, { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 })]);
+    keep('stream-left', 3, [
+      await send(
+        kinds.find((k) => k.name === 'stream-left')!,
+        3,
+        { baseUrl: gateway.url, apiKey: paid.key, timeoutMs: 30_000 },
+      ),
+    ]);
     keep('async-chat', 10, await asyncChat(10, options));
     keep('message-batch', 11, await messageBatch(11, options));
     keep('openai-batch', 12, await openaiBatch(12, options));
-    await waitFor(async () => {
-      const left = await pending(redis, accounts);
-      return left.streamed === 0 && left.reserved === 0 && left.deadlines === 0;
-    }, 30_000, 'the usage streams to empty and nothing to be reserved');
+    await waitFor(
+      async () => {
+        const left = await pending(redis, accounts);
+        return left.streamed === 0 && left.reserved === 0 && left.deadlines === 0;
+      },
+      30_000,
+      'the usage streams to empty and nothing to be reserved',
+    );
     // The api's request-log halves trail the answers by a moment.
     await new Promise((resolve) => setTimeout(resolve, 1500));
   });
@@ -69,7 +94,13 @@ describe('the soak’s check after the run', () => {
     assert.deepEqual(
       records.map((r) => `${r.kind}:${r.outcome}`),
       // Batch 11 has 2 + 11 % 3 = 4 lines, batch 12 has 2 + 12 % 3 = 2: a record per line.
-      [...Array(3).fill('chat:answered'), 'stream-left:left', 'async-chat:answered', ...Array(4).fill('message-batch:answered'), ...Array(2).fill('openai-batch:answered')],
+      [
+        ...Array(3).fill('chat:answered'),
+        'stream-left:left',
+        'async-chat:answered',
+        ...Array(4).fill('message-batch:answered'),
+        ...Array(2).fill('openai-batch:answered'),
+      ],
     );
     const result = await check(recordUrl, redis, accounts, records);
     assert.deepEqual(result.failures, []);
@@ -86,7 +117,14 @@ describe('the soak’s check after the run', () => {
       ...records,
       { ...chat, seq: 100, requestId: 'req_never_recorded' },
       { ...chat, seq: 101 },
-      { ...line, seq: 102, outcome: 'failed' as const, detail: 'batch line missing', answerId: undefined, batch: 'msgbatch_x/line-9' },
+      {
+        ...line,
+        seq: 102,
+        outcome: 'failed' as const,
+        detail: 'batch line missing',
+        answerId: undefined,
+        batch: 'msgbatch_x/line-9',
+      },
     ];
     const result = await check(recordUrl, redis, accounts, tampered);
     assert.equal(result.figures.lost, 2, JSON.stringify(result.failures));
@@ -96,11 +134,26 @@ describe('the soak’s check after the run', () => {
   });
 
   it('fails on a Realtime answer or a stream cut off by its client that was not billed', async () => {
-    const cut: ClientRecord = { seq: 200, kind: 'realtime-left', key: 'main', api: 1, startedMs: 0, latencyMs: 5, outcome: 'left', status: 101, requestId: 'req_session:resp_unbilled', errorCode: null, bodyHash: '' };
+    const cut: ClientRecord = {
+      seq: 200,
+      kind: 'realtime-left',
+      key: 'main',
+      api: 1,
+      startedMs: 0,
+      latencyMs: 5,
+      outcome: 'left',
+      status: 101,
+      requestId: 'req_session:resp_unbilled',
+      errorCode: null,
+      bodyHash: '',
+    };
     const left = { ...records.find((r) => r.kind === 'stream-left')!, seq: 201, requestId: 'req_stream_unbilled' };
     const result = await check(recordUrl, redis, accounts, [...records, cut, left]);
     assert.equal(result.figures.unbilledCutOffs, 2);
-    assert.match(result.failures.join('\n'), /cut off by their client have no settled usage row: req_session:resp_unbilled, req_stream_unbilled/);
+    assert.match(
+      result.failures.join('\n'),
+      /cut off by their client have no settled usage row: req_session:resp_unbilled, req_stream_unbilled/,
+    );
   });
 
   it('fails on a balance in Redis a few micro-dollars off its credits minus its usage', async () => {

@@ -13,7 +13,12 @@ import { FAKE_REPLY_TEXT } from '../support/fake-openai-defaults.js';
  * through the settings, so that each case ends in seconds. No bar on speed: a socket must be closed within its
  * deadline plus a margin, and what is a response (a long stream, a held reply) must not be cut by them.
  */
-const deadlines = { HEADERS_TIMEOUT_MS: 1000, REQUEST_RECEIVE_TIMEOUT_MS: 3000, BODY_IDLE_TIMEOUT_MS: 1000, KEEPALIVE_TIMEOUT_MS: 1000 };
+const deadlines = {
+  HEADERS_TIMEOUT_MS: 1000,
+  REQUEST_RECEIVE_TIMEOUT_MS: 3000,
+  BODY_IDLE_TIMEOUT_MS: 1000,
+  KEEPALIVE_TIMEOUT_MS: 1000,
+};
 /** Node checks the header and request deadlines on a timer, and a loaded machine is slow to notice: room for both. */
 const margin = 3000;
 
@@ -34,10 +39,12 @@ function openSocket(url: string): Promise<RawSocket> {
     socket.on('data', (chunk: Buffer) => chunks.push(chunk));
     // A write racing the server's close is expected here.
     socket.on('error', () => {});
-    const closing = new Promise<void>((done) => socket.once('close', () => {
-      closed = true;
-      done();
-    }));
+    const closing = new Promise<void>((done) =>
+      socket.once('close', () => {
+        closed = true;
+        done();
+      }),
+    );
     socket.once('connect', () =>
       resolve({
         socket,
@@ -47,7 +54,11 @@ function openSocket(url: string): Promise<RawSocket> {
             if (closed) return done();
             const timer = setTimeout(() => {
               socket.destroy();
-              fail(new Error(`the socket is still open ${withinMs} ms on; received: ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`));
+              fail(
+                new Error(
+                  `the socket is still open ${withinMs} ms on; received: ${Buffer.concat(chunks).toString('utf8').slice(0, 300)}`,
+                ),
+              );
             }, withinMs);
             void closing.then(() => {
               clearTimeout(timer);
@@ -70,10 +81,16 @@ function trickle(raw: RawSocket, piece: string, everyMs: number): void {
 }
 
 /** The status and OpenAI error of the one raw response a socket received. */
-function parseAnswer(text: string): { status: number; headers: string; error: { message: string; type: string; param: string | null; code: string | null } } {
+function parseAnswer(text: string): {
+  status: number;
+  headers: string;
+  error: { message: string; type: string; param: string | null; code: string | null };
+} {
   const match = /^HTTP\/1\.1 (\d{3}) [^\r]*\r\n([\s\S]*?)\r\n\r\n([\s\S]*)$/.exec(text);
   assert.ok(match, `not one HTTP response: ${JSON.stringify(text.slice(0, 300))}`);
-  const body = JSON.parse(match[3]!) as { error: { message: string; type: string; param: string | null; code: string | null } };
+  const body = JSON.parse(match[3]!) as {
+    error: { message: string; type: string; param: string | null; code: string | null };
+  };
   assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type']);
   return { status: Number(match[1]), headers: match[2]!.toLowerCase(), error: body.error };
 }
@@ -95,7 +112,8 @@ function apiHoldsConnection(apiPort: number, clientPort: number): boolean {
     for (const row of rows) {
       const fields = row.trim().split(/\s+/);
       if (fields.length < 10) continue;
-      if (fields[1]!.endsWith(`:${hex(apiPort)}`) && fields[2]!.endsWith(`:${hex(clientPort)}`) && fields[9] !== '0') return true;
+      if (fields[1]!.endsWith(`:${hex(apiPort)}`) && fields[2]!.endsWith(`:${hex(clientPort)}`) && fields[9] !== '0')
+        return true;
     }
   }
   return false;
@@ -106,7 +124,7 @@ function rssBytes(pid: number): number {
   return Number(line?.[1] ?? 0) * 1024;
 }
 
-describe('socket deadlines and the api\'s caps on what a client holds', () => {
+describe("socket deadlines and the api's caps on what a client holds", () => {
   let redis: Redis;
   let fake: FakeOpenAI;
   let gateway: GatewayProcess;
@@ -138,7 +156,8 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
 
   /** The head of a chat request of `length` bytes; `key` '' sends none. */
   const chatHead = (length: number, key = apiKey) =>
-    `POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\ncontent-type: application/json\r\ncontent-length: ${length}\r\n` +
+    `POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\ncontent-type: application/json\r\ncontent-length: ` +
+    `${length}\r\n` +
     `${key ? `authorization: Bearer ${key}\r\n` : ''}\r\n`;
 
   it('closes a socket whose headers arrive too slowly, with a 408', async () => {
@@ -160,7 +179,11 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
     const clientPort = raw.socket.localPort!;
     await waitFor(() => apiHoldsConnection(apiPort, clientPort), 5000, 'the api to take the connection');
     try {
-      await waitFor(() => !apiHoldsConnection(apiPort, clientPort), withinMs, `the api to let go of the connection from port ${clientPort}`);
+      await waitFor(
+        () => !apiHoldsConnection(apiPort, clientPort),
+        withinMs,
+        `the api to let go of the connection from port ${clientPort}`,
+      );
     } finally {
       raw.socket.destroy();
     }
@@ -200,7 +223,8 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
 
   it('answers a multipart body that stalls with a 408 and closes its socket', async () => {
     const raw = await openSocket(gateway.url);
-    const part = '--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFF';
+    const part =
+      '--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\nRIFF';
     raw.socket.write(
       `POST /v1/audio/transcriptions HTTP/1.1\r\nHost: gateway\r\nauthorization: Bearer ${apiKey}\r\n` +
         `content-type: multipart/form-data; boundary=B\r\ncontent-length: 100000\r\n\r\n${part}`,
@@ -269,7 +293,8 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
     const raw = await openSocket(gateway.url);
     // No declared length: the limit is found while reading (MAX_BODY_BYTES, 50 MB), then the rest is not waited for.
     raw.socket.write(
-      `POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nauthorization: Bearer ${apiKey}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nauthorization: Bearer ${apiKey}\r\ncontent-type: ` +
+        `application/json\r\ntransfer-encoding: chunked\r\n\r\n`,
     );
     const chunk = 'x'.repeat(1024 * 1024);
     for (let i = 0; i < 51 && !raw.socket.destroyed; i++) {
@@ -283,28 +308,48 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
   it('keeps a stream that lasts longer than every deadline, and a reply held longer', async () => {
     const client = gateway.client(apiKey, { timeout: 30_000 });
     const started = Date.now();
-    const stream = await client.chat.completions.create({ model: 'gpt-4o-mini', stream: true, messages: [{ role: 'user', content: 'slowly' }] });
+    const stream = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      stream: true,
+      messages: [{ role: 'user', content: 'slowly' }],
+    });
     let text = '';
     for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
     assert.equal(text, FAKE_REPLY_TEXT);
-    assert.ok(Date.now() - started > deadlines.REQUEST_RECEIVE_TIMEOUT_MS + deadlines.KEEPALIVE_TIMEOUT_MS, 'the stream outlived the deadlines');
+    assert.ok(
+      Date.now() - started > deadlines.REQUEST_RECEIVE_TIMEOUT_MS + deadlines.KEEPALIVE_TIMEOUT_MS,
+      'the stream outlived the deadlines',
+    );
     // The vendor answers 5 s late: the reply is held past every client deadline, then sent.
     fake.enqueue({ delayMs: 5000 });
-    const held = await client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'wait for it' }] });
+    const held = await client.chat.completions.create({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'wait for it' }],
+    });
     assert.equal(held.choices[0]!.message.content, FAKE_REPLY_TEXT);
   });
 
-  it('refuses an inline image past the vendors\' limit with a 400 naming it, before any vendor call', async () => {
+  it("refuses an inline image past the vendors' limit with a 400 naming it, before any vendor call", async () => {
     fake.reset();
     const url = `data:image/png;base64,${'A'.repeat(28 * 1024 * 1024)}`;
     const body = JSON.stringify({
       model: 'gpt-4o-mini',
       messages: [
         { role: 'user', content: 'first' },
-        { role: 'user', content: [{ type: 'text', text: 'what is this?' }, { type: 'image_url', image_url: { url, detail: 'low' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'what is this?' },
+            { type: 'image_url', image_url: { url, detail: 'low' } },
+          ],
+        },
       ],
     });
-    const res = await fetch(`${gateway.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' }, body });
+    const res = await fetch(`${gateway.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+      body,
+    });
     const answer = (await res.json()) as { error: { param: string; code: string; type: string } };
     assert.equal(res.status, 400, JSON.stringify(answer));
     assert.equal(answer.error.param, 'messages[1].content[1].image_url.url');
@@ -314,7 +359,12 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
     // An image within the limit still goes through.
     const small = await gateway.client(apiKey).chat.completions.create({
       model: 'gpt-4o-mini',
-      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(1024)}` } }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(1024)}` } }],
+        },
+      ],
     });
     assert.equal(small.choices[0]!.message.content, FAKE_REPLY_TEXT);
   });
@@ -336,7 +386,9 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
       ws.on('unexpected-response', (_req, response) => {
         const chunks: Buffer[] = [];
         response.on('data', (chunk: Buffer) => chunks.push(chunk));
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+        response.on('end', () =>
+          resolve({ status: response.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }),
+        );
       });
       ws.on('open', () => resolve({ ws, status: 101 }));
       ws.on('error', reject);
@@ -365,34 +417,42 @@ describe('socket deadlines and the api\'s caps on what a client holds', () => {
     assert.ok(grown < 64 * 1024 * 1024, `the api grew by ${Math.round(grown / 1024 / 1024)} MB`);
   });
 
-  it('refuses a key more job events sockets than MAX_EVENT_SOCKETS_PER_KEY with a 429, and frees a slot when one closes', async () => {
-    const key = (await createKey(redis, 'sockets')).key;
-    const url = await slowJob(key, 10_000);
-    const open = await Promise.all(Array.from({ length: 5 }, () => openWatcher(url, key)));
-    const accepted = open.filter((o) => o.status === 101);
-    const refused = open.filter((o) => o.status !== 101);
-    assert.equal(accepted.length, 3);
-    assert.equal(refused.length, 2);
-    for (const answer of refused) {
-      assert.equal(answer.status, 429);
-      const body = JSON.parse(answer.body!) as { error: { code: string; type: string } };
-      assert.equal(body.error.code, 'too_many_sockets');
-      assert.equal(body.error.type, 'rate_limit_exceeded');
-    }
-    // Another key is not held back by this one.
-    const otherKey = (await createKey(redis, 'other')).key;
-    const other = await openWatcher(await slowJob(otherKey, 10_000), otherKey);
-    assert.equal(other.status, 101);
-    other.ws!.close();
-    const first = accepted[0]!.ws!;
-    const closed = new Promise((resolve) => first.once('close', resolve));
-    first.close();
-    await closed;
-    await waitFor(async () => {
-      const again = await openWatcher(url, key);
-      again.ws?.close();
-      return again.status === 101;
-    }, 5000, 'a freed slot');
-    for (const o of accepted) o.ws!.close();
-  });
+  it(
+    'refuses a key more job events sockets than MAX_EVENT_SOCKETS_PER_KEY with a 429, and frees a slot when one ' +
+      'closes',
+    async () => {
+      const key = (await createKey(redis, 'sockets')).key;
+      const url = await slowJob(key, 10_000);
+      const open = await Promise.all(Array.from({ length: 5 }, () => openWatcher(url, key)));
+      const accepted = open.filter((o) => o.status === 101);
+      const refused = open.filter((o) => o.status !== 101);
+      assert.equal(accepted.length, 3);
+      assert.equal(refused.length, 2);
+      for (const answer of refused) {
+        assert.equal(answer.status, 429);
+        const body = JSON.parse(answer.body!) as { error: { code: string; type: string } };
+        assert.equal(body.error.code, 'too_many_sockets');
+        assert.equal(body.error.type, 'rate_limit_exceeded');
+      }
+      // Another key is not held back by this one.
+      const otherKey = (await createKey(redis, 'other')).key;
+      const other = await openWatcher(await slowJob(otherKey, 10_000), otherKey);
+      assert.equal(other.status, 101);
+      other.ws!.close();
+      const first = accepted[0]!.ws!;
+      const closed = new Promise((resolve) => first.once('close', resolve));
+      first.close();
+      await closed;
+      await waitFor(
+        async () => {
+          const again = await openWatcher(url, key);
+          again.ws?.close();
+          return again.status === 101;
+        },
+        5000,
+        'a freed slot',
+      );
+      for (const o of accepted) o.ws!.close();
+    },
+  );
 });

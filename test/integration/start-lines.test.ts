@@ -8,7 +8,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Redis } from 'ioredis';
-import { freshRedis, onLines, spawnGateway, startGateway, waitFor, createKey, type GatewayProcess } from '../support/gateway.js';
+import {
+  freshRedis,
+  onLines,
+  spawnGateway,
+  startGateway,
+  waitFor,
+  createKey,
+  type GatewayProcess,
+} from '../support/gateway.js';
 import { freePort } from '../support/redis-server.js';
 import { freshDatabase, recordUrlFor } from '../support/record.js';
 import { prettyLine } from '../../shared/logger.js';
@@ -25,12 +33,24 @@ import { processAlive } from '../../storage/record/embedded-engine.js';
  */
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
-const baseEnv = () => ({ PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/root', HOST: '127.0.0.1', MOCK_STREAM_DELAY_MS: '5' });
+const baseEnv = () => ({
+  PATH: process.env.PATH ?? '',
+  HOME: process.env.HOME ?? '/root',
+  HOST: '127.0.0.1',
+  MOCK_STREAM_DELAY_MS: '5',
+});
 
 /** Runs a `bin/` script through tsx in an environment holding only `env`; its output, both streams, and its exit. */
-async function runScript(args: string[], env: Record<string, string>): Promise<{ code: number | null; stdout: string; output: string; ms: number }> {
+async function runScript(
+  args: string[],
+  env: Record<string, string>,
+): Promise<{ code: number | null; stdout: string; output: string; ms: number }> {
   const started = Date.now();
-  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, env: { ...baseEnv(), ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc = spawn(process.execPath, ['--import', 'tsx', ...args], {
+    cwd: root,
+    env: { ...baseEnv(), ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stdout = '';
   let output = '';
   proc.stdout.on('data', (d: Buffer) => ((stdout += d.toString()), (output += d.toString())));
@@ -38,7 +58,6 @@ async function runScript(args: string[], env: Record<string, string>): Promise<{
   const [code] = (await once(proc, 'close')) as [number | null];
   return { code, stdout, output, ms: Date.now() - started };
 }
-
 
 /** Collects a process's lines, both streams, as they come. */
 function collectLines(proc: ChildProcess): string[] {
@@ -72,7 +91,11 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
       npm_lifecycle_event: 'start',
     });
     lines = collectLines(proc);
-    await waitFor(() => lines.some((l) => l.includes('gateway ready')), 60_000, `the gateway ready line:\n${lines.join('\n')}`);
+    await waitFor(
+      () => lines.some((l) => l.includes('gateway ready')),
+      60_000,
+      `the gateway ready line:\n${lines.join('\n')}`,
+    );
     base = /gateway listening on (http:\/\/127\.0\.0\.1:\d+)\/v1/.exec(lines.join('\n'))![1]!;
     redisPid = Number(readFileSync(join(dataDir, 'redis.pid'), 'utf8'));
   });
@@ -83,22 +106,48 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     if (dataDir) rmSync(dataDir, { recursive: true, force: true });
   });
 
-  it('says in short lines where to go: the URL, the console, how to get a key, the record, the Redis and who started it', () => {
-    const text = lines.join('\n');
-    assert.ok(lines.every((l) => !l.startsWith('{')), `no JSON line:\n${text}`);
-    // `HH:MM:SS LEVEL message`, nothing else before the message.
-    const say = (pattern: RegExp) => assert.ok(lines.some((l) => /^\d\d:\d\d:\d\d (INFO |WARN ) /.test(l) && pattern.test(l)), `${pattern}:\n${text}`);
-    say(new RegExp(`gateway listening on ${base}/v1`));
-    say(new RegExp(`console at ${base}/console \\(sign in as lines@example\\.com\\)`));
-    say(new RegExp(`API keys: make one in the console or with \`npm run keys -- create --name NAME\`.*call ${base}/v1`));
-    const port = new URL(databaseUrl).port || '5432';
-    say(new RegExp(`the record is in PostgreSQL at 127\\.0\\.0\\.1:${port}/${new URL(databaseUrl).pathname.slice(1)} \\(DATABASE_URL\\)`));
-    say(new RegExp(`Redis: started a private redis-server under ${dataDir} at 127\\.0\\.0\\.1:\\d+ \\(pid ${redisPid}\\); it stops when this process stops`));
-    say(/gateway ready/);
-  });
+  it(
+    'says in short lines where to go: the URL, the console, how to get a key, the record, the Redis and who ' +
+      'started it',
+    () => {
+      const text = lines.join('\n');
+      assert.ok(
+        lines.every((l) => !l.startsWith('{')),
+        `no JSON line:\n${text}`,
+      );
+      // `HH:MM:SS LEVEL message`, nothing else before the message.
+      const say = (pattern: RegExp) =>
+        assert.ok(
+          lines.some((l) => /^\d\d:\d\d:\d\d (INFO |WARN ) /.test(l) && pattern.test(l)),
+          `${pattern}:\n${text}`,
+        );
+      say(new RegExp(`gateway listening on ${base}/v1`));
+      say(new RegExp(`console at ${base}/console \\(sign in as lines@example\\.com\\)`));
+      say(
+        new RegExp(`API keys: make one in the console or with \`npm run keys -- create --name NAME\`.*call ${base}/v1`),
+      );
+      const port = new URL(databaseUrl).port || '5432';
+      say(
+        new RegExp(
+          `the record is in PostgreSQL at 127\\.0\\.0\\.1:${port}/${new URL(databaseUrl).pathname.slice(1)} ` +
+            `\\(DATABASE_URL\\)`,
+        ),
+      );
+      say(
+        new RegExp(
+          `Redis: started a private redis-server under ${dataDir} at 127\\.0\\.0\\.1:\\d+ \\(pid ${redisPid}\\); ` +
+            `it stops when this process stops`,
+        ),
+      );
+      say(/gateway ready/);
+    },
+  );
 
   it('the keys CLI, with the same DATA_DIR, uses the same Redis and leaves it running for the gateway', async () => {
-    const made = await runScript(['bin/keys.ts', 'create', '--name', 'from the cli'], { DATA_DIR: dataDir, DATABASE_URL: databaseUrl });
+    const made = await runScript(['bin/keys.ts', 'create', '--name', 'from the cli'], {
+      DATA_DIR: dataDir,
+      DATABASE_URL: databaseUrl,
+    });
     assert.equal(made.code, 0, made.output);
     const key = made.stdout.trim();
     assert.ok(processAlive(redisPid), 'the private redis-server still runs');
@@ -114,34 +163,52 @@ describe('npm start with nothing named but DATA_DIR, as a person sees it (LOG_FO
     });
     assert.equal(image.status, 200, await image.clone().text());
     const imagesDir = join(dataDir, 'blobs', 'images');
-    await waitFor(() => existsSync(imagesDir) && readdirSync(imagesDir).length > 0, 5000, 'the image under DATA_DIR/blobs');
+    await waitFor(
+      () => existsSync(imagesDir) && readdirSync(imagesDir).length > 0,
+      5000,
+      'the image under DATA_DIR/blobs',
+    );
     assert.ok(!existsSync(join(root, '.data', 'blobs', 'images', readdirSync(imagesDir)[0]!)), 'not under ./.data');
   });
 
-  it('Ctrl-C drains and stops the gateway and its private redis-server; the keys CLI then starts it for its command and stops it after', async () => {
-    const closed = once(proc, 'close');
-    // Under npm, a terminal's Ctrl-C reaches the gateway twice, from the terminal and forwarded by npm, milliseconds apart: one Ctrl-C, a drain (not exit 130).
-    proc.kill('SIGINT');
-    await new Promise((r) => setTimeout(r, 30));
-    proc.kill('SIGINT');
-    const [code] = (await closed) as [number | null];
-    assert.equal(code, 0, lines.join('\n'));
-    assert.ok(lines.some((l) => l.includes('draining 0 requests')) && !lines.some((l) => l.includes('second interrupt')), lines.join('\n'));
-    assert.ok(lines.some((l) => l.includes('stopped the private redis-server (nothing else used it)')), lines.join('\n'));
-    await waitFor(() => !processAlive(redisPid), 5000, 'the private redis-server gone');
-    assert.ok(!existsSync(join(dataDir, 'redis.url')), 'no stale address left');
-    // Its data stays under DATA_DIR (append-only file), for the next start.
-    assert.ok(existsSync(join(dataDir, 'appendonlydir')), readdirSync(dataDir).join(', '));
+  it(
+    'Ctrl-C drains and stops the gateway and its private redis-server; the keys CLI then starts it for its command ' +
+      'and stops it after',
+    async () => {
+      const closed = once(proc, 'close');
+      // Under npm, a terminal's Ctrl-C reaches the gateway twice, from the terminal and forwarded by npm, milliseconds
+      // apart: one Ctrl-C, a drain (not exit 130).
+      proc.kill('SIGINT');
+      await new Promise((r) => setTimeout(r, 30));
+      proc.kill('SIGINT');
+      const [code] = (await closed) as [number | null];
+      assert.equal(code, 0, lines.join('\n'));
+      assert.ok(
+        lines.some((l) => l.includes('draining 0 requests')) && !lines.some((l) => l.includes('second interrupt')),
+        lines.join('\n'),
+      );
+      assert.ok(
+        lines.some((l) => l.includes('stopped the private redis-server (nothing else used it)')),
+        lines.join('\n'),
+      );
+      await waitFor(() => !processAlive(redisPid), 5000, 'the private redis-server gone');
+      assert.ok(!existsSync(join(dataDir, 'redis.url')), 'no stale address left');
+      // Its data stays under DATA_DIR (append-only file), for the next start.
+      assert.ok(existsSync(join(dataDir, 'appendonlydir')), readdirSync(dataDir).join(', '));
 
-    const listed = await runScript(['bin/keys.ts', 'list'], { DATA_DIR: dataDir, DATABASE_URL: databaseUrl });
-    assert.equal(listed.code, 0, listed.output);
-    assert.match(listed.stdout, /\tfrom the cli$/m);
-    // Its own redis-server under DATA_DIR (the gateway's second start of it there), stopped when the command ended.
-    const redisLog = readFileSync(join(dataDir, 'redis.log'), 'utf8');
-    assert.equal(redisLog.match(/Ready to accept connections/g)?.length, 2, redisLog);
-    assert.equal(redisLog.match(/ready to exit, bye bye/g)?.length, 2, redisLog);
-    assert.ok(!existsSync(join(dataDir, 'redis.url')) && !existsSync(join(dataDir, 'redis.pid')), readdirSync(dataDir).join(', '));
-  });
+      const listed = await runScript(['bin/keys.ts', 'list'], { DATA_DIR: dataDir, DATABASE_URL: databaseUrl });
+      assert.equal(listed.code, 0, listed.output);
+      assert.match(listed.stdout, /\tfrom the cli$/m);
+      // Its own redis-server under DATA_DIR (the gateway's second start of it there), stopped when the command ended.
+      const redisLog = readFileSync(join(dataDir, 'redis.log'), 'utf8');
+      assert.equal(redisLog.match(/Ready to accept connections/g)?.length, 2, redisLog);
+      assert.equal(redisLog.match(/ready to exit, bye bye/g)?.length, 2, redisLog);
+      assert.ok(
+        !existsSync(join(dataDir, 'redis.url')) && !existsSync(join(dataDir, 'redis.pid')),
+        readdirSync(dataDir).join(', '),
+      );
+    },
+  );
 });
 
 describe('npm start for machines, and the starts that cannot start', () => {
@@ -169,9 +236,24 @@ describe('npm start for machines, and the starts that cannot start', () => {
       }
     });
     const record = new URL(await recordUrlFor(url));
-    assert.ok(entries.some((e) => e.msg === `the record is in PostgreSQL at ${record.hostname}:${record.port || 5432}${record.pathname} (DATABASE_URL)`), gateway.logs.join('\n'));
+    assert.ok(
+      entries.some(
+        (e) =>
+          e.msg ===
+          `the record is in PostgreSQL at ${record.hostname}:${record.port || 5432}${record.pathname} (DATABASE_URL)`,
+      ),
+      gateway.logs.join('\n'),
+    );
     const port = new URL(url).port;
-    assert.ok(entries.some((e) => e.source === 'REDIS_URL' && e.redis === `127.0.0.1:${port}` && e.msg === `Redis at 127.0.0.1:${port} (REDIS_URL)`), gateway.logs.join('\n'));
+    assert.ok(
+      entries.some(
+        (e) =>
+          e.source === 'REDIS_URL' &&
+          e.redis === `127.0.0.1:${port}` &&
+          e.msg === `Redis at 127.0.0.1:${port} (REDIS_URL)`,
+      ),
+      gateway.logs.join('\n'),
+    );
     assert.ok(entries.some((e) => e.msg.startsWith('API keys: ')));
   });
 
@@ -181,7 +263,10 @@ describe('npm start for machines, and the starts that cannot start', () => {
     const slow = fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mock-chat', messages: [{ role: 'user', content: 'take your time [mock:slow:2500]' }] }),
+      body: JSON.stringify({
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: 'take your time [mock:slow:2500]' }],
+      }),
     });
     await waitFor(() => gateway.logs.length > 0, 1000);
     await new Promise((r) => setTimeout(r, 300));
@@ -210,7 +295,13 @@ describe('npm start for machines, and the starts that cannot start', () => {
       assert.equal(result.code, 1, result.output);
       const lines = result.output.trim().split('\n');
       assert.equal(lines.length, 1, result.output);
-      assert.match(lines[0]!, new RegExp(`^switchyard: port ${port} on 127\\.0\\.0\\.1 is in use \\(another gateway\\?\\): stop it, or set PORT to a free port \\(PORT=${port + 1} npm start\\); nothing was started$`));
+      assert.match(
+        lines[0]!,
+        new RegExp(
+          `^switchyard: port ${port} on 127\\.0\\.0\\.1 is in use \\(another gateway\\?\\): stop it, or set PORT ` +
+            `to a free port \\(PORT=${port + 1} npm start\\); nothing was started$`,
+        ),
+      );
       assert.deepEqual(readdirSync(dataDir), [], 'no Redis started, no record made');
       // Loosely quick: no Redis started, no record opened (a full start takes several seconds more).
       assert.ok(result.ms < 30_000, `${result.ms} ms`);
@@ -223,9 +314,22 @@ describe('npm start for machines, and the starts that cannot start', () => {
   it('a PostgreSQL that is not there ends npm start, a worker and the CLIs in one line, never the password', async () => {
     const port = await freePort();
     const databaseUrl = `postgres://gateway:pg-secret-41@127.0.0.1:${port}/switchyard`;
-    const says = new RegExp(`^switchyard( keys| accounts)?: cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port}/switchyard \\(DATABASE_URL\\): connection refused — is it running\\?$`);
-    for (const args of [['bin/start.ts'], ['bin/start.ts', '--role=worker'], ['bin/keys.ts', 'list'], ['bin/accounts.ts', 'list']]) {
-      const result = await runScript(args, { PORT: '0', REDIS_URL: url, DATABASE_URL: databaseUrl, LOG_FORMAT: 'json' });
+    const says = new RegExp(
+      `^switchyard( keys| accounts)?: cannot reach PostgreSQL at 127\\.0\\.0\\.1:${port}/switchyard ` +
+        `\\(DATABASE_URL\\): connection refused — is it running\\?$`,
+    );
+    for (const args of [
+      ['bin/start.ts'],
+      ['bin/start.ts', '--role=worker'],
+      ['bin/keys.ts', 'list'],
+      ['bin/accounts.ts', 'list'],
+    ]) {
+      const result = await runScript(args, {
+        PORT: '0',
+        REDIS_URL: url,
+        DATABASE_URL: databaseUrl,
+        LOG_FORMAT: 'json',
+      });
       assert.equal(result.code, 1, `${args.join(' ')}: ${result.output}`);
       const lines = result.output.trim().split('\n');
       assert.equal(lines.length, 1, result.output);
@@ -238,15 +342,39 @@ describe('npm start for machines, and the starts that cannot start', () => {
 describe('a pretty line (LOG_FORMAT=pretty)', () => {
   const at = new Date(2026, 0, 2, 3, 4, 5).getTime();
   it('is the time, the level, the message and only the fields it does not already say', () => {
-    const line = prettyLine(JSON.stringify({ level: 30, time: at, pid: 1, name: 'switchyard-all', port: 8080, host: '127.0.0.1', instance: 'api-1', msg: 'gateway listening on http://127.0.0.1:8080/v1' }));
+    const line = prettyLine(
+      JSON.stringify({
+        level: 30,
+        time: at,
+        pid: 1,
+        name: 'switchyard-all',
+        port: 8080,
+        host: '127.0.0.1',
+        instance: 'api-1',
+        msg: 'gateway listening on http://127.0.0.1:8080/v1',
+      }),
+    );
     assert.equal(line, '03:04:05 INFO  gateway listening on http://127.0.0.1:8080/v1  instance=api-1');
-    assert.equal(prettyLine(JSON.stringify({ level: 40, time: at, msg: 'slow', ms: 12, path: '/v1/x y' }), '[worker] '), '03:04:05 WARN  [worker] slow  ms=12 path="/v1/x y"');
+    assert.equal(
+      prettyLine(JSON.stringify({ level: 40, time: at, msg: 'slow', ms: 12, path: '/v1/x y' }), '[worker] '),
+      '03:04:05 WARN  [worker] slow  ms=12 path="/v1/x y"',
+    );
   });
 
-  it('says an error\'s message on the line, and its stack below only from ERROR up; a line that is not JSON is kept as it is', () => {
-    const err = { type: 'Error', message: 'connect ECONNREFUSED', stack: 'Error: connect ECONNREFUSED\n    at here' };
-    assert.equal(prettyLine(JSON.stringify({ level: 40, time: at, msg: 'retrying', err })), '03:04:05 WARN  retrying: connect ECONNREFUSED');
-    assert.equal(prettyLine(JSON.stringify({ level: 50, time: at, msg: 'failed', err })), '03:04:05 ERROR failed: connect ECONNREFUSED\n    Error: connect ECONNREFUSED\n        at here');
-    assert.equal(prettyLine('not json\n'), 'not json');
-  });
+  it(
+    "says an error's message on the line, and its stack below only from ERROR up; a line that is not JSON is kept " +
+      'as it is',
+    () => {
+      const err = { type: 'Error', message: 'connect ECONNREFUSED', stack: 'Error: connect ECONNREFUSED\n    at here' };
+      assert.equal(
+        prettyLine(JSON.stringify({ level: 40, time: at, msg: 'retrying', err })),
+        '03:04:05 WARN  retrying: connect ECONNREFUSED',
+      );
+      assert.equal(
+        prettyLine(JSON.stringify({ level: 50, time: at, msg: 'failed', err })),
+        '03:04:05 ERROR failed: connect ECONNREFUSED\n    Error: connect ECONNREFUSED\n        at here',
+      );
+      assert.equal(prettyLine('not json\n'), 'not json');
+    },
+  );
 });

@@ -35,13 +35,22 @@ describe('a stop with Redis gone ends by SHUTDOWN_GRACE_MS (plus the margin to c
     const redis = new Redis(redisServer.url);
     apiKey = (await createKey(redis)).key;
     redis.disconnect();
-    return { REDIS_URL: redisServer.url, OPENAI_API_KEY: 'sk-vendor', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', SHUTDOWN_GRACE_MS: String(graceMs) };
+    return {
+      REDIS_URL: redisServer.url,
+      OPENAI_API_KEY: 'sk-vendor',
+      OPENAI_BASE_URL: fake.url,
+      MOCK_VENDOR: 'off',
+      SHUTDOWN_GRACE_MS: String(graceMs),
+    };
   }
 
   /** A chat whose job is at the vendor (it hangs there), answered or failed later by whatever happens. */
   async function callAtVendor(api: GatewayProcess): Promise<void> {
     const before = fake.inFlight;
-    api.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hang' }] }).catch(() => undefined);
+    api
+      .client(apiKey)
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hang' }] })
+      .catch(() => undefined);
     await waitFor(() => fake.inFlight === before + 1, 20_000, 'the vendor call');
   }
 
@@ -56,25 +65,36 @@ describe('a stop with Redis gone ends by SHUTDOWN_GRACE_MS (plus the margin to c
     return { ms: Date.now() - started, code };
   }
 
-  it('npm start (workers in their own process): the api ends its request, the worker process gives up its job, both exit', async () => {
-    const env = await ownRedis();
-    const gateway = await startGateway({ env: { ...env, WORKER_PROCESS: 'on' } });
-    processes.push(gateway);
-    await callAtVendor(gateway);
-    await redisServer.stop();
+  it(
+    'npm start (workers in their own process): the api ends its request, the worker process gives up its job, both ' +
+      'exit',
+    async () => {
+      const env = await ownRedis();
+      const gateway = await startGateway({ env: { ...env, WORKER_PROCESS: 'on' } });
+      processes.push(gateway);
+      await callAtVendor(gateway);
+      await redisServer.stop();
 
-    const { ms, code } = await stopTimed(gateway);
-    const logs = gateway.logs.join('\n');
-    assert.ok(ms < exitBoundMs, `exited after ${ms} ms`);
-    assert.equal(code, 0, logs);
-    assert.match(logs, /grace period over; ending the requests in flight/, 'the api says what it ended');
-    assert.match(logs, /"name":"switchyard-worker".*grace period over: giving up 1 running job/, 'the worker process says what it gave up');
-    assert.match(logs, /"msg":"stopped"/);
-  });
+      const { ms, code } = await stopTimed(gateway);
+      const logs = gateway.logs.join('\n');
+      assert.ok(ms < exitBoundMs, `exited after ${ms} ms`);
+      assert.equal(code, 0, logs);
+      assert.match(logs, /grace period over; ending the requests in flight/, 'the api says what it ended');
+      assert.match(
+        logs,
+        /"name":"switchyard-worker".*grace period over: giving up 1 running job/,
+        'the worker process says what it gave up',
+      );
+      assert.match(logs, /"msg":"stopped"/);
+    },
+  );
 
   it('--role=worker: gives up its running job at the deadline and exits', async () => {
     const env = await ownRedis();
-    const [api, worker] = await Promise.all([startGateway({ role: 'api', env }), startGateway({ role: 'worker', env })]);
+    const [api, worker] = await Promise.all([
+      startGateway({ role: 'api', env }),
+      startGateway({ role: 'worker', env }),
+    ]);
     processes.push(api, worker);
     await callAtVendor(api);
     await redisServer.stop();
@@ -83,7 +103,10 @@ describe('a stop with Redis gone ends by SHUTDOWN_GRACE_MS (plus the margin to c
     const logs = worker.logs.join('\n');
     assert.ok(ms < exitBoundMs, `exited after ${ms} ms`);
     assert.equal(code, 0, logs);
-    assert.match(logs, /grace period over: giving up 1 running job \(another worker runs it again once its lock expires\)/);
+    assert.match(
+      logs,
+      /grace period over: giving up 1 running job \(another worker runs it again once its lock expires\)/,
+    );
     assert.match(logs, /"msg":"stopped"/);
 
     const apiStop = await stopTimed(api);

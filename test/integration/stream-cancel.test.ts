@@ -12,7 +12,8 @@ import { waitForUsage } from '../support/record.js';
  * STREAM_RESUME_GRACE_MAX_MS.
  */
 
-// About 25 pieces at 150 ms each: near 4 s of stream, so a cut after a few pieces leaves most of it unmade, and a 1.5 s grace ends first.
+// About 25 pieces at 150 ms each: near 4 s of stream, so a cut after a few pieces leaves most of it unmade, and a 1.5 s
+// grace ends first.
 const longPrompt = `${Array.from({ length: 40 }, (_, i) => `word${i}`).join(' ')} [mock:slow:150]`;
 const graceMaxMs = 1500;
 
@@ -24,7 +25,9 @@ describe('a stream whose client leaves', () => {
   before(async () => {
     let url: string;
     ({ redis, url } = await freshRedis(4));
-    gateway = await startGateway({ env: { REDIS_URL: url, MOCK_VENDOR: 'on', STREAM_RESUME_GRACE_MAX_MS: String(graceMaxMs) } });
+    gateway = await startGateway({
+      env: { REDIS_URL: url, MOCK_VENDOR: 'on', STREAM_RESUME_GRACE_MAX_MS: String(graceMaxMs) },
+    });
     apiKey = (await createKey(redis, 'streams')).key;
   });
 
@@ -33,8 +36,13 @@ describe('a stream whose client leaves', () => {
     redis?.disconnect();
   });
 
-  /** Starts a stream, reads `events` data frames, then closes the connection; returns the request id and when it closed. */
-  async function startAndLeave(headers: Record<string, string> = {}, events = 3): Promise<{ requestId: string; closedAt: number; lastId: number }> {
+  /**
+   * Starts a stream, reads `events` data frames, then closes the connection; returns the request id and when it closed.
+   */
+  async function startAndLeave(
+    headers: Record<string, string> = {},
+    events = 3,
+  ): Promise<{ requestId: string; closedAt: number; lastId: number }> {
     const controller = new AbortController();
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
@@ -46,13 +54,15 @@ describe('a stream whose client leaves', () => {
     const requestId = res.headers.get('x-request-id')!;
     const reader = res.body!.getReader();
     let text = '';
-    while ((text.match(/^data: \{/gm) ?? []).length < events) text += new TextDecoder().decode((await reader.read()).value);
+    while ((text.match(/^data: \{/gm) ?? []).length < events)
+      text += new TextDecoder().decode((await reader.read()).value);
     controller.abort();
     const ids = [...text.slice(0, text.lastIndexOf('\n\n')).matchAll(/^id: (\d+)$/gm)].map((m) => Number(m[1]));
     return { requestId, closedAt: Date.now(), lastId: ids.at(-1) ?? 0 };
   }
 
-  const cancelledLine = (requestId: string) => gateway.logs.find((line) => line.includes(requestId) && line.includes('request cancelled'));
+  const cancelledLine = (requestId: string) =>
+    gateway.logs.find((line) => line.includes(requestId) && line.includes('request cancelled'));
 
   async function usageOf(requestId: string): Promise<{ output_tokens: number; status: string }> {
     return waitForUsage(redis, (r) => r.request_id === requestId, 5000);
@@ -65,15 +75,21 @@ describe('a stream whose client leaves', () => {
     const usage = await usageOf(requestId);
     assert.equal(usage.status, 'cancelled');
     // The full answer is about 60 tokens; a few words were made before the cut.
-    assert.ok(usage.output_tokens > 0 && usage.output_tokens < 30, `billed ${usage.output_tokens} output tokens (cancelled ${cancelledAfter} ms after the close)`);
-    // Nothing to resume once cancelled before the end: a resume gets what was made and the stream's end, or a 404 when nothing is kept.
+    assert.ok(
+      usage.output_tokens > 0 && usage.output_tokens < 30,
+      `billed ${usage.output_tokens} output tokens (cancelled ${cancelledAfter} ms after the close)`,
+    );
+    // Nothing to resume once cancelled before the end: a resume gets what was made and the stream's end, or a 404 when
+    // nothing is kept.
   });
 
   it('runs on for the grace a request asks for, and is resumed from where the client left', async () => {
     const { requestId, lastId } = await startAndLeave({ 'x-stream-resume-grace-ms': '10000' });
     await new Promise((resolve) => setTimeout(resolve, 300));
     assert.equal(cancelledLine(requestId), undefined, 'still running in its grace');
-    const resumed = await fetch(`${gateway.url}/v1/chat/completions/${requestId}/stream`, { headers: { authorization: `Bearer ${apiKey}`, 'last-event-id': String(lastId) } });
+    const resumed = await fetch(`${gateway.url}/v1/chat/completions/${requestId}/stream`, {
+      headers: { authorization: `Bearer ${apiKey}`, 'last-event-id': String(lastId) },
+    });
     assert.equal(resumed.status, 200);
     const rest = await resumed.text();
     assert.ok(rest.endsWith('data: [DONE]\n\n'), rest.slice(-200));
@@ -84,7 +100,11 @@ describe('a stream whose client leaves', () => {
 
   it('cuts a larger ask to STREAM_RESUME_GRACE_MAX_MS', async () => {
     const { requestId, closedAt } = await startAndLeave({ 'x-stream-resume-grace-ms': '3600000' });
-    await waitFor(() => cancelledLine(requestId) !== undefined, graceMaxMs + 5000, 'the cancellation after the capped grace');
+    await waitFor(
+      () => cancelledLine(requestId) !== undefined,
+      graceMaxMs + 5000,
+      'the cancellation after the capped grace',
+    );
     const after = Date.now() - closedAt;
     assert.ok(after >= graceMaxMs - 100, `cancelled ${after} ms after the close, before the ${graceMaxMs} ms cap`);
     assert.equal((await usageOf(requestId)).status, 'cancelled');
@@ -94,7 +114,11 @@ describe('a stream whose client leaves', () => {
     for (const value of ['-1', 'soon', '1.5', '99999999999']) {
       const res = await fetch(`${gateway.url}/v1/chat/completions`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', 'x-stream-resume-grace-ms': value },
+        headers: {
+          authorization: `Bearer ${apiKey}`,
+          'content-type': 'application/json',
+          'x-stream-resume-grace-ms': value,
+        },
         body: JSON.stringify({ model: 'mock-chat', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
       });
       assert.equal(res.status, 400, value);

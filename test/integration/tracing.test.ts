@@ -66,13 +66,31 @@ function assertOneTree(spans: CollectedSpan[], client: { traceId: string; spanId
 }
 
 /** Waits until the trace holds at least these spans (by name and count). */
-async function traceWith(collector: OtlpCollector, traceId: string, wanted: Record<string, number>): Promise<CollectedSpan[]> {
+async function traceWith(
+  collector: OtlpCollector,
+  traceId: string,
+  wanted: Record<string, number>,
+): Promise<CollectedSpan[]> {
   const complete = () => {
     const spans = collector.trace(traceId);
     return Object.entries(wanted).every(([name, count]) => named(spans, name).length >= count);
   };
-  await waitFor(complete, 10_000, `spans ${JSON.stringify(wanted)} of trace ${traceId} (have: ${collector.trace(traceId).map((s) => s.name).join(', ')})`).catch((error: Error) => {
-    throw new Error(`${error.message}; collected: ${collector.trace(traceId).map((s) => `${s.service}/${s.name}`).join(', ') || 'nothing'}`);
+  await waitFor(
+    complete,
+    10_000,
+    `spans ${JSON.stringify(wanted)} of trace ${traceId} (have: ${collector
+      .trace(traceId)
+      .map((s) => s.name)
+      .join(', ')})`,
+  ).catch((error: Error) => {
+    throw new Error(
+      `${error.message}; collected: ${
+        collector
+          .trace(traceId)
+          .map((s) => `${s.service}/${s.name}`)
+          .join(', ') || 'nothing'
+      }`,
+    );
   });
   // Anything of the trace still on its way (it should not be: the counts are exact below).
   await new Promise((r) => setTimeout(r, 300));
@@ -80,7 +98,10 @@ async function traceWith(collector: OtlpCollector, traceId: string, wanted: Reco
 }
 
 const ask = (client: OpenAI, traceparent: string) =>
-  client.chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }, { headers: { traceparent } });
+  client.chat.completions.create(
+    { model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+    { headers: { traceparent } },
+  );
 
 describe('tracing across the api and worker processes', () => {
   let fake: FakeOpenAI;
@@ -134,10 +155,17 @@ describe('tracing across the api and worker processes', () => {
     const waited = one(spans, 'queue wait');
     const processed = one(spans, 'process chat');
     const attempt = one(spans, 'vendor attempt');
-    for (const child of [admission, relay, waited, processed]) assert.equal(child.parentSpanId, root.spanId, `${child.name} is the request's child`);
+    for (const child of [admission, relay, waited, processed])
+      assert.equal(child.parentSpanId, root.spanId, `${child.name} is the request's child`);
     assert.equal(attempt.parentSpanId, processed.spanId, 'the vendor attempt runs inside the processing');
-    assert.deepEqual([admission, relay].map((s) => s.service), ['switchyard-api', 'switchyard-api']);
-    assert.deepEqual([waited, processed, attempt].map((s) => s.service), ['switchyard-worker', 'switchyard-worker', 'switchyard-worker']);
+    assert.deepEqual(
+      [admission, relay].map((s) => s.service),
+      ['switchyard-api', 'switchyard-api'],
+    );
+    assert.deepEqual(
+      [waited, processed, attempt].map((s) => s.service),
+      ['switchyard-worker', 'switchyard-worker', 'switchyard-worker'],
+    );
 
     assert.equal(admission.attributes['switchyard.endpoint'], 'chat.completions');
     assert.equal(admission.attributes['switchyard.model'], 'gpt-4o-mini');
@@ -152,10 +180,17 @@ describe('tracing across the api and worker processes', () => {
     // What the call was billed for, as the GenAI conventions name it: the vendor's usage, cached tokens included.
     assert.equal(attempt.attributes['gen_ai.usage.input_tokens'], completion.usage!.prompt_tokens);
     assert.equal(attempt.attributes['gen_ai.usage.output_tokens'], completion.usage!.completion_tokens);
-    assert.equal(attempt.attributes['gen_ai.usage.cache_read.input_tokens'], completion.usage!.prompt_tokens_details?.cached_tokens ?? 0);
+    assert.equal(
+      attempt.attributes['gen_ai.usage.cache_read.input_tokens'],
+      completion.usage!.prompt_tokens_details?.cached_tokens ?? 0,
+    );
     assert.equal(attempt.attributes['gen_ai.usage.cache_creation.input_tokens'], 0);
     assert.ok(Number(attempt.attributes['switchyard.cost_micros']) > 0, 'the call cost something');
-    assert.equal(attempt.attributes['switchyard.prompt_cache.saved_micros'], 0, 'nothing read from the vendor cache, nothing saved');
+    assert.equal(
+      attempt.attributes['switchyard.prompt_cache.saved_micros'],
+      0,
+      'nothing read from the vendor cache, nothing saved',
+    );
     assert.equal(attempt.attributes['switchyard.attempt'], 1);
     assert.equal(attempt.attributes['switchyard.outcome'], 'ok');
     assert.equal(attempt.attributes['server.address'], new URL(fake.url).host);
@@ -168,7 +203,9 @@ describe('tracing across the api and worker processes', () => {
     // plus a monotonic duration, so two spans' instants compare within a clock grain.
     const before = (a: bigint, b: bigint) => a <= b + CLOCK_GRAIN_NS;
     const times = () =>
-      spans.map((s) => `${s.name} ${Number(s.startNs - root.startNs) / 1e6}..${Number(s.endNs - root.startNs) / 1e6} ms`).join('; ');
+      spans
+        .map((s) => `${s.name} ${Number(s.startNs - root.startNs) / 1e6}..${Number(s.endNs - root.startNs) / 1e6} ms`)
+        .join('; ');
     const inOrder = (a: bigint, b: bigint, what: string) => assert.ok(before(a, b), `${what} (${times()})`);
     inOrder(root.startNs, admission.startNs, 'the admission starts within the request');
     inOrder(admission.endNs, relay.endNs, 'admission ends before the relay does');
@@ -202,7 +239,10 @@ describe('tracing across the api and worker processes', () => {
     const relay = one(spans, 'relay');
     assert.equal(relay.parentSpanId, root.spanId);
     assert.equal(relay.attributes['switchyard.stream'], true);
-    assert.ok(Number(relay.attributes['switchyard.replies']) >= 2, `a stream is relayed in several messages: ${relay.attributes['switchyard.replies']}`);
+    assert.ok(
+      Number(relay.attributes['switchyard.replies']) >= 2,
+      `a stream is relayed in several messages: ${relay.attributes['switchyard.replies']}`,
+    );
     assert.equal(one(spans, 'admission').attributes['switchyard.stream'], true);
     assert.equal(one(spans, 'vendor attempt').parentSpanId, one(spans, 'process chat').spanId);
   });
@@ -213,18 +253,40 @@ describe('tracing across the api and worker processes', () => {
     const completion = await ask(client, span.traceparent);
     assert.equal(completion.choices[0]!.message.content, FAKE_REPLY_TEXT);
 
-    const spans = await traceWith(collector, span.traceId, { 'POST /v1/chat/completions': 1, relay: 1, 'process chat': 2, 'vendor attempt': 2 });
+    const spans = await traceWith(collector, span.traceId, {
+      'POST /v1/chat/completions': 1,
+      relay: 1,
+      'process chat': 2,
+      'vendor attempt': 2,
+    });
     const root = assertOneTree(spans, span);
     assert.equal(named(spans, 'queue wait').length, 1, 'the enqueue is waited for once');
-    const runs = named(spans, 'process chat').sort((a, b) => Number(a.attributes['switchyard.attempt']) - Number(b.attributes['switchyard.attempt']));
-    assert.deepEqual(runs.map((s) => s.attributes['switchyard.attempt']), [1, 2]);
-    assert.deepEqual(runs.map((s) => s.attributes['switchyard.outcome']), ['retry', 'completed']);
+    const runs = named(spans, 'process chat').sort(
+      (a, b) => Number(a.attributes['switchyard.attempt']) - Number(b.attributes['switchyard.attempt']),
+    );
+    assert.deepEqual(
+      runs.map((s) => s.attributes['switchyard.attempt']),
+      [1, 2],
+    );
+    assert.deepEqual(
+      runs.map((s) => s.attributes['switchyard.outcome']),
+      ['retry', 'completed'],
+    );
     assert.equal(runs[0]!.status, ERROR);
     for (const run of runs) assert.equal(run.parentSpanId, root.spanId);
 
-    const attempts = named(spans, 'vendor attempt').sort((a, b) => Number(a.attributes['switchyard.attempt']) - Number(b.attributes['switchyard.attempt']));
-    assert.deepEqual(attempts.map((s) => s.attributes['switchyard.attempt']), [1, 2]);
-    assert.deepEqual(attempts.map((s) => s.parentSpanId), runs.map((s) => s.spanId), 'each attempt inside its own run');
+    const attempts = named(spans, 'vendor attempt').sort(
+      (a, b) => Number(a.attributes['switchyard.attempt']) - Number(b.attributes['switchyard.attempt']),
+    );
+    assert.deepEqual(
+      attempts.map((s) => s.attributes['switchyard.attempt']),
+      [1, 2],
+    );
+    assert.deepEqual(
+      attempts.map((s) => s.parentSpanId),
+      runs.map((s) => s.spanId),
+      'each attempt inside its own run',
+    );
     assert.equal(attempts[0]!.status, ERROR);
     assert.equal(attempts[0]!.attributes['switchyard.outcome'], 'error');
     assert.equal(attempts[0]!.attributes['switchyard.error.retryable'], true);
@@ -243,17 +305,34 @@ describe('tracing across the api and worker processes', () => {
     const span = clientSpan();
     const res = await fetch(`${api.url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json', prefer: 'respond-async', traceparent: span.traceparent },
+      headers: {
+        authorization: `Bearer ${apiKey}`,
+        'content-type': 'application/json',
+        prefer: 'respond-async',
+        traceparent: span.traceparent,
+      },
       body: JSON.stringify({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] }),
     });
     assert.equal(res.status, 202);
     const { id } = (await res.json()) as { id: string };
-    await waitFor(async () => {
-      const job = (await (await fetch(`${api.url}/v1/jobs/${id}`, { headers: { authorization: `Bearer ${apiKey}` } })).json()) as { status: string };
-      return job.status === 'completed';
-    }, 10_000, 'the async job to complete');
+    await waitFor(
+      async () => {
+        const job = (await (
+          await fetch(`${api.url}/v1/jobs/${id}`, { headers: { authorization: `Bearer ${apiKey}` } })
+        ).json()) as { status: string };
+        return job.status === 'completed';
+      },
+      10_000,
+      'the async job to complete',
+    );
 
-    const spans = await traceWith(collector, span.traceId, { 'POST /v1/chat/completions': 1, admission: 1, 'queue wait': 1, 'process chat': 1, 'vendor attempt': 1 });
+    const spans = await traceWith(collector, span.traceId, {
+      'POST /v1/chat/completions': 1,
+      admission: 1,
+      'queue wait': 1,
+      'process chat': 1,
+      'vendor attempt': 1,
+    });
     const root = assertOneTree(spans, span);
     assert.equal(root.attributes['http.response.status_code'], 202);
     assert.equal(named(spans, 'relay').length, 0);
@@ -264,7 +343,10 @@ describe('tracing across the api and worker processes', () => {
 
   it('a background response carries the trace context to its worker', async () => {
     const span = clientSpan();
-    const queued = await client.responses.create({ model: 'gpt-4o-mini', input: 'hi', background: true }, { headers: { traceparent: span.traceparent } });
+    const queued = await client.responses.create(
+      { model: 'gpt-4o-mini', input: 'hi', background: true },
+      { headers: { traceparent: span.traceparent } },
+    );
     assert.equal(queued.status, 'queued');
     let polled = queued;
     while (polled.status === 'queued' || polled.status === 'in_progress') {
@@ -273,7 +355,13 @@ describe('tracing across the api and worker processes', () => {
     }
     assert.equal(polled.status, 'completed');
 
-    const spans = await traceWith(collector, span.traceId, { 'POST /v1/responses': 1, admission: 1, 'queue wait': 1, 'process chat': 1, 'vendor attempt': 1 });
+    const spans = await traceWith(collector, span.traceId, {
+      'POST /v1/responses': 1,
+      admission: 1,
+      'queue wait': 1,
+      'process chat': 1,
+      'vendor attempt': 1,
+    });
     const root = assertOneTree(spans, span);
     assert.equal(root.name, 'POST /v1/responses');
     assert.equal(one(spans, 'admission').attributes['switchyard.mode'], 'background');
@@ -285,7 +373,10 @@ describe('tracing across the api and worker processes', () => {
   it("a refused request ends its admission in error; a client's unsampled traceparent is followed (nothing recorded)", async () => {
     const refused = clientSpan();
     await assert.rejects(() =>
-      client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] }, { headers: { traceparent: refused.traceparent } }),
+      client.chat.completions.create(
+        { model: 'no-such-model', messages: [{ role: 'user', content: 'hi' }] },
+        { headers: { traceparent: refused.traceparent } },
+      ),
     );
     const unsampled = clientSpan(false);
     await ask(client, unsampled.traceparent);
@@ -314,15 +405,32 @@ describe('tracing at shutdown', () => {
     try {
       const gateway = await startGateway({
         // The default export delay (5 s): only the shutdown's flush can send these spans in time.
-        env: { REDIS_URL: url, OPENAI_API_KEY: vendorKey, OPENAI_BASE_URL: fake.url, WORKER_PROCESS: 'on', OTEL_EXPORTER_OTLP_ENDPOINT: collector.url },
+        env: {
+          REDIS_URL: url,
+          OPENAI_API_KEY: vendorKey,
+          OPENAI_BASE_URL: fake.url,
+          WORKER_PROCESS: 'on',
+          OTEL_EXPORTER_OTLP_ENDPOINT: collector.url,
+        },
       });
       const span = clientSpan();
       await ask(gateway.client((await createKey(redis)).key), span.traceparent);
       assert.equal(await gateway.stop(), 0);
       const spans = collector.trace(span.traceId);
-      assert.deepEqual(spans.map((s) => s.name).sort(), ['POST /v1/chat/completions', 'admission', 'process chat', 'queue wait', 'relay', 'vendor attempt']);
+      assert.deepEqual(spans.map((s) => s.name).sort(), [
+        'POST /v1/chat/completions',
+        'admission',
+        'process chat',
+        'queue wait',
+        'relay',
+        'vendor attempt',
+      ]);
       assertOneTree(spans, span);
-      assert.deepEqual([...new Set(spans.map((s) => s.service))].sort(), ['switchyard-api', 'switchyard-worker'], 'npm start: the api and its worker process, each by its role');
+      assert.deepEqual(
+        [...new Set(spans.map((s) => s.service))].sort(),
+        ['switchyard-api', 'switchyard-worker'],
+        'npm start: the api and its worker process, each by its role',
+      );
     } finally {
       await Promise.all([fake.close(), collector.close()]);
       redis.disconnect();

@@ -9,7 +9,14 @@ import { initMetrics } from '../../shared/metrics.js';
 import { appendRequestLog } from '../../shared/request-log.js';
 import { openRecord, type RecordDb } from '../../storage/record/database.js';
 import { ensureUsageGroup, refusedData, usageGroup, UsageWriter } from '../../storage/record/usage-writer.js';
-import { freshRedis, paidAccountKey, requestRecord, startGateway, waitFor, type GatewayProcess } from '../support/gateway.js';
+import {
+  freshRedis,
+  paidAccountKey,
+  requestRecord,
+  startGateway,
+  waitFor,
+  type GatewayProcess,
+} from '../support/gateway.js';
 import { testRecord } from '../support/record.js';
 import { ConsoleClient, type ConsoleResponse } from '../support/console-client.js';
 import { freePort } from '../support/redis-server.js';
@@ -53,7 +60,14 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
     let url: string;
     ({ redis, url } = await freshRedis(1));
     gateway = await startGateway({
-      env: { REDIS_URL: url, ADMIN_TOKEN: adminToken, ADMIN_EMAIL: adminEmail, ADMIN_PASSWORD: adminPassword, CONSOLE_SIGNUP: 'open', TRUST_PROXY: 'on' },
+      env: {
+        REDIS_URL: url,
+        ADMIN_TOKEN: adminToken,
+        ADMIN_EMAIL: adminEmail,
+        ADMIN_PASSWORD: adminPassword,
+        CONSOLE_SIGNUP: 'open',
+        TRUST_PROXY: 'on',
+      },
     });
     ({ key, account: accountId, id: keyId } = await paidAccountKey(redis, 5_000_000));
     console = new ConsoleClient(gateway.url, '203.0.113.7');
@@ -74,7 +88,8 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
     return { status: res.status, json: (await res.json()) as ErrorJson, id: res.headers.get('x-request-id') };
   };
   const admin = (method: string, path: string, body?: unknown) => call(method, path, body, `Bearer ${adminToken}`);
-  const inConsole = async (method: string, path: string, body?: unknown): Promise<ConsoleResponse> => console.request(method, path, body);
+  const inConsole = async (method: string, path: string, body?: unknown): Promise<ConsoleResponse> =>
+    console.request(method, path, body);
 
   it('refuses a NUL in the model of every /v1 body, and logs the refusal as text the record can keep', async () => {
     const bodies: Array<[string, Record<string, unknown>]> = [
@@ -91,7 +106,8 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
       expect400(`POST ${path}`, status, json, 'model');
       if (path === '/v1/chat/completions') chatId = id;
     }
-    // The refusal is in the log, its model as text PostgreSQL stores (the NUL as U+FFFD), and nothing waits in a dead-letter stream.
+    // The refusal is in the log, its model as text PostgreSQL stores (the NUL as U+FFFD), and nothing waits in a
+    // dead-letter stream.
     const record = await requestRecord(gateway.url, key, chatId!, false);
     assert.equal(record.status, 'refused');
     assert.equal(record.http_status, 400);
@@ -100,7 +116,10 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
   });
 
   it('stores a lone surrogate as U+FFFD (the driver writes it so): an unknown model, a 404, its refusal in the log', async () => {
-    const { status, json, id } = await call('POST', '/v1/chat/completions', { model: '\ud800', messages: [{ role: 'user', content: 'hi' }] });
+    const { status, json, id } = await call('POST', '/v1/chat/completions', {
+      model: '\ud800',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     assert.equal(status, 404, JSON.stringify(json));
     assert.equal(json.error?.param, 'model');
     const record = await requestRecord(gateway.url, key, id!, false);
@@ -152,16 +171,25 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
     // Nothing was changed by a refused call: the balance is what it was, no account was made.
     const account = await admin('GET', `/admin/accounts/${accountId}`);
     assert.equal((account.json as { balance_usd?: number }).balance_usd, 5);
-    const accounts = (await admin('GET', '/admin/accounts')).json as unknown as { data: Array<{ email: string | null }> };
+    const accounts = (await admin('GET', '/admin/accounts')).json as unknown as {
+      data: Array<{ email: string | null }>;
+    };
     assert.ok(!accounts.data.some((a) => a.email === 'named@poison.test'));
   });
 
   it('refuses a NUL in the console: sign-in, sign-up, keys, usage and activity filters, admin pages', async () => {
     const anonymous = new ConsoleClient(gateway.url, '203.0.113.8');
     await anonymous.open();
-    const signIn = await anonymous.request('POST', '/console/api/session', { email: nul, password: 'whatever-password' });
+    const signIn = await anonymous.request('POST', '/console/api/session', {
+      email: nul,
+      password: 'whatever-password',
+    });
     expect400('sign-in email', signIn.status, signIn.json, 'email');
-    const signUp = await anonymous.request('POST', '/console/api/signup', { email: 'new@poison.test', password: 'member-password', name: nul });
+    const signUp = await anonymous.request('POST', '/console/api/signup', {
+      email: 'new@poison.test',
+      password: 'member-password',
+      name: nul,
+    });
     expect400('sign-up name', signUp.status, signUp.json, 'name');
     const cases: Array<[string, string, string | null, unknown?]> = [
       ['POST', '/console/api/keys', 'name', { name: nul }],
@@ -186,7 +214,10 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
   });
 
   it('keeps writing: a request after all of these is settled in the record', async () => {
-    const { response } = await gateway.client(key).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'after' }], max_tokens: 5 }).withResponse();
+    const { response } = await gateway
+      .client(key)
+      .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'after' }], max_tokens: 5 })
+      .withResponse();
     const record = await requestRecord(gateway.url, key, response.headers.get('x-request-id')!);
     assert.equal(record.settled, true);
     assert.equal(record.status, 'completed');
@@ -194,7 +225,12 @@ describe('NUL at the edge: a 400 naming the field, never a 500 or an entry the r
 });
 
 /** A settlement's entry as `settle` appends it (the `usage` field's JSON). */
-function usageJson(accountId: string, keyId: string, costMicros: number, model = 'gpt-4o-mini'): { requestId: string; json: string } {
+function usageJson(
+  accountId: string,
+  keyId: string,
+  costMicros: number,
+  model = 'gpt-4o-mini',
+): { requestId: string; json: string } {
   const requestId = `req_${randomBytes(12).toString('hex')}`;
   const fields = {
     request_id: requestId,
@@ -252,87 +288,160 @@ describe('the usage writer: one entry the record refuses holds back nothing', ()
   });
 
   const settledMicros = async (account: string) =>
-    Number((await record.selectFrom('accounts').select('settled_micros').where('id', '=', account).executeTakeFirstOrThrow()).settled_micros);
-  const row = (requestId: string) => record.selectFrom('usage').selectAll().where('request_id', '=', requestId).executeTakeFirst();
+    Number(
+      (await record.selectFrom('accounts').select('settled_micros').where('id', '=', account).executeTakeFirstOrThrow())
+        .settled_micros,
+    );
+  const row = (requestId: string) =>
+    record.selectFrom('usage').selectAll().where('request_id', '=', requestId).executeTakeFirst();
   const pendingCount = async (stream: string) => Number(((await redis.xpending(stream, usageGroup)) as [number])[0]);
   const deadLetterCount = () => metrics.usageDeadLetters.get().then((value) => value.values[0]?.value ?? 0);
 
   it('tells a refusal of the data from the record being away', async () => {
-    const refused = await sql`select ${nul}::text as t`.execute(record).then(() => undefined, (error: unknown) => error);
+    const refused = await sql`select ${nul}::text as t`.execute(record).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.ok(refusedData(refused), String(refused));
     const away = await openRecord(`postgres://postgres@127.0.0.1:${await freePort()}/none`, { max: 1, migrate: false });
-    const unanswered = await sql`select 1`.execute(away).then(() => undefined, (error: unknown) => error);
+    const unanswered = await sql`select 1`.execute(away).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
     assert.ok(unanswered, 'a record nobody serves fails');
     assert.equal(refusedData(unanswered), false);
     await away.destroy();
   });
 
-  it('writes the rest of the batch and the other bucket, tries the bad entry alone, then moves it to the dead-letter stream', async () => {
-    const [p, q, r] = people as [(typeof people)[0], (typeof people)[0], (typeof people)[0]];
-    const stream = usageStreamKey(p.bucket);
-    const otherStream = usageStreamKey(r.bucket);
-    const before = { p: await settledMicros(p.account), q: await settledMicros(q.account), r: await settledMicros(r.account) };
-    // One batch in p's bucket: a good settlement of q's, a poisoned settlement of p's (a NUL in its model), a good one of p's,
-    // and the api's log event with the raw NUL model (what 85c5a1f appended for `{"model":"x\u0000y"}`); a good one in r's bucket.
-    const good1 = usageJson(q.account, q.key, 1_234);
-    const poisoned = usageJson(p.account, p.key, 700, nul);
-    const good2 = usageJson(p.account, p.key, 55);
-    const good3 = usageJson(r.account, r.key, 4_321);
-    await redis.xadd(stream, '*', 'usage', good1.json);
-    const poisonId = (await redis.xadd(stream, '*', 'usage', poisoned.json))!;
-    await redis.xadd(stream, '*', 'usage', good2.json);
-    const logRequest = `req_${randomBytes(12).toString('hex')}`;
-    await appendRequestLog(redis, { request_id: logRequest, account_id: p.account, key_id: p.key, endpoint: 'chat.completions', model: nul, stream: false, status: 'refused', http_status: 404, error_code: 'model_not_found', latency_ms: 3, ttft_ms: null, created: Math.floor(Date.now() / 1000) }, 1_000_000);
-    await redis.xadd(otherStream, '*', 'usage', good3.json);
+  it(
+    'writes the rest of the batch and the other bucket, tries the bad entry alone, then moves it to the ' +
+      'dead-letter stream',
+    async () => {
+      const [p, q, r] = people as [(typeof people)[0], (typeof people)[0], (typeof people)[0]];
+      const stream = usageStreamKey(p.bucket);
+      const otherStream = usageStreamKey(r.bucket);
+      const before = {
+        p: await settledMicros(p.account),
+        q: await settledMicros(q.account),
+        r: await settledMicros(r.account),
+      };
+      // One batch in p's bucket: a good settlement of q's, a poisoned settlement of p's (a NUL in its model), a good one
+      // of p's, and the api's log event with the raw NUL model (what 85c5a1f appended for `{"model":"x\u0000y"}`); a good
+      // one in r's bucket.
+      const good1 = usageJson(q.account, q.key, 1_234);
+      const poisoned = usageJson(p.account, p.key, 700, nul);
+      const good2 = usageJson(p.account, p.key, 55);
+      const good3 = usageJson(r.account, r.key, 4_321);
+      await redis.xadd(stream, '*', 'usage', good1.json);
+      const poisonId = (await redis.xadd(stream, '*', 'usage', poisoned.json))!;
+      await redis.xadd(stream, '*', 'usage', good2.json);
+      const logRequest = `req_${randomBytes(12).toString('hex')}`;
+      await appendRequestLog(
+        redis,
+        {
+          request_id: logRequest,
+          account_id: p.account,
+          key_id: p.key,
+          endpoint: 'chat.completions',
+          model: nul,
+          stream: false,
+          status: 'refused',
+          http_status: 404,
+          error_code: 'model_not_found',
+          latency_ms: 3,
+          ttft_ms: null,
+          created: Math.floor(Date.now() / 1000),
+        },
+        1_000_000,
+      );
+      await redis.xadd(otherStream, '*', 'usage', good3.json);
 
-    // Tries spaced 1.5 s then 3 s: the good entries are written long before the bad one is given up.
-    writer = new UsageWriter({ redis: conn, record, log, consumer: 'poison-test', lingerMs: 0, blockMs: 100, deadLetterAfter: 3, retryMs: 1_500 });
-    writer.start();
-    await waitFor(async () => !!(await row(good1.requestId))?.settled && !!(await row(good2.requestId))?.settled && !!(await row(good3.requestId))?.settled, 10_000, 'the good entries written');
-    // Written while the bad ones still wait: they held back neither their batch nor the other bucket.
-    assert.equal(await pendingCount(stream), 2, 'the two refused entries wait, alone');
-    assert.equal(await redis.xlen(usageDeadLetterKey(stream)), 0);
-    assert.equal(await settledMicros(q.account), before.q + 1_234);
-    assert.equal(await settledMicros(p.account), before.p + 55);
-    assert.equal(await settledMicros(r.account), before.r + 4_321);
-    // A later entry in the poisoned bucket is written too while they wait.
-    const later = usageJson(q.account, q.key, 10);
-    await redis.xadd(stream, '*', 'usage', later.json);
-    await waitFor(async () => !!(await row(later.requestId))?.settled, 10_000, 'a later entry in the same bucket');
-    assert.equal(await pendingCount(stream), 2);
+      // Tries spaced 1.5 s then 3 s: the good entries are written long before the bad one is given up.
+      writer = new UsageWriter({
+        redis: conn,
+        record,
+        log,
+        consumer: 'poison-test',
+        lingerMs: 0,
+        blockMs: 100,
+        deadLetterAfter: 3,
+        retryMs: 1_500,
+      });
+      writer.start();
+      await waitFor(
+        async () =>
+          !!(await row(good1.requestId))?.settled &&
+          !!(await row(good2.requestId))?.settled &&
+          !!(await row(good3.requestId))?.settled,
+        10_000,
+        'the good entries written',
+      );
+      // Written while the bad ones still wait: they held back neither their batch nor the other bucket.
+      assert.equal(await pendingCount(stream), 2, 'the two refused entries wait, alone');
+      assert.equal(await redis.xlen(usageDeadLetterKey(stream)), 0);
+      assert.equal(await settledMicros(q.account), before.q + 1_234);
+      assert.equal(await settledMicros(p.account), before.p + 55);
+      assert.equal(await settledMicros(r.account), before.r + 4_321);
+      // A later entry in the poisoned bucket is written too while they wait.
+      const later = usageJson(q.account, q.key, 10);
+      await redis.xadd(stream, '*', 'usage', later.json);
+      await waitFor(async () => !!(await row(later.requestId))?.settled, 10_000, 'a later entry in the same bucket');
+      assert.equal(await pendingCount(stream), 2);
 
-    // After 3 refusals each: both moved, with their fields as they were, counted and logged.
-    await waitFor(async () => (await redis.xlen(usageDeadLetterKey(stream))) === 2, 20_000, 'the dead letters');
-    assert.equal(await pendingCount(stream), 0);
-    assert.equal(await redis.xlen(stream), 0);
-    const dead = (await redis.xrange(usageDeadLetterKey(stream), '-', '+')) as Array<[string, string[]]>;
-    const fieldsOf = (entry: string[]) => Object.fromEntries(entry.flatMap((value, i) => (i % 2 === 0 ? [[value, entry[i + 1]!]] : [])));
-    const moved = dead.map(([, fields]) => fieldsOf(fields));
-    const usageDead = moved.find((fields) => fields.usage !== undefined)!;
-    assert.equal(usageDead.usage, poisoned.json);
-    assert.equal(usageDead.stream, stream);
-    assert.equal(usageDead.entry, poisonId);
-    assert.equal(usageDead.tries, '3');
-    assert.match(usageDead.error!, /0x00/);
-    assert.ok(moved.some((fields) => fields.log !== undefined && (JSON.parse(fields.log) as { request_id: string }).request_id === logRequest));
-    assert.equal(await deadLetterCount(), 2);
-    const errors = lines.map((line) => JSON.parse(line) as { level: number; msg: string; requestId?: string; entry?: string }).filter((line) => line.level >= 50);
-    assert.ok(errors.some((line) => line.requestId === poisoned.requestId && line.entry === poisonId && /dead-letter/.test(line.msg)), JSON.stringify(errors));
-    // The refused spend is not in the record (it waits in the dead-letter stream), nothing was written twice.
-    assert.equal(await settledMicros(p.account), before.p + 55);
-    assert.equal(await settledMicros(q.account), before.q + 1_234 + 10);
-    assert.equal(await row(poisoned.requestId), undefined);
+      // After 3 refusals each: both moved, with their fields as they were, counted and logged.
+      await waitFor(async () => (await redis.xlen(usageDeadLetterKey(stream))) === 2, 20_000, 'the dead letters');
+      assert.equal(await pendingCount(stream), 0);
+      assert.equal(await redis.xlen(stream), 0);
+      const dead = (await redis.xrange(usageDeadLetterKey(stream), '-', '+')) as Array<[string, string[]]>;
+      const fieldsOf = (entry: string[]) =>
+        Object.fromEntries(entry.flatMap((value, i) => (i % 2 === 0 ? [[value, entry[i + 1]!]] : [])));
+      const moved = dead.map(([, fields]) => fieldsOf(fields));
+      const usageDead = moved.find((fields) => fields.usage !== undefined)!;
+      assert.equal(usageDead.usage, poisoned.json);
+      assert.equal(usageDead.stream, stream);
+      assert.equal(usageDead.entry, poisonId);
+      assert.equal(usageDead.tries, '3');
+      assert.match(usageDead.error!, /0x00/);
+      assert.ok(
+        moved.some(
+          (fields) =>
+            fields.log !== undefined && (JSON.parse(fields.log) as { request_id: string }).request_id === logRequest,
+        ),
+      );
+      assert.equal(await deadLetterCount(), 2);
+      const errors = lines
+        .map((line) => JSON.parse(line) as { level: number; msg: string; requestId?: string; entry?: string })
+        .filter((line) => line.level >= 50);
+      assert.ok(
+        errors.some(
+          (line) => line.requestId === poisoned.requestId && line.entry === poisonId && /dead-letter/.test(line.msg),
+        ),
+        JSON.stringify(errors),
+      );
+      // The refused spend is not in the record (it waits in the dead-letter stream), nothing was written twice.
+      assert.equal(await settledMicros(p.account), before.p + 55);
+      assert.equal(await settledMicros(q.account), before.q + 1_234 + 10);
+      assert.equal(await row(poisoned.requestId), undefined);
 
-    // The operator writes it again, mended (docs/operating.md), twice by mistake: settled once.
-    const mended = JSON.stringify({ ...(JSON.parse(poisoned.json) as object), model: 'xy' });
-    await redis.xadd(stream, '*', 'usage', mended);
-    await redis.xadd(stream, '*', 'usage', mended);
-    await waitFor(async () => !!(await row(poisoned.requestId))?.settled && (await redis.xlen(stream)) === 0, 10_000, 'the mended entry');
-    assert.equal(await settledMicros(p.account), before.p + 55 + 700);
-    const daily = await record.selectFrom('usage_daily').select(sql<number>`sum(cost_micros)`.as('cost')).where('account_id', '=', p.account).executeTakeFirstOrThrow();
-    assert.equal(Number(daily.cost), 55 + 700);
-    assert.equal(await deadLetterCount(), 2);
-  });
+      // The operator writes it again, mended (docs/operating.md), twice by mistake: settled once.
+      const mended = JSON.stringify({ ...(JSON.parse(poisoned.json) as object), model: 'xy' });
+      await redis.xadd(stream, '*', 'usage', mended);
+      await redis.xadd(stream, '*', 'usage', mended);
+      await waitFor(
+        async () => !!(await row(poisoned.requestId))?.settled && (await redis.xlen(stream)) === 0,
+        10_000,
+        'the mended entry',
+      );
+      assert.equal(await settledMicros(p.account), before.p + 55 + 700);
+      const daily = await record
+        .selectFrom('usage_daily')
+        .select(sql<number>`sum(cost_micros)`.as('cost'))
+        .where('account_id', '=', p.account)
+        .executeTakeFirstOrThrow();
+      assert.equal(Number(daily.cost), 55 + 700);
+      assert.equal(await deadLetterCount(), 2);
+    },
+  );
 
   it('dead-letters nothing while the record is away, and writes it all once it is back', async () => {
     await writer?.close();
@@ -345,10 +454,23 @@ describe('the usage writer: one entry the record refuses holds back nothing', ()
     await redis.xadd(stream, '*', 'usage', entry.json);
     const away = await openRecord(`postgres://postgres@127.0.0.1:${await freePort()}/none`, { max: 1, migrate: false });
     const failures = (await metrics.usageWriteFailures.get()).values[0]?.value ?? 0;
-    const blind = new UsageWriter({ redis: conn, record: away, log, consumer: 'poison-test', lingerMs: 0, blockMs: 100, deadLetterAfter: 1, retryMs: 10 });
+    const blind = new UsageWriter({
+      redis: conn,
+      record: away,
+      log,
+      consumer: 'poison-test',
+      lingerMs: 0,
+      blockMs: 100,
+      deadLetterAfter: 1,
+      retryMs: 10,
+    });
     blind.start();
     // Three failed writes with a writer that would dead-letter a refused entry at once.
-    await waitFor(async () => ((await metrics.usageWriteFailures.get()).values[0]?.value ?? 0) >= failures + 3, 20_000, 'three failed writes');
+    await waitFor(
+      async () => ((await metrics.usageWriteFailures.get()).values[0]?.value ?? 0) >= failures + 3,
+      20_000,
+      'three failed writes',
+    );
     await blind.close();
     await away.destroy();
     assert.equal(await redis.xlen(usageDeadLetterKey(stream)), deadBefore);
@@ -356,7 +478,11 @@ describe('the usage writer: one entry the record refuses holds back nothing', ()
     assert.equal(await pendingCount(stream), 1);
     writer = new UsageWriter({ redis: conn, record, log, consumer: 'poison-test', lingerMs: 0, blockMs: 100 });
     writer.start();
-    await waitFor(async () => !!(await row(entry.requestId))?.settled, 10_000, 'the entry written once the record is back');
+    await waitFor(
+      async () => !!(await row(entry.requestId))?.settled,
+      10_000,
+      'the entry written once the record is back',
+    );
     assert.equal(await settledMicros(p.account), before + 321);
     assert.equal(await pendingCount(stream), 0);
   });

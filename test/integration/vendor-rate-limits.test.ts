@@ -13,7 +13,13 @@ describe('a vendor that keeps answering 429', () => {
   let url: string;
   let apiKey: string;
   const gateways: GatewayProcess[] = [];
-  const limited = { status: 429, headers: { 'retry-after': '1' }, json: { error: { message: 'Rate limit reached for requests', type: 'requests', param: null, code: 'rate_limit_exceeded' } } };
+  const limited = {
+    status: 429,
+    headers: { 'retry-after': '1' },
+    json: {
+      error: { message: 'Rate limit reached for requests', type: 'requests', param: null, code: 'rate_limit_exceeded' },
+    },
+  };
 
   before(async () => {
     fake = await startFakeOpenAI();
@@ -29,7 +35,16 @@ describe('a vendor that keeps answering 429', () => {
   });
 
   async function start(env: Record<string, string>): Promise<GatewayProcess> {
-    const gateway = await startGateway({ env: { REDIS_URL: url, OPENAI_API_KEY: 'sk-vendor-rate', OPENAI_BASE_URL: fake.url, MOCK_VENDOR: 'off', RETRY_BASE_MS: '20', ...env } });
+    const gateway = await startGateway({
+      env: {
+        REDIS_URL: url,
+        OPENAI_API_KEY: 'sk-vendor-rate',
+        OPENAI_BASE_URL: fake.url,
+        MOCK_VENDOR: 'off',
+        RETRY_BASE_MS: '20',
+        ...env,
+      },
+    });
     gateways.push(gateway);
     return gateway;
   }

@@ -26,7 +26,9 @@ const alive = (pid: number) => {
 };
 
 async function chat(gateway: GatewayProcess, apiKey: string): Promise<string | null> {
-  const completion = await gateway.client(apiKey).chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
+  const completion = await gateway
+    .client(apiKey)
+    .chat.completions.create({ model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'ping' }] });
   return completion.choices[0]!.message.content;
 }
 
@@ -36,7 +38,10 @@ async function workerPid(gateway: GatewayProcess, exclude: Set<number> = new Set
   await waitFor(
     () => {
       pid = [...pidsOf(gateway.logs, 'switchyard-worker')].find((p) => !exclude.has(p));
-      return pid !== undefined && gateway.logs.some((line) => line.includes(`"pid":${pid}`) && line.includes('workers started'));
+      return (
+        pid !== undefined &&
+        gateway.logs.some((line) => line.includes(`"pid":${pid}`) && line.includes('workers started'))
+      );
     },
     20_000,
     'the worker process to start',
@@ -70,7 +75,11 @@ describe('npm start with the workers in their own process (WORKER_PROCESS)', () 
     assert.match((await chat(gateway, apiKey)) ?? '', /ping/);
 
     process.kill(first, 'SIGKILL');
-    await waitFor(() => gateway.logs.some((line) => line.includes('the worker process exited; restarting it')), 5000, 'the restart to be logged');
+    await waitFor(
+      () => gateway.logs.some((line) => line.includes('the worker process exited; restarting it')),
+      5000,
+      'the restart to be logged',
+    );
     const second = await workerPid(gateway, new Set([first]));
     assert.notEqual(second, first);
     assert.match((await chat(gateway, apiKey)) ?? '', /ping/, 'the restarted workers serve');
@@ -84,7 +93,10 @@ describe('npm start with the workers in their own process (WORKER_PROCESS)', () 
     assert.equal(await graceful.stop('SIGTERM'), 0);
     // The api waits for its worker process to finish before it exits itself.
     assert.equal(alive(workers), false, 'the worker process was gone before the api exited');
-    assert.ok(graceful.logs.some((line) => line.includes(`"pid":${workers}`) && line.includes('"signal":"SIGTERM"')), 'the worker process was asked to stop');
+    assert.ok(
+      graceful.logs.some((line) => line.includes(`"pid":${workers}`) && line.includes('"signal":"SIGTERM"')),
+      'the worker process was asked to stop',
+    );
 
     const killed = await startGateway({ env: { REDIS_URL: url, WORKER_PROCESS: 'on' } });
     started.push(killed);
@@ -99,7 +111,9 @@ describe('npm start with the workers in their own process (WORKER_PROCESS)', () 
     assert.match((await chat(gateway, apiKey)) ?? '', /ping/);
     assert.deepEqual(pidsOf(gateway.logs, 'switchyard-worker'), new Set(), 'no worker process');
     assert.deepEqual(pidsOf(gateway.logs, 'switchyard-all'), new Set([gateway.proc.pid]));
-    assert.ok(gateway.logs.some((line) => line.includes('workers started') && line.includes(`"pid":${gateway.proc.pid}`)));
+    assert.ok(
+      gateway.logs.some((line) => line.includes('workers started') && line.includes(`"pid":${gateway.proc.pid}`)),
+    );
   });
 
   it('a SIGTERM while it is still starting stops it once started, the usual way, and it exits 0', async () => {

@@ -35,10 +35,15 @@ export function adminRequest(baseUrl: () => string, token: string) {
 }
 
 /** Awaits an admin call and checks it failed with `status` and the given error fields; returns the error. */
-export async function expectAdminError(call: Promise<{ status: number; json: ErrorBody }>, status: number, expected: Partial<ErrorBody['error']>): Promise<ErrorBody['error']> {
+export async function expectAdminError(
+  call: Promise<{ status: number; json: ErrorBody }>,
+  status: number,
+  expected: Partial<ErrorBody['error']>,
+): Promise<ErrorBody['error']> {
   const { status: actual, json } = await call;
   assert.equal(actual, status, JSON.stringify(json));
-  for (const [field, value] of Object.entries(expected)) assert.equal(json.error[field as keyof ErrorBody['error']], value, `${field} of ${JSON.stringify(json)}`);
+  for (const [field, value] of Object.entries(expected))
+    assert.equal(json.error[field as keyof ErrorBody['error']], value, `${field} of ${JSON.stringify(json)}`);
   return json.error;
 }
 

@@ -1,7 +1,13 @@
 import { ChatStreamEncoder, encodeChatAnswer, type ChatEncoderOptions } from '../../workers/answers/chat-encoder.js';
 import type { Answer, AnswerEvent, Usage } from '../../workers/answers/events.js';
 
-const defaults: ChatEncoderOptions = { form: 'chat.completion', model: 'test-model', includeUsage: true, legacyFunctions: false, serviceTier: 'default' };
+const defaults: ChatEncoderOptions = {
+  form: 'chat.completion',
+  model: 'test-model',
+  includeUsage: true,
+  legacyFunctions: false,
+  serviceTier: 'default',
+};
 
 export interface EncodedStream {
   /** The JSON text after `data: ` of every frame, in order. */
@@ -13,8 +19,13 @@ export interface EncodedStream {
   usage: Usage | undefined;
 }
 
-/** Runs an adapter's event stream through the chat encoder, as the worker does (usage included unless told otherwise). */
-export async function encodeStream(stream: AsyncIterable<AnswerEvent[]>, options: Partial<ChatEncoderOptions> = {}): Promise<EncodedStream> {
+/**
+ * Runs an adapter's event stream through the chat encoder, as the worker does (usage included unless told otherwise).
+ */
+export async function encodeStream(
+  stream: AsyncIterable<AnswerEvent[]>,
+  options: Partial<ChatEncoderOptions> = {},
+): Promise<EncodedStream> {
   const encoder = new ChatStreamEncoder({ ...defaults, ...options });
   const batches: AnswerEvent[][] = [];
   let frames = '';
@@ -31,11 +42,19 @@ export async function encodeStream(stream: AsyncIterable<AnswerEvent[]>, options
       if (!frame.startsWith(head)) throw new Error(`not an SSE data frame numbered ${n}: ${frame}`);
       return frame.slice(head.length);
     });
-  return { chunks, parsed: chunks.map((chunk) => JSON.parse(chunk) as Record<string, any>), batches, usage: encoder.usage };
+  return {
+    chunks,
+    parsed: chunks.map((chunk) => JSON.parse(chunk) as Record<string, any>),
+    batches,
+    usage: encoder.usage,
+  };
 }
 
 /** A plain answer as the client's body, as the worker writes it. */
-export function encodeAnswer(answer: Answer, options: Partial<Omit<ChatEncoderOptions, 'includeUsage'>> = {}): { body: string; parsed: Record<string, any> } {
+export function encodeAnswer(
+  answer: Answer,
+  options: Partial<Omit<ChatEncoderOptions, 'includeUsage'>> = {},
+): { body: string; parsed: Record<string, any> } {
   const body = encodeChatAnswer(answer, { ...defaults, ...options });
   return { body, parsed: JSON.parse(body) as Record<string, any> };
 }

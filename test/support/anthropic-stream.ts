@@ -27,9 +27,13 @@ const usageCounts = ['input_tokens', 'output_tokens'] as const;
  * `message_delta` with a stop reason and cumulative usage; `message_stop` last; `ping` anywhere; or an `error`
  * event ending it. Returns the frames without pings.
  */
-export function assertMessagesStream(frames: readonly MessagesFrame[], options: { endsWithError?: boolean } = {}): MessagesFrame[] {
+export function assertMessagesStream(
+  frames: readonly MessagesFrame[],
+  options: { endsWithError?: boolean } = {},
+): MessagesFrame[] {
   const events = frames.filter((frame) => frame.event !== 'ping');
-  for (const frame of frames) assert.equal(frame.event, frame.data.type, `the event: line names the data type (${frame.event})`);
+  for (const frame of frames)
+    assert.equal(frame.event, frame.data.type, `the event: line names the data type (${frame.event})`);
   assert.ok(events.length > 0, 'the stream has events');
   const start = events[0]!;
   assert.equal(start.event, 'message_start');
@@ -52,7 +56,12 @@ export function assertMessagesStream(frames: readonly MessagesFrame[], options: 
       case 'content_block_start':
         assert.equal(open, undefined, 'a block starts only once the previous one stopped');
         assert.equal(data.index, nextIndex, 'blocks are numbered in order from 0');
-        assert.ok(['text', 'tool_use', 'thinking', 'redacted_thinking', 'server_tool_use', 'web_search_tool_result'].includes(data.content_block.type), data.content_block.type);
+        assert.ok(
+          ['text', 'tool_use', 'thinking', 'redacted_thinking', 'server_tool_use', 'web_search_tool_result'].includes(
+            data.content_block.type,
+          ),
+          data.content_block.type,
+        );
         if (data.content_block.type === 'tool_use') {
           assert.equal(typeof data.content_block.id, 'string');
           assert.equal(typeof data.content_block.name, 'string');
@@ -63,7 +72,12 @@ export function assertMessagesStream(frames: readonly MessagesFrame[], options: 
         break;
       case 'content_block_delta': {
         assert.ok(open && open.index === data.index, 'a delta belongs to the open block');
-        const kinds: Record<string, string[]> = { text: ['text_delta', 'citations_delta'], tool_use: ['input_json_delta'], thinking: ['thinking_delta', 'signature_delta'], server_tool_use: ['input_json_delta'] };
+        const kinds: Record<string, string[]> = {
+          text: ['text_delta', 'citations_delta'],
+          tool_use: ['input_json_delta'],
+          thinking: ['thinking_delta', 'signature_delta'],
+          server_tool_use: ['input_json_delta'],
+        };
         assert.ok((kinds[open.type] ?? []).includes(data.delta.type), `${data.delta.type} in a ${open.type} block`);
         break;
       }
@@ -73,7 +87,18 @@ export function assertMessagesStream(frames: readonly MessagesFrame[], options: 
         break;
       case 'message_delta':
         assert.equal(open, undefined, 'every block stopped before message_delta');
-        assert.ok(['end_turn', 'max_tokens', 'stop_sequence', 'tool_use', 'pause_turn', 'refusal', 'model_context_window_exceeded'].includes(data.delta.stop_reason), String(data.delta.stop_reason));
+        assert.ok(
+          [
+            'end_turn',
+            'max_tokens',
+            'stop_sequence',
+            'tool_use',
+            'pause_turn',
+            'refusal',
+            'model_context_window_exceeded',
+          ].includes(data.delta.stop_reason),
+          String(data.delta.stop_reason),
+        );
         assert.equal(typeof data.usage.output_tokens, 'number');
         sawDelta = true;
         break;

@@ -17,7 +17,13 @@ try {
   process.stdin.destroy();
   // Four appends in flight in this process too: the chain's lock serializes them and the other process's.
   const lanes = Array.from({ length: 4 }, async (_, lane) => {
-    for (let i = lane; i < Number(rows); i += 4) await appendAudit(record, { actor: 'system', action: 'channel.updated', target: `${name}-${i}`, after: { n: i } });
+    for (let i = lane; i < Number(rows); i += 4)
+      await appendAudit(record, {
+        actor: 'system',
+        action: 'channel.updated',
+        target: `${name}-${i}`,
+        after: { n: i },
+      });
   });
   await Promise.all(lanes);
 } finally {

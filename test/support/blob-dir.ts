@@ -13,5 +13,7 @@ export function filesUnder(dir: string): string[] {
   } catch {
     return [];
   }
-  return entries.flatMap((entry) => (entry.isDirectory() ? filesUnder(join(dir, entry.name)) : entry.name.endsWith('.meta.json') ? [] : [entry.name]));
+  return entries.flatMap((entry) =>
+    entry.isDirectory() ? filesUnder(join(dir, entry.name)) : entry.name.endsWith('.meta.json') ? [] : [entry.name],
+  );
 }

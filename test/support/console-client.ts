@@ -25,7 +25,10 @@ export class ConsoleClient {
 
   /** What every request to the gateway carries of where it comes from. */
   private originHeaders(): Record<string, string> {
-    return { ...(this.forwardedFor ? { 'x-forwarded-for': this.forwardedFor } : {}), ...(this.userAgent ? { 'user-agent': this.userAgent } : {}) };
+    return {
+      ...(this.forwardedFor ? { 'x-forwarded-for': this.forwardedFor } : {}),
+      ...(this.userAgent ? { 'user-agent': this.userAgent } : {}),
+    };
   }
 
   private cookieHeader(): string {
@@ -44,7 +47,11 @@ export class ConsoleClient {
     if (body !== undefined) headers['content-type'] = 'application/json';
     const token = options.csrf === undefined ? this.csrf : options.csrf;
     if (token && method !== 'GET') headers['x-csrf-token'] = token;
-    const res = await fetch(`${this.baseUrl}${path}`, { method, headers, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
+    const res = await fetch(`${this.baseUrl}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
     const setCookies = this.keepCookies(res);
     const text = await res.text();
     let json: ConsoleResponse<T>['json'];
@@ -82,7 +89,10 @@ export class ConsoleClient {
     for (let hop = 0; hop < 20; hop++) {
       const cookie = this.cookieHeader();
       // The gateway sees where the browser comes from; the provider's pages see the browser as it is.
-      const headers = { ...(at.origin === new URL(this.baseUrl).origin ? this.originHeaders() : {}), ...(cookie ? { cookie } : {}) };
+      const headers = {
+        ...(at.origin === new URL(this.baseUrl).origin ? this.originHeaders() : {}),
+        ...(cookie ? { cookie } : {}),
+      };
       const res = await fetch(at, { redirect: 'manual', headers, signal: AbortSignal.timeout(20_000) });
       this.keepCookies(res);
       await res.arrayBuffer();

@@ -2,7 +2,10 @@ import { readFileSync } from 'node:fs';
 import { posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-/** The Dockerfile read instruction by instruction, without a Docker engine (test/unit/dockerfile.test.ts, test/integration/image-start.test.ts). */
+/**
+ * The Dockerfile read instruction by instruction, without a Docker engine (test/unit/dockerfile.test.ts,
+ * test/integration/image-start.test.ts).
+ */
 
 const root = fileURLToPath(new URL('../../', import.meta.url));
 
@@ -36,7 +39,10 @@ function envPairs(args: string): Array<[string, string]> {
     const [name, ...value] = args.split(/\s+/);
     return [[name!, value.join(' ')]];
   }
-  return [...args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("([^"]*)"|\S*)/g)].map(([, name, raw, quoted]) => [name!, quoted ?? raw!]);
+  return [...args.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("([^"]*)"|\S*)/g)].map(([, name, raw, quoted]) => [
+    name!,
+    quoted ?? raw!,
+  ]);
 }
 
 /** A JSON-array argument (exec form) or the words of a shell-form one. */
@@ -51,7 +57,14 @@ export const under = (path: string, dir: string) => {
 };
 
 /** The final stage: what the image runs. */
-export function finalStage(): { instructions: Instruction[]; env: Record<string, string>; volumes: string[]; workdir: string; user: string | undefined; cmd: string[] } {
+export function finalStage(): {
+  instructions: Instruction[];
+  env: Record<string, string>;
+  volumes: string[];
+  workdir: string;
+  user: string | undefined;
+  cmd: string[];
+} {
   const all = dockerInstructions(readFileSync(`${root}Dockerfile`, 'utf8'));
   const start = all.map((instruction) => instruction.op).lastIndexOf('FROM');
   const instructions = all.slice(start + 1);

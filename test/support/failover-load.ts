@@ -21,7 +21,8 @@ export async function outcome(run: () => Promise<unknown>): Promise<Outcome> {
     await run();
     return { status: 200, ms: Date.now() - started };
   } catch (error) {
-    if (error instanceof OpenAI.APIError) return { status: error.status ?? 0, code: error.code, ms: Date.now() - started };
+    if (error instanceof OpenAI.APIError)
+      return { status: error.status ?? 0, code: error.code, ms: Date.now() - started };
     throw error;
   }
 }
@@ -30,7 +31,11 @@ export async function outcome(run: () => Promise<unknown>): Promise<Outcome> {
  * Paid chat requests, plain and streamed, from `lanes` clients one after another,
  * while `during` runs (it breaks Redis somehow) and `settleMs` after it.
  */
-export async function loadThrough(client: OpenAI, during: () => Promise<void>, options: { lanes?: number; warmMs?: number; settleMs?: number } = {}): Promise<Outcome[]> {
+export async function loadThrough(
+  client: OpenAI,
+  during: () => Promise<void>,
+  options: { lanes?: number; warmMs?: number; settleMs?: number } = {},
+): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   let loading = true;
   const lane = async (n: number) => {
@@ -39,7 +44,13 @@ export async function loadThrough(client: OpenAI, during: () => Promise<void>, o
       outcomes.push(
         await outcome(async () => {
           if ((n + i) % 2 === 0) return client.chat.completions.create({ model: paidModel, messages, max_tokens: 8 });
-          for await (const chunk of await client.chat.completions.create({ model: paidModel, stream: true, messages, max_tokens: 8 })) void chunk;
+          for await (const chunk of await client.chat.completions.create({
+            model: paidModel,
+            stream: true,
+            messages,
+            max_tokens: 8,
+          }))
+            void chunk;
           return undefined;
         }),
       );
@@ -76,9 +87,16 @@ export function assertEveryRequestEnded(outcomes: readonly Outcome[], minimumSer
     // published as a shard failed over were lost with it.
     assert.ok(o.status >= 500 || o.status === 429 || o.status === 0, `unexpected status ${o.status}`);
     assert.ok(typeof o.code === 'string' && o.code.length > 0, `a failure names its code (status ${o.status})`);
-    assert.notEqual(o.code, 'server_error', 'a failure says what failed (a Redis outage is queue_unavailable, a lost job job_lost)');
+    assert.notEqual(
+      o.code,
+      'server_error',
+      'a failure says what failed (a Redis outage is queue_unavailable, a lost job job_lost)',
+    );
   }
-  assert.ok(outcomes.every((o) => o.ms < 45_000), 'no request waited anywhere near forever');
+  assert.ok(
+    outcomes.every((o) => o.ms < 45_000),
+    'no request waited anywhere near forever',
+  );
   assert.ok(outcomes.length - failed.length >= minimumServed, `${outcomes.length} requests, ${failed.length} failed`);
 }
 
@@ -87,7 +105,12 @@ export function assertEveryRequestEnded(outcomes: readonly Outcome[], minimumSer
  * say, its account paid exactly that, and what it holds reserved is exactly
  * what its open reservations (in its account's bill) hold.
  */
-export async function assertMoneyAddsUp(redis: Redis, record: RecordDb, payer: { id: string; account: string }, startBalance: number): Promise<number> {
+export async function assertMoneyAddsUp(
+  redis: Redis,
+  record: RecordDb,
+  payer: { id: string; account: string },
+  startBalance: number,
+): Promise<number> {
   const openReservations = async () => {
     let total = 0;
     for (const [field, value] of Object.entries(await redis.hgetall(billKey(payer.account)))) {
@@ -108,10 +131,22 @@ export async function assertMoneyAddsUp(redis: Redis, record: RecordDb, payer: {
   assert.equal(reserved, open, 'what the key holds reserved is what its open reservations hold');
   const spent = (await readKeySpend(redis, payer.account, payer.id))?.spentMicros ?? 0;
   assert.ok(spent > 0);
-  assert.equal((await readBill(redis, payer.account))?.balanceMicros, startBalance - spent, 'the account paid what the key spent');
+  assert.equal(
+    (await readBill(redis, payer.account))?.balanceMicros,
+    startBalance - spent,
+    'the account paid what the key spent',
+  );
   // The usage rows the writer moved to the record (it may be a moment behind the settlements).
   const recordedSum = async () =>
-    Number((await record.selectFrom('usage').select((eb) => eb.fn.sum('cost_micros').as('sum')).where('key_id', '=', payer.id).executeTakeFirstOrThrow()).sum ?? 0);
+    Number(
+      (
+        await record
+          .selectFrom('usage')
+          .select((eb) => eb.fn.sum('cost_micros').as('sum'))
+          .where('key_id', '=', payer.id)
+          .executeTakeFirstOrThrow()
+      ).sum ?? 0,
+    );
   const writtenBy = Date.now() + 10_000;
   let recorded = await recordedSum();
   while (recorded !== spent && Date.now() < writtenBy) {

@@ -87,11 +87,28 @@ class Refusal extends Error {
 const invalid = (message: string) => new Refusal(400, 'invalid_request_error', message);
 
 type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 const TOP_LEVEL_FIELDS = new Set([
-  'model', 'messages', 'max_tokens', 'system', 'metadata', 'stop_sequences', 'stream', 'temperature', 'top_p', 'top_k',
-  'tools', 'tool_choice', 'thinking', 'output_config', 'service_tier', 'container', 'inference_geo', 'cache_control',
+  'model',
+  'messages',
+  'max_tokens',
+  'system',
+  'metadata',
+  'stop_sequences',
+  'stream',
+  'temperature',
+  'top_p',
+  'top_k',
+  'tools',
+  'tool_choice',
+  'thinking',
+  'output_config',
+  'service_tier',
+  'container',
+  'inference_geo',
+  'cache_control',
 ]);
 /** Fields the API takes only with their beta flag in `anthropic-beta` (Claude Code sends both). */
 const BETA_FIELDS: Record<string, string> = { context_management: 'context-management-', mcp_servers: 'mcp-client-' };
@@ -105,7 +122,8 @@ const TOOL_ID = /^[a-zA-Z0-9_-]+$/;
 const TOOL_NAME = /^[a-zA-Z0-9_-]{1,128}$/;
 
 function onlyKeys(value: Json, allowed: string[], path: string): void {
-  for (const key of Object.keys(value)) if (!allowed.includes(key)) throw invalid(`${path}.${key}: Extra inputs are not permitted`);
+  for (const key of Object.keys(value))
+    if (!allowed.includes(key)) throw invalid(`${path}.${key}: Extra inputs are not permitted`);
 }
 
 function checkRange(body: Json, field: string): void {
@@ -161,17 +179,20 @@ function checkBlocks(message: Json, index: number, previousToolUses: Set<string>
         break;
       case 'tool_use':
         if (role !== 'assistant') throw invalid(`${path}: tool_use blocks are only allowed in assistant messages`);
-        if (typeof block.id !== 'string' || !TOOL_ID.test(block.id)) throw invalid(`${path}.id: String should match pattern '^[a-zA-Z0-9_-]+$'`);
+        if (typeof block.id !== 'string' || !TOOL_ID.test(block.id))
+          throw invalid(`${path}.id: String should match pattern '^[a-zA-Z0-9_-]+$'`);
         if (typeof block.name !== 'string') throw invalid(`${path}.name: Field required`);
         if (!isObject(block.input)) throw invalid(`${path}.input: Input should be a valid dictionary`);
         ids.add(block.id);
         break;
       case 'tool_result':
         if (role !== 'user') throw invalid(`${path}: tool_result blocks are only allowed in user messages`);
-        if (sawOther) throw invalid(`messages.${index}: tool_result blocks must come before any other content in a user message`);
+        if (sawOther)
+          throw invalid(`messages.${index}: tool_result blocks must come before any other content in a user message`);
         if (typeof block.tool_use_id !== 'string' || !previousToolUses.has(block.tool_use_id)) {
           throw invalid(
-            `${path}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(block.tool_use_id)}. Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
+            `${path}: unexpected \`tool_use_id\` found in \`tool_result\` blocks: ${String(block.tool_use_id)}. ` +
+              `Each \`tool_result\` block must have a corresponding \`tool_use\` block in the previous message.`,
           );
         }
         ids.add(block.tool_use_id);
@@ -180,14 +201,18 @@ function checkBlocks(message: Json, index: number, previousToolUses: Set<string>
         if (role !== 'assistant') throw invalid(`${path}: thinking blocks are only allowed in assistant messages`);
         onlyKeys(block, ['type', 'thinking', 'signature'], path);
         // A thinking block must come back exactly as it was signed.
-        if (typeof block.signature !== 'string' || block.signature !== FAKE_THINKING_SIGNATURE) throw invalid(`${path}.signature: Invalid \`signature\` in \`thinking\` block`);
+        if (typeof block.signature !== 'string' || block.signature !== FAKE_THINKING_SIGNATURE)
+          throw invalid(`${path}.signature: Invalid \`signature\` in \`thinking\` block`);
         break;
       case 'redacted_thinking':
-        if (role !== 'assistant') throw invalid(`${path}: redacted_thinking blocks are only allowed in assistant messages`);
+        if (role !== 'assistant')
+          throw invalid(`${path}: redacted_thinking blocks are only allowed in assistant messages`);
         onlyKeys(block, ['type', 'data'], path);
         break;
       default:
-        throw invalid(`${path}.type: Input tag '${String(block.type)}' found using 'type' does not match any of the expected tags`);
+        throw invalid(
+          `${path}.type: Input tag '${String(block.type)}' found using 'type' does not match any of the expected tags`,
+        );
     }
   });
   return ids;
@@ -202,7 +227,10 @@ function checkMessages(messages: unknown, betas: string): void {
     onlyKeys(message, ['role', 'content'], `messages.${index}`);
     // A system turn in the conversation is taken only with its beta flag; it stands outside the alternation.
     if (message.role === 'system' && betas.includes('mid-conversation-system-')) {
-      if (typeof message.content !== 'string' && !(Array.isArray(message.content) && message.content.every((block) => isObject(block) && block.type === 'text'))) {
+      if (
+        typeof message.content !== 'string' &&
+        !(Array.isArray(message.content) && message.content.every((block) => isObject(block) && block.type === 'text'))
+      ) {
         throw invalid(`messages.${index}.content: a system message holds text only`);
       }
       return;
@@ -212,13 +240,18 @@ function checkMessages(messages: unknown, betas: string): void {
     }
     if (index === 0 && message.role !== 'user') throw invalid('messages: first message must use the "user" role');
     if (message.role === previousRole) {
-      throw invalid(`messages: roles must alternate between "user" and "assistant", but found multiple "${message.role}" roles in a row`);
+      throw invalid(
+        `messages: roles must alternate between "user" and "assistant", but found multiple "${message.role}" ` +
+          `roles in a row`,
+      );
     }
     const ids = checkBlocks(message, index, message.role === 'user' ? previousToolUses : new Set());
     if (message.role === 'user') {
       const missing = [...previousToolUses].filter((id) => !ids.has(id));
       if (missing.length > 0) {
-        throw invalid(`messages.${index - 1}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(', ')}`);
+        throw invalid(
+          `messages.${index - 1}: \`tool_use\` ids were found without \`tool_result\` blocks immediately after: ${missing.join(', ')}`,
+        );
       }
     }
     previousToolUses = message.role === 'assistant' ? ids : new Set();
@@ -233,13 +266,15 @@ function checkTools(body: Json): void {
     body.tools.forEach((tool: unknown, index) => {
       if (!isObject(tool)) throw invalid(`tools.${index}: Input should be an object`);
       if (typeof tool.type === 'string' && tool.type !== 'custom') {
-        if (!SERVER_TOOL_TYPE.test(tool.type)) throw invalid(`tools.${index}.type: Input tag '${tool.type}' does not match any of the expected tags`);
+        if (!SERVER_TOOL_TYPE.test(tool.type))
+          throw invalid(`tools.${index}.type: Input tag '${tool.type}' does not match any of the expected tags`);
         if (typeof tool.name !== 'string') throw invalid(`tools.${index}.name: Field required`);
         names.add(tool.name);
         return;
       }
       onlyKeys(tool, ['type', 'name', 'description', 'input_schema', 'strict', 'cache_control'], `tools.${index}`);
-      if (typeof tool.name !== 'string' || !TOOL_NAME.test(tool.name)) throw invalid(`tools.${index}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`);
+      if (typeof tool.name !== 'string' || !TOOL_NAME.test(tool.name))
+        throw invalid(`tools.${index}.name: String should match pattern '^[a-zA-Z0-9_-]{1,128}$'`);
       if (!isObject(tool.input_schema) || tool.input_schema.type !== 'object') {
         throw invalid(`tools.${index}.input_schema.type: Input should be 'object'`);
       }
@@ -253,14 +288,29 @@ function checkTools(body: Json): void {
   if (choice.type !== 'auto' && choice.type !== 'any' && choice.type !== 'tool') {
     throw invalid(`tool_choice.type: Input tag '${String(choice.type)}' does not match 'auto', 'any', 'tool', 'none'`);
   }
-  onlyKeys(choice, choice.type === 'tool' ? ['type', 'name', 'disable_parallel_tool_use'] : ['type', 'disable_parallel_tool_use'], 'tool_choice');
+  onlyKeys(
+    choice,
+    choice.type === 'tool' ? ['type', 'name', 'disable_parallel_tool_use'] : ['type', 'disable_parallel_tool_use'],
+    'tool_choice',
+  );
   if (choice.type === 'tool' && (typeof choice.name !== 'string' || !names.has(choice.name))) {
     throw invalid(`tool_choice.name: tool \`${String(choice.name)}\` is not among the request's tools`);
   }
 }
 
 /** `count_tokens` takes the prompt only: nothing about sampling or the answer. */
-const COUNTING_REFUSES = new Set(['max_tokens', 'stream', 'temperature', 'top_p', 'top_k', 'stop_sequences', 'metadata', 'service_tier', 'container', 'inference_geo']);
+const COUNTING_REFUSES = new Set([
+  'max_tokens',
+  'stream',
+  'temperature',
+  'top_p',
+  'top_k',
+  'stop_sequences',
+  'metadata',
+  'service_tier',
+  'container',
+  'inference_geo',
+]);
 
 function checkThinking(body: Json): void {
   const thinking = body.thinking;
@@ -268,10 +318,14 @@ function checkThinking(body: Json): void {
   if (!isObject(thinking)) throw invalid('thinking: Input should be an object');
   if (thinking.type === 'enabled') {
     onlyKeys(thinking, ['type', 'budget_tokens', 'display'], 'thinking');
-    if (!Number.isInteger(thinking.budget_tokens) || (thinking.budget_tokens as number) < 1024) throw invalid('thinking.budget_tokens: Input should be greater than or equal to 1024');
+    if (!Number.isInteger(thinking.budget_tokens) || (thinking.budget_tokens as number) < 1024)
+      throw invalid('thinking.budget_tokens: Input should be greater than or equal to 1024');
   } else if (thinking.type === 'adaptive') onlyKeys(thinking, ['type', 'display'], 'thinking');
   else if (thinking.type === 'disabled') onlyKeys(thinking, ['type'], 'thinking');
-  else throw invalid(`thinking.type: Input tag '${String(thinking.type)}' does not match 'enabled', 'disabled', 'adaptive'`);
+  else
+    throw invalid(
+      `thinking.type: Input tag '${String(thinking.type)}' does not match 'enabled', 'disabled', 'adaptive'`,
+    );
 }
 
 /** A rough count, as the fake's answer to `count_tokens`: a token per four characters of the JSON. */
@@ -281,19 +335,23 @@ export function fakeTokenCount(body: Json): number {
 
 function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): Json {
   const key = request.headers['x-api-key'];
-  if (typeof key !== 'string' || key.length === 0) throw new Refusal(401, 'authentication_error', 'x-api-key header is required');
-  if (options.apiKey !== undefined && key !== options.apiKey) throw new Refusal(401, 'authentication_error', 'invalid x-api-key');
+  if (typeof key !== 'string' || key.length === 0)
+    throw new Refusal(401, 'authentication_error', 'x-api-key header is required');
+  if (options.apiKey !== undefined && key !== options.apiKey)
+    throw new Refusal(401, 'authentication_error', 'invalid x-api-key');
   if (!request.headers['anthropic-version']) throw invalid('anthropic-version: header is required');
   const path = request.path.split('?')[0];
   const counting = path === '/v1/messages/count_tokens';
-  if (request.method !== 'POST' || (path !== '/v1/messages' && !counting)) throw new Refusal(404, 'not_found_error', 'Not Found');
+  if (request.method !== 'POST' || (path !== '/v1/messages' && !counting))
+    throw new Refusal(404, 'not_found_error', 'Not Found');
   const body = request.body;
   if (!isObject(body)) throw invalid('There was an issue with your request body: it must be a JSON object');
   const betas = String(request.headers['anthropic-beta'] ?? '');
   for (const field of Object.keys(body)) {
     const beta = BETA_FIELDS[field];
     if (beta !== undefined && betas.split(',').some((flag) => flag.trim().startsWith(beta))) continue;
-    if (!TOP_LEVEL_FIELDS.has(field) || (counting && COUNTING_REFUSES.has(field))) throw invalid(`${field}: Extra inputs are not permitted`);
+    if (!TOP_LEVEL_FIELDS.has(field) || (counting && COUNTING_REFUSES.has(field)))
+      throw invalid(`${field}: Extra inputs are not permitted`);
   }
   if (typeof body.model !== 'string' || body.model.length === 0) throw invalid('model: Field required');
   checkThinking(body);
@@ -303,10 +361,13 @@ function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): 
     return body;
   }
   if (body.max_tokens === undefined) throw invalid('max_tokens: Field required');
-  if (!Number.isInteger(body.max_tokens) || (body.max_tokens as number) < 1) throw invalid('max_tokens: Input should be a positive integer');
+  if (!Number.isInteger(body.max_tokens) || (body.max_tokens as number) < 1)
+    throw invalid('max_tokens: Input should be a positive integer');
   const thinking = body.thinking as Json | undefined;
-  if (thinking?.type === 'enabled' && (thinking.budget_tokens as number) >= (body.max_tokens as number)) throw invalid('max_tokens must be greater than thinking.budget_tokens');
-  if (body.stream !== undefined && typeof body.stream !== 'boolean') throw invalid('stream: Input should be a valid boolean');
+  if (thinking?.type === 'enabled' && (thinking.budget_tokens as number) >= (body.max_tokens as number))
+    throw invalid('max_tokens must be greater than thinking.budget_tokens');
+  if (body.stream !== undefined && typeof body.stream !== 'boolean')
+    throw invalid('stream: Input should be a valid boolean');
   checkRange(body, 'temperature');
   checkRange(body, 'top_p');
   if (body.system !== undefined && typeof body.system !== 'string') {
@@ -317,7 +378,10 @@ function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): 
       checkText(block.text, `system.${index}.text`);
     });
   }
-  if (body.stop_sequences !== undefined && (!Array.isArray(body.stop_sequences) || !body.stop_sequences.every((s) => typeof s === 'string'))) {
+  if (
+    body.stop_sequences !== undefined &&
+    (!Array.isArray(body.stop_sequences) || !body.stop_sequences.every((s) => typeof s === 'string'))
+  ) {
     throw invalid('stop_sequences: Input should be a valid list of strings');
   }
   if (body.metadata !== undefined) {
@@ -341,10 +405,14 @@ function checkRequest(request: RecordedRequest, options: FakeAnthropicOptions): 
 function defaultContent(body: Json): Json[] {
   const messages = body.messages as Json[];
   const last = messages[messages.length - 1]!;
-  const results = Array.isArray(last.content) ? (last.content as Json[]).filter((block) => block.type === 'tool_result') : [];
+  const results = Array.isArray(last.content)
+    ? (last.content as Json[]).filter((block) => block.type === 'tool_result')
+    : [];
   if (last.role === 'user' && results.length > 0) {
     const said = results.map((result) =>
-      typeof result.content === 'string' ? result.content : ((result.content as Json[] | undefined) ?? []).map((b) => b.text).join(''),
+      typeof result.content === 'string'
+        ? result.content
+        : ((result.content as Json[] | undefined) ?? []).map((b) => b.text).join(''),
     );
     return [{ type: 'text', text: `Tool said: ${said.join('; ')}` }];
   }
@@ -363,8 +431,14 @@ function defaultEvents(body: Json, content: Json[], outputTokens: number): unkno
     {
       type: 'message_start',
       message: {
-        id: FAKE_ANTHROPIC_MESSAGE_ID, type: 'message', role: 'assistant', model: body.model, content: [],
-        stop_reason: null, stop_sequence: null, usage: { ...FAKE_ANTHROPIC_USAGE, output_tokens: 1 },
+        id: FAKE_ANTHROPIC_MESSAGE_ID,
+        type: 'message',
+        role: 'assistant',
+        model: body.model,
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { ...FAKE_ANTHROPIC_USAGE, output_tokens: 1 },
       },
     },
   ];
@@ -377,7 +451,10 @@ function defaultEvents(body: Json, content: Json[], outputTokens: number): unkno
     );
   }
   if (block.type === 'text') {
-    events.push({ type: 'content_block_start', index: at, content_block: { type: 'text', text: '' } }, { type: 'ping' });
+    events.push(
+      { type: 'content_block_start', index: at, content_block: { type: 'text', text: '' } },
+      { type: 'ping' },
+    );
     for (const piece of (block.text as string).split(/(?= )/)) {
       events.push({ type: 'content_block_delta', index: at, delta: { type: 'text_delta', text: piece } });
     }
@@ -386,7 +463,9 @@ function defaultEvents(body: Json, content: Json[], outputTokens: number): unkno
       { type: 'content_block_start', index: at, content_block: { ...block, input: {} } },
       { type: 'ping' },
       ...['', '{"city": ', '"Oslo"}'].map((partial_json) => ({
-        type: 'content_block_delta', index: at, delta: { type: 'input_json_delta', partial_json },
+        type: 'content_block_delta',
+        index: at,
+        delta: { type: 'input_json_delta', partial_json },
       })),
     );
   }
@@ -412,7 +491,8 @@ function splitStream(text: string, options: StreamOptions): Buffer[] {
   const body = Buffer.from(text, 'utf8');
   if (options.chunkSize !== undefined) {
     const pieces: Buffer[] = [];
-    for (let offset = 0; offset < body.length; offset += options.chunkSize) pieces.push(body.subarray(offset, offset + options.chunkSize));
+    for (let offset = 0; offset < body.length; offset += options.chunkSize)
+      pieces.push(body.subarray(offset, offset + options.chunkSize));
     return pieces;
   }
   if (!options.chunkDelayMs) return [body];
@@ -430,12 +510,21 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
 
   function sendJson(res: ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
     const payload = Buffer.from(JSON.stringify(value));
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(payload.length), 'request-id': 'req_fake', ...headers });
+    res.writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': String(payload.length),
+      'request-id': 'req_fake',
+      ...headers,
+    });
     res.end(payload);
   }
 
   async function sendStream(res: ServerResponse, text: string, stream: StreamOptions): Promise<void> {
-    res.writeHead(stream.status ?? 200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', ...stream.headers });
+    res.writeHead(stream.status ?? 200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      ...stream.headers,
+    });
     const pieces = splitStream(text, stream);
     for (let index = 0; index < pieces.length; index += 1) {
       if (res.destroyed || closed) return;
@@ -463,15 +552,22 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
       if ('chunksFile' in scripted) return sendStream(res, await chunksFileEvents(scripted.chunksFile), scripted);
       return; // hang: never answer
     }
-    if (record.path.split('?')[0] === '/v1/messages/count_tokens') return sendJson(res, 200, { input_tokens: fakeTokenCount(body) });
+    if (record.path.split('?')[0] === '/v1/messages/count_tokens')
+      return sendJson(res, 200, { input_tokens: fakeTokenCount(body) });
     const content = defaultContent(body);
     const thinks = isObject(body.thinking) && body.thinking.type !== 'disabled';
     if (thinks) content.unshift({ type: 'thinking', thinking: FAKE_THINKING_TEXT, signature: FAKE_THINKING_SIGNATURE });
     const outputTokens = content.at(-1)!.type === 'text' ? (content.at(-1)!.text as string).split(' ').length : 12;
-    if (body.stream === true) return sendStream(res, frameAnthropicEvents(defaultEvents(body, content, outputTokens)), {});
+    if (body.stream === true)
+      return sendStream(res, frameAnthropicEvents(defaultEvents(body, content, outputTokens)), {});
     sendJson(res, 200, {
-      id: FAKE_ANTHROPIC_MESSAGE_ID, type: 'message', role: 'assistant', model: body.model, content,
-      stop_reason: content.at(-1)!.type === 'tool_use' ? 'tool_use' : 'end_turn', stop_sequence: null,
+      id: FAKE_ANTHROPIC_MESSAGE_ID,
+      type: 'message',
+      role: 'assistant',
+      model: body.model,
+      content,
+      stop_reason: content.at(-1)!.type === 'tool_use' ? 'tool_use' : 'end_turn',
+      stop_sequence: null,
       usage: { ...FAKE_ANTHROPIC_USAGE, output_tokens: outputTokens, service_tier: 'standard' },
     });
   }
@@ -479,7 +575,14 @@ export async function startFakeAnthropic(options: FakeAnthropicOptions = {}): Pr
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     inFlight += 1;
     maxInFlight = Math.max(maxInFlight, inFlight);
-    const record: RecordedRequest = { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers, body: undefined, rawBody: '', aborted: false };
+    const record: RecordedRequest = {
+      method: req.method ?? 'GET',
+      path: req.url ?? '/',
+      headers: req.headers,
+      body: undefined,
+      rawBody: '',
+      aborted: false,
+    };
     res.on('close', () => {
       inFlight -= 1;
       if (!res.writableFinished && !closed) {

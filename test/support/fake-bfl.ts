@@ -94,7 +94,12 @@ export function createFakePng(rgb: readonly [number, number, number] = [32, 96, 
   header.set([8, 2, 0, 0, 0], 8); // 8-bit RGB, no interlace
   const row = Buffer.from([0, ...Array.from({ length: size }, () => rgb).flat()]);
   const pixels = deflateSync(Buffer.concat(Array.from({ length: size }, () => row)));
-  return Buffer.concat([PNG_SIGNATURE, pngChunk('IHDR', header), pngChunk('IDAT', pixels), pngChunk('IEND', Buffer.alloc(0))]);
+  return Buffer.concat([
+    PNG_SIGNATURE,
+    pngChunk('IHDR', header),
+    pngChunk('IDAT', pixels),
+    pngChunk('IEND', Buffer.alloc(0)),
+  ]);
 }
 
 export const FAKE_BFL_PNG = createFakePng();
@@ -123,7 +128,15 @@ const FAKE_JPEG = Buffer.from([0xff, 0xd8, 0xff, 0xd9]);
 type Json = Record<string, unknown>;
 type SizeKind = 'dimensions32' | 'dimensions16' | 'aspect' | 'edit';
 
-const COMMON = ['prompt', 'seed', 'safety_tolerance', 'output_format', 'prompt_upsampling', 'webhook_url', 'webhook_secret'];
+const COMMON = [
+  'prompt',
+  'seed',
+  'safety_tolerance',
+  'output_format',
+  'prompt_upsampling',
+  'webhook_url',
+  'webhook_secret',
+];
 /** Kontext: `input_image` (optional: without it Kontext generates from the prompt) plus three more references. */
 const KONTEXT = [...COMMON, 'aspect_ratio', 'input_image', 'input_image_2', 'input_image_3', 'input_image_4'];
 /**
@@ -133,18 +146,40 @@ const KONTEXT = [...COMMON, 'aspect_ratio', 'input_image', 'input_image_2', 'inp
  */
 const ENDPOINTS: Record<string, { kind: SizeKind; fields: string[]; required?: string[] }> = {
   'flux-pro-1.1': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt'] },
-  'flux-pro': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt', 'steps', 'guidance', 'interval'] },
+  'flux-pro': {
+    kind: 'dimensions32',
+    fields: [...COMMON, 'width', 'height', 'image_prompt', 'steps', 'guidance', 'interval'],
+  },
   'flux-dev': { kind: 'dimensions32', fields: [...COMMON, 'width', 'height', 'image_prompt', 'steps', 'guidance'] },
-  'flux-pro-1.1-ultra': { kind: 'aspect', fields: [...COMMON, 'aspect_ratio', 'raw', 'image_prompt', 'image_prompt_strength'] },
+  'flux-pro-1.1-ultra': {
+    kind: 'aspect',
+    fields: [...COMMON, 'aspect_ratio', 'raw', 'image_prompt', 'image_prompt_strength'],
+  },
   'flux-kontext-pro': { kind: 'aspect', fields: KONTEXT },
   'flux-kontext-max': { kind: 'aspect', fields: KONTEXT },
   'flux-2-pro': { kind: 'dimensions16', fields: [...COMMON, 'width', 'height', 'input_image'] },
   'flux-2-flex': { kind: 'dimensions16', fields: [...COMMON, 'width', 'height', 'input_image', 'steps', 'guidance'] },
-  'flux-pro-1.0-fill': { kind: 'edit', fields: [...COMMON, 'image', 'mask', 'steps', 'guidance'], required: ['image', 'mask'] },
-  'flux-pro-1.0-expand': { kind: 'edit', fields: [...COMMON, 'image', 'top', 'bottom', 'left', 'right', 'steps', 'guidance'], required: ['image'] },
+  'flux-pro-1.0-fill': {
+    kind: 'edit',
+    fields: [...COMMON, 'image', 'mask', 'steps', 'guidance'],
+    required: ['image', 'mask'],
+  },
+  'flux-pro-1.0-expand': {
+    kind: 'edit',
+    fields: [...COMMON, 'image', 'top', 'bottom', 'left', 'right', 'steps', 'guidance'],
+    required: ['image'],
+  },
 };
 /** Fields holding an image: base64 (no `data:` prefix) or an http(s) URL. */
-const IMAGE_FIELDS = new Set(['image', 'mask', 'image_prompt', 'input_image', 'input_image_2', 'input_image_3', 'input_image_4']);
+const IMAGE_FIELDS = new Set([
+  'image',
+  'mask',
+  'image_prompt',
+  'input_image',
+  'input_image_2',
+  'input_image_3',
+  'input_image_4',
+]);
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 const LIMITS: Record<'dimensions32' | 'dimensions16', { multiple: number; min: number; max: number }> = {
   dimensions32: { multiple: 32, min: 256, max: 1440 },
@@ -155,22 +190,34 @@ const LIMITS: Record<'dimensions32' | 'dimensions16', { multiple: number; min: n
 class Invalid {
   constructor(readonly items: Array<{ type: string; loc: string[]; msg: string; input?: unknown }>) {}
 }
-const invalid = (field: string, msg: string, type = 'value_error', input?: unknown) => new Invalid([{ type, loc: ['body', field], msg, input }]);
+const invalid = (field: string, msg: string, type = 'value_error', input?: unknown) =>
+  new Invalid([{ type, loc: ['body', field], msg, input }]);
 
 function checkSubmit(endpoint: string, body: unknown): Json {
   const rule = ENDPOINTS[endpoint]!;
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new Invalid([{ type: 'model_attributes_type', loc: ['body'], msg: 'Input should be a valid dictionary or object' }]);
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new Invalid([
+      { type: 'model_attributes_type', loc: ['body'], msg: 'Input should be a valid dictionary or object' },
+    ]);
   const fields = body as Json;
-  for (const key of Object.keys(fields)) if (!rule.fields.includes(key)) throw invalid(key, 'Extra inputs are not permitted', 'extra_forbidden', fields[key]);
+  for (const key of Object.keys(fields))
+    if (!rule.fields.includes(key))
+      throw invalid(key, 'Extra inputs are not permitted', 'extra_forbidden', fields[key]);
   if (typeof fields.prompt !== 'string' || fields.prompt.trim() === '') {
     if (rule.kind !== 'edit' || fields.prompt !== undefined) throw invalid('prompt', 'Field required', 'missing');
   }
-  for (const field of rule.required ?? []) if (fields[field] === undefined || fields[field] === null) throw invalid(field, 'Field required', 'missing');
+  for (const field of rule.required ?? [])
+    if (fields[field] === undefined || fields[field] === null) throw invalid(field, 'Field required', 'missing');
   for (const field of Object.keys(fields).filter((key) => IMAGE_FIELDS.has(key))) {
     const value = fields[field];
     if (typeof value !== 'string') throw invalid(field, 'Input should be a valid string', 'string_type', value);
     if (!/^https?:\/\//.test(value) && (value === '' || !BASE64.test(value))) {
-      throw invalid(field, 'Invalid image: expected base64 image data or an http(s) URL', 'value_error', value.slice(0, 32));
+      throw invalid(
+        field,
+        'Invalid image: expected base64 image data or an http(s) URL',
+        'value_error',
+        value.slice(0, 32),
+      );
     }
   }
   if (rule.kind === 'dimensions32' || rule.kind === 'dimensions16') {
@@ -179,20 +226,29 @@ function checkSubmit(endpoint: string, body: unknown): Json {
       const value = fields[side];
       if (value === undefined) continue;
       if (!Number.isInteger(value)) throw invalid(side, 'Input should be a valid integer', 'int_type', value);
-      if ((value as number) % multiple !== 0) throw invalid(side, `Input should be a multiple of ${multiple}`, 'multiple_of', value);
-      if ((value as number) < min || (value as number) > max) throw invalid(side, `Input should be between ${min} and ${max}`, 'less_than_equal', value);
+      if ((value as number) % multiple !== 0)
+        throw invalid(side, `Input should be a multiple of ${multiple}`, 'multiple_of', value);
+      if ((value as number) < min || (value as number) > max)
+        throw invalid(side, `Input should be between ${min} and ${max}`, 'less_than_equal', value);
     }
   }
   if (fields.aspect_ratio !== undefined) {
     const match = typeof fields.aspect_ratio === 'string' ? /^(\d+):(\d+)$/.exec(fields.aspect_ratio) : null;
     const ratio = match === null ? NaN : Number(match[1]) / Number(match[2]);
-    if (!(ratio >= 9 / 21 - 1e-9 && ratio <= 21 / 9 + 1e-9)) throw invalid('aspect_ratio', 'Aspect ratio must be between 21:9 and 9:21', 'value_error', fields.aspect_ratio);
+    if (!(ratio >= 9 / 21 - 1e-9 && ratio <= 21 / 9 + 1e-9))
+      throw invalid('aspect_ratio', 'Aspect ratio must be between 21:9 and 9:21', 'value_error', fields.aspect_ratio);
   }
   const formats = rule.kind === 'dimensions16' ? ['jpeg', 'png', 'webp'] : ['jpeg', 'png'];
   if (fields.output_format !== undefined && !formats.includes(fields.output_format as string)) {
-    throw invalid('output_format', `Input should be ${formats.map((format) => `'${format}'`).join(' or ')}`, 'enum', fields.output_format);
+    throw invalid(
+      'output_format',
+      `Input should be ${formats.map((format) => `'${format}'`).join(' or ')}`,
+      'enum',
+      fields.output_format,
+    );
   }
-  if (fields.raw !== undefined && typeof fields.raw !== 'boolean') throw invalid('raw', 'Input should be a valid boolean', 'bool_type', fields.raw);
+  if (fields.raw !== undefined && typeof fields.raw !== 'boolean')
+    throw invalid('raw', 'Input should be a valid boolean', 'bool_type', fields.raw);
   return fields;
 }
 
@@ -213,7 +269,8 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
     res.writeHead(status, { 'content-type': 'application/json', ...headers });
     res.end(JSON.stringify(json));
   };
-  const sendScript = (res: ServerResponse, script: BflHttpScript) => send(res, script.status, script.json ?? { detail: `HTTP ${script.status}` }, script.headers);
+  const sendScript = (res: ServerResponse, script: BflHttpScript) =>
+    send(res, script.status, script.json ?? { detail: `HTTP ${script.status}` }, script.headers);
 
   function authorise(record: RecordedBflRequest): { status: number; detail: string } | undefined {
     const key = record.headers['x-key'];
@@ -222,7 +279,12 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
     return undefined;
   }
 
-  function submit(res: ServerResponse, record: RecordedBflRequest, endpoint: string, contentType: string | undefined): void {
+  function submit(
+    res: ServerResponse,
+    record: RecordedBflRequest,
+    endpoint: string,
+    contentType: string | undefined,
+  ): void {
     if (!(endpoint in ENDPOINTS)) return send(res, 404, { detail: 'Not Found' });
     if (!contentType?.startsWith('application/json')) throw invalid('body', 'Content-Type must be application/json');
     const body = checkSubmit(endpoint, record.body);
@@ -241,7 +303,8 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
     const scripted = pollAnswers.shift();
     if (scripted !== undefined) return sendScript(res, scripted);
     const task = tasks.get(id);
-    if (task === undefined) return send(res, 404, { id, status: 'Task not found', result: null, progress: null, details: null });
+    if (task === undefined)
+      return send(res, 404, { id, status: 'Task not found', result: null, progress: null, details: null });
     task.polls += 1;
     const { outcome } = task;
     const pendingPolls = outcome.afterPolls ?? (outcome.status === 'Ready' ? fake.pollsUntilReady : 0);
@@ -250,9 +313,23 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
       const progress = options.progressScale === 100 ? Math.round(fraction * 100) : fraction;
       return send(res, 200, { id, status: 'Pending', result: null, progress, details: null, preview: null });
     }
-    if (outcome.status !== 'Ready') return send(res, 200, { id, status: outcome.status, result: null, progress: null, details: outcome.details ?? null });
+    if (outcome.status !== 'Ready')
+      return send(res, 200, {
+        id,
+        status: outcome.status,
+        result: null,
+        progress: null,
+        details: outcome.details ?? null,
+      });
     const extension = task.body.output_format === 'jpeg' ? 'jpeg' : 'png';
-    const result = { sample: `${url}/samples/${id}.${extension}`, prompt: task.body.prompt, seed: 42, start_time: 1, end_time: 2, duration: 1 };
+    const result = {
+      sample: `${url}/samples/${id}.${extension}`,
+      prompt: task.body.prompt,
+      seed: 42,
+      start_time: 1,
+      end_time: 2,
+      duration: 1,
+    };
     send(res, 200, { id, status: 'Ready', result, progress: null, details: null, preview: null });
   }
 
@@ -266,12 +343,21 @@ export async function startFakeBfl(options: FakeBflOptions = {}): Promise<FakeBf
       return void res.end('<Error><Code>AccessDenied</Code><Message>Request has expired</Message></Error>');
     }
     const bytes = match[2] === 'jpeg' ? FAKE_JPEG : FAKE_BFL_PNG;
-    res.writeHead(200, { 'content-type': match[2] === 'jpeg' ? 'image/jpeg' : 'image/png', 'content-length': String(bytes.length) });
+    res.writeHead(200, {
+      'content-type': match[2] === 'jpeg' ? 'image/jpeg' : 'image/png',
+      'content-length': String(bytes.length),
+    });
     res.end(bytes);
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const record: RecordedBflRequest = { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers, body: undefined, aborted: false };
+    const record: RecordedBflRequest = {
+      method: req.method ?? 'GET',
+      path: req.url ?? '/',
+      headers: req.headers,
+      body: undefined,
+      aborted: false,
+    };
     res.on('close', () => {
       if (!res.writableFinished && !closed) {
         abortedRequests += 1;

@@ -99,19 +99,25 @@ export interface FakeGeminiLive {
 const CLOSE_INVALID = 1007;
 const CLOSE_POLICY = 1008;
 
-const unknownField = (name: string, where: string) => `Invalid JSON payload received. Unknown name "${name}" at '${where}': Cannot find field.`;
+const unknownField = (name: string, where: string) =>
+  `Invalid JSON payload received. Unknown name "${name}" at '${where}': Cannot find field.`;
 
 class Refused extends Error {
-  constructor(readonly code: number, reason: string) {
+  constructor(
+    readonly code: number,
+    reason: string,
+  ) {
     super(reason);
   }
 }
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 function only(value: unknown, where: string, allowed: readonly string[]): Json {
   if (!isObject(value)) throw new Refused(CLOSE_INVALID, `Invalid value at '${where}', expected an object.`);
-  for (const key of Object.keys(value)) if (!allowed.includes(key)) throw new Refused(CLOSE_INVALID, unknownField(key, where));
+  for (const key of Object.keys(value))
+    if (!allowed.includes(key)) throw new Refused(CLOSE_INVALID, unknownField(key, where));
   return value;
 }
 
@@ -120,7 +126,8 @@ function checkBase64Pcm(data: unknown, where: string): Buffer {
     throw new Refused(CLOSE_INVALID, `Invalid value at '${where}' (TYPE_BYTES), Base64 decoding failed.`);
   }
   const bytes = Buffer.from(data, 'base64');
-  if (bytes.length % 2 !== 0) throw new Refused(CLOSE_INVALID, `Invalid audio at '${where}': pcm16 needs an even number of bytes.`);
+  if (bytes.length % 2 !== 0)
+    throw new Refused(CLOSE_INVALID, `Invalid audio at '${where}': pcm16 needs an even number of bytes.`);
   return bytes;
 }
 
@@ -129,46 +136,93 @@ function checkContent(value: unknown, where: string): Json {
   if (content.role !== undefined && content.role !== 'user' && content.role !== 'model') {
     throw new Refused(CLOSE_INVALID, `Invalid value at '${where}.role': "${String(content.role)}".`);
   }
-  if (!Array.isArray(content.parts) || content.parts.length === 0) throw new Refused(CLOSE_INVALID, `'${where}.parts' must not be empty.`);
+  if (!Array.isArray(content.parts) || content.parts.length === 0)
+    throw new Refused(CLOSE_INVALID, `'${where}.parts' must not be empty.`);
   content.parts.forEach((part, i) => {
     const checked = only(part, `${where}.parts[${i}]`, ['text', 'inlineData']);
-    if (checked.text !== undefined && typeof checked.text !== 'string') throw new Refused(CLOSE_INVALID, `Invalid value at '${where}.parts[${i}].text'.`);
-    if (checked.inlineData !== undefined) only(checked.inlineData, `${where}.parts[${i}].inlineData`, ['mimeType', 'data']);
+    if (checked.text !== undefined && typeof checked.text !== 'string')
+      throw new Refused(CLOSE_INVALID, `Invalid value at '${where}.parts[${i}].text'.`);
+    if (checked.inlineData !== undefined)
+      only(checked.inlineData, `${where}.parts[${i}].inlineData`, ['mimeType', 'data']);
   });
   return content;
 }
 
-function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens' | 'answerPings' | 'toolAnswerDelayMs'>>): Json {
+function checkSetup(
+  value: unknown,
+  options: Required<Omit<FakeGeminiLiveOptions, 'cachedTokens' | 'answerPings' | 'toolAnswerDelayMs'>>,
+): Json {
   const setup = only(value, 'setup', [
-    'model', 'generationConfig', 'systemInstruction', 'tools', 'realtimeInputConfig', 'sessionResumption',
-    'contextWindowCompression', 'inputAudioTranscription', 'outputAudioTranscription', 'proactivity',
+    'model',
+    'generationConfig',
+    'systemInstruction',
+    'tools',
+    'realtimeInputConfig',
+    'sessionResumption',
+    'contextWindowCompression',
+    'inputAudioTranscription',
+    'outputAudioTranscription',
+    'proactivity',
   ]);
   const model = typeof setup.model === 'string' ? setup.model : '';
   const id = model.startsWith('models/') ? model.slice('models/'.length) : '';
   if (!options.models.includes(id)) {
-    throw new Refused(CLOSE_POLICY, `models/${id || model} is not found for API version v1beta, or is not supported for bidiGenerateContent. Call ListModels to see the list of available models and their supported methods.`);
+    throw new Refused(
+      CLOSE_POLICY,
+      `models/${id || model} is not found for API version v1beta, or is not supported for bidiGenerateContent. ` +
+        `Call ListModels to see the list of available models and their supported methods.`,
+    );
   }
   if (setup.generationConfig !== undefined) {
     const config = only(setup.generationConfig, 'setup.generation_config', [
-      'responseModalities', 'speechConfig', 'maxOutputTokens', 'temperature', 'topP', 'topK', 'candidateCount',
-      'presencePenalty', 'frequencyPenalty', 'mediaResolution', 'thinkingConfig', 'enableAffectiveDialog',
+      'responseModalities',
+      'speechConfig',
+      'maxOutputTokens',
+      'temperature',
+      'topP',
+      'topK',
+      'candidateCount',
+      'presencePenalty',
+      'frequencyPenalty',
+      'mediaResolution',
+      'thinkingConfig',
+      'enableAffectiveDialog',
     ]);
     if (config.responseModalities !== undefined) {
       const modalities = config.responseModalities;
-      if (!Array.isArray(modalities) || modalities.length !== 1 || !['AUDIO', 'TEXT'].includes(modalities[0] as string)) {
-        throw new Refused(CLOSE_INVALID, 'Invalid value at \'setup.generation_config.response_modalities\': exactly one of AUDIO or TEXT.');
+      if (
+        !Array.isArray(modalities) ||
+        modalities.length !== 1 ||
+        !['AUDIO', 'TEXT'].includes(modalities[0] as string)
+      ) {
+        throw new Refused(
+          CLOSE_INVALID,
+          "Invalid value at 'setup.generation_config.response_modalities': exactly one of AUDIO or TEXT.",
+        );
       }
       if (modalities[0] === 'TEXT' && options.nativeAudioModels.includes(id)) {
         throw new Refused(CLOSE_INVALID, 'Text output is not supported for native audio output model.');
       }
     }
-    if (config.maxOutputTokens !== undefined && (!Number.isInteger(config.maxOutputTokens) || (config.maxOutputTokens as number) < 1)) {
+    if (
+      config.maxOutputTokens !== undefined &&
+      (!Number.isInteger(config.maxOutputTokens) || (config.maxOutputTokens as number) < 1)
+    ) {
       throw new Refused(CLOSE_INVALID, "Invalid value at 'setup.generation_config.max_output_tokens'.");
     }
     if (config.speechConfig !== undefined) {
-      const speech = only(config.speechConfig, 'setup.generation_config.speech_config', ['voiceConfig', 'languageCode']);
-      const voice = only(speech.voiceConfig, 'setup.generation_config.speech_config.voice_config', ['prebuiltVoiceConfig']);
-      const prebuilt = only(voice.prebuiltVoiceConfig, 'setup.generation_config.speech_config.voice_config.prebuilt_voice_config', ['voiceName']);
+      const speech = only(config.speechConfig, 'setup.generation_config.speech_config', [
+        'voiceConfig',
+        'languageCode',
+      ]);
+      const voice = only(speech.voiceConfig, 'setup.generation_config.speech_config.voice_config', [
+        'prebuiltVoiceConfig',
+      ]);
+      const prebuilt = only(
+        voice.prebuiltVoiceConfig,
+        'setup.generation_config.speech_config.voice_config.prebuilt_voice_config',
+        ['voiceName'],
+      );
       if (typeof prebuilt.voiceName !== 'string') throw new Refused(CLOSE_INVALID, "Invalid value at 'voice_name'.");
     }
   }
@@ -178,25 +232,46 @@ function checkSetup(value: unknown, options: Required<Omit<FakeGeminiLiveOptions
     setup.tools.forEach((tool, t) => {
       const checked = only(tool, `setup.tools[${t}]`, ['functionDeclarations', 'googleSearch', 'codeExecution']);
       if (checked.functionDeclarations === undefined) return;
-      if (!Array.isArray(checked.functionDeclarations)) throw new Refused(CLOSE_INVALID, `Invalid value at 'setup.tools[${t}].function_declarations'.`);
+      if (!Array.isArray(checked.functionDeclarations))
+        throw new Refused(CLOSE_INVALID, `Invalid value at 'setup.tools[${t}].function_declarations'.`);
       checked.functionDeclarations.forEach((declaration, d) => {
-        const fn = only(declaration, `setup.tools[${t}].function_declarations[${d}]`, ['name', 'description', 'parameters', 'parametersJsonSchema', 'behavior', 'response']);
+        const fn = only(declaration, `setup.tools[${t}].function_declarations[${d}]`, [
+          'name',
+          'description',
+          'parameters',
+          'parametersJsonSchema',
+          'behavior',
+          'response',
+        ]);
         if (typeof fn.name !== 'string' || !/^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$/.test(fn.name)) {
-          throw new Refused(CLOSE_INVALID, `Invalid function name at 'setup.tools[${t}].function_declarations[${d}].name'.`);
+          throw new Refused(
+            CLOSE_INVALID,
+            `Invalid function name at 'setup.tools[${t}].function_declarations[${d}].name'.`,
+          );
         }
       });
     });
   }
   if (setup.realtimeInputConfig !== undefined) {
-    const config = only(setup.realtimeInputConfig, 'setup.realtime_input_config', ['automaticActivityDetection', 'activityHandling', 'turnCoverage']);
+    const config = only(setup.realtimeInputConfig, 'setup.realtime_input_config', [
+      'automaticActivityDetection',
+      'activityHandling',
+      'turnCoverage',
+    ]);
     if (config.automaticActivityDetection !== undefined) {
       only(config.automaticActivityDetection, 'setup.realtime_input_config.automatic_activity_detection', [
-        'disabled', 'startOfSpeechSensitivity', 'endOfSpeechSensitivity', 'prefixPaddingMs', 'silenceDurationMs',
+        'disabled',
+        'startOfSpeechSensitivity',
+        'endOfSpeechSensitivity',
+        'prefixPaddingMs',
+        'silenceDurationMs',
       ]);
     }
   }
-  if (setup.inputAudioTranscription !== undefined) only(setup.inputAudioTranscription, 'setup.input_audio_transcription', []);
-  if (setup.outputAudioTranscription !== undefined) only(setup.outputAudioTranscription, 'setup.output_audio_transcription', []);
+  if (setup.inputAudioTranscription !== undefined)
+    only(setup.inputAudioTranscription, 'setup.input_audio_transcription', []);
+  if (setup.outputAudioTranscription !== undefined)
+    only(setup.outputAudioTranscription, 'setup.output_audio_transcription', []);
   return setup;
 }
 
@@ -226,7 +301,10 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     const url = new URL(request.url ?? '/', 'http://fake');
     if (url.pathname !== GEMINI_LIVE_PATH) {
-      socket.end('HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{"error":{"code":404,"message":"Not Found","status":"NOT_FOUND"}}');
+      socket.end(
+        'HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\nconnection: ' +
+          'close\r\n\r\n{"error":{"code":404,"message":"Not Found","status":"NOT_FOUND"}}',
+      );
       return;
     }
     wss.handleUpgrade(request, socket, head, (ws) => serve(ws, request, url.searchParams));
@@ -284,9 +362,13 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
 
     const generation = () => (setup!.generationConfig as Json | undefined) ?? {};
     const speaks = () => ((generation().responseModalities as string[] | undefined)?.[0] ?? 'AUDIO') === 'AUDIO';
-    const automatic = () => (((setup!.realtimeInputConfig as Json | undefined)?.automaticActivityDetection as Json | undefined)?.disabled as boolean | undefined) !== true;
+    const automatic = () =>
+      (((setup!.realtimeInputConfig as Json | undefined)?.automaticActivityDetection as Json | undefined)?.disabled as
+        boolean | undefined) !== true;
     const declarations = () =>
-      ((setup!.tools as Json[] | undefined) ?? []).flatMap((tool) => (tool.functionDeclarations as Json[] | undefined) ?? []);
+      ((setup!.tools as Json[] | undefined) ?? []).flatMap(
+        (tool) => (tool.functionDeclarations as Json[] | undefined) ?? [],
+      );
 
     function usage(audioBytes: number, chunks: number, kind: 'AUDIO' | 'TEXT'): Json {
       const audioTokens = Math.ceil((audioBytes / 2 / 16_000) * 32);
@@ -321,10 +403,17 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
         if (fn !== undefined && /weather/i.test(text)) {
           const id = `fc-${++callCount}`;
           pendingCalls.set(id, fn.name as string);
-          send({ toolCall: { functionCalls: [{ id, name: fn.name, args: { city: 'Paris' } }] }, usageMetadata: usage(audioBytes, 1, 'TEXT') });
+          send({
+            toolCall: { functionCalls: [{ id, name: fn.name, args: { city: 'Paris' } }] },
+            usageMetadata: usage(audioBytes, 1, 'TEXT'),
+          });
           return;
         }
-        await answer(text === '' ? FAKE_LIVE_CHUNKS : /^Tool said: /.test(text) ? [text] : FAKE_LIVE_CHUNKS, /hold/i.test(text), audioBytes);
+        await answer(
+          text === '' ? FAKE_LIVE_CHUNKS : /^Tool said: /.test(text) ? [text] : FAKE_LIVE_CHUNKS,
+          /hold/i.test(text),
+          audioBytes,
+        );
       } finally {
         turnRunning = false;
       }
@@ -337,9 +426,14 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
       for (let i = 0; i < count; i++) {
         if (session.closed) return;
         if (audio) {
-          send({ serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm;rate=24000', data: toneChunk(toneOffset) } }] } } });
+          send({
+            serverContent: {
+              modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm;rate=24000', data: toneChunk(toneOffset) } }] },
+            },
+          });
           toneOffset += FAKE_LIVE_CHUNK_SAMPLES;
-          if (transcribe && chunks[i] !== undefined) send({ serverContent: { outputTranscription: { text: chunks[i] } } });
+          if (transcribe && chunks[i] !== undefined)
+            send({ serverContent: { outputTranscription: { text: chunks[i] } } });
         } else {
           send({ serverContent: { modelTurn: { role: 'model', parts: [{ text: chunks[i] }] } } });
         }
@@ -347,25 +441,39 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
       }
       if (session.closed) return;
       send({ serverContent: { generationComplete: true } });
-      send({ serverContent: { turnComplete: true }, usageMetadata: usage(audioBytes, count, audio ? 'AUDIO' : 'TEXT') });
+      send({
+        serverContent: { turnComplete: true },
+        usageMetadata: usage(audioBytes, count, audio ? 'AUDIO' : 'TEXT'),
+      });
     }
 
     function startTurn(text: string) {
       if (turnRunning) throw new Refused(CLOSE_INVALID, 'A turn is already being generated.');
       const audioBytes = audioInTurn;
       audioInTurn = 0;
-      void runTurn(text, audioBytes).catch((error: unknown) => end(1011, `Internal error: ${(error as Error).message}`));
+      void runTurn(text, audioBytes).catch((error: unknown) =>
+        end(1011, `Internal error: ${(error as Error).message}`),
+      );
     }
 
     function handle(message: Json) {
       const keys = Object.keys(message);
-      if (keys.length !== 1) throw new Refused(CLOSE_INVALID, keys.length === 0 ? 'Empty message.' : `Exactly one of setup, clientContent, realtimeInput, toolResponse per message (got ${keys.join(', ')}).`);
+      if (keys.length !== 1)
+        throw new Refused(
+          CLOSE_INVALID,
+          keys.length === 0
+            ? 'Empty message.'
+            : `Exactly one of setup, clientContent, realtimeInput, toolResponse per message (got ${keys.join(', ')}).`,
+        );
       const [kind] = keys as [string];
-      if (!['setup', 'clientContent', 'realtimeInput', 'toolResponse'].includes(kind)) throw new Refused(CLOSE_INVALID, unknownField(kind, ''));
+      if (!['setup', 'clientContent', 'realtimeInput', 'toolResponse'].includes(kind))
+        throw new Refused(CLOSE_INVALID, unknownField(kind, ''));
       if (kind === 'setup') {
-        if (setup !== undefined) throw new Refused(CLOSE_INVALID, 'setup must be sent only once, as the first message.');
+        if (setup !== undefined)
+          throw new Refused(CLOSE_INVALID, 'setup must be sent only once, as the first message.');
         const key = request.headers['x-goog-api-key'] ?? query.get('key');
-        if (key !== settings.apiKey) throw new Refused(CLOSE_INVALID, 'API key not valid. Please pass a valid API key.');
+        if (key !== settings.apiKey)
+          throw new Refused(CLOSE_INVALID, 'API key not valid. Please pass a valid API key.');
         setup = checkSetup(message.setup, settings);
         session.setup = setup;
         send({ setupComplete: {} });
@@ -377,10 +485,13 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
       if (kind === 'clientContent') {
         const content = only(message.clientContent, 'client_content', ['turns', 'turnComplete']);
         if (content.turns !== undefined) {
-          if (!Array.isArray(content.turns)) throw new Refused(CLOSE_INVALID, "Invalid value at 'client_content.turns'.");
+          if (!Array.isArray(content.turns))
+            throw new Refused(CLOSE_INVALID, "Invalid value at 'client_content.turns'.");
           content.turns.forEach((turn, i) => {
             const checked = checkContent(turn, `client_content.turns[${i}]`);
-            if (checked.role !== 'model') for (const part of checked.parts as Json[]) if (typeof part.text === 'string') pendingText.push(part.text);
+            if (checked.role !== 'model')
+              for (const part of checked.parts as Json[])
+                if (typeof part.text === 'string') pendingText.push(part.text);
           });
         }
         if (content.turnComplete === true) {
@@ -392,14 +503,30 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
       }
 
       if (kind === 'realtimeInput') {
-        const input = only(message.realtimeInput, 'realtime_input', ['audio', 'video', 'text', 'activityStart', 'activityEnd', 'audioStreamEnd', 'mediaChunks']);
-        if (Object.keys(input).length !== 1) throw new Refused(CLOSE_INVALID, 'realtime_input takes exactly one of its fields per message.');
+        const input = only(message.realtimeInput, 'realtime_input', [
+          'audio',
+          'video',
+          'text',
+          'activityStart',
+          'activityEnd',
+          'audioStreamEnd',
+          'mediaChunks',
+        ]);
+        if (Object.keys(input).length !== 1)
+          throw new Refused(CLOSE_INVALID, 'realtime_input takes exactly one of its fields per message.');
         if (input.audio !== undefined) {
           const blob = only(input.audio, 'realtime_input.audio', ['data', 'mimeType']);
           if (blob.mimeType !== 'audio/pcm;rate=16000') {
-            throw new Refused(CLOSE_INVALID, `Unsupported audio mime type "${String(blob.mimeType)}": this fake hears only audio/pcm;rate=16000.`);
+            throw new Refused(
+              CLOSE_INVALID,
+              `Unsupported audio mime type "${String(blob.mimeType)}": this fake hears only audio/pcm;rate=16000.`,
+            );
           }
-          if (!automatic() && !activityOpen) throw new Refused(CLOSE_INVALID, 'Audio outside an activity while automatic activity detection is disabled.');
+          if (!automatic() && !activityOpen)
+            throw new Refused(
+              CLOSE_INVALID,
+              'Audio outside an activity while automatic activity detection is disabled.',
+            );
           const bytes = checkBase64Pcm(blob.data, 'realtime_input.audio.data');
           session.audio = Buffer.concat([session.audio, bytes]);
           session.audioMimeTypes.push(blob.mimeType);
@@ -407,7 +534,11 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
           return;
         }
         if (input.activityStart !== undefined || input.activityEnd !== undefined) {
-          if (automatic()) throw new Refused(CLOSE_INVALID, 'Explicit activity control is not supported when automatic activity detection is enabled.');
+          if (automatic())
+            throw new Refused(
+              CLOSE_INVALID,
+              'Explicit activity control is not supported when automatic activity detection is enabled.',
+            );
           only(input.activityStart ?? input.activityEnd, 'realtime_input.activity', []);
           if (input.activityStart !== undefined) {
             if (activityOpen) throw new Refused(CLOSE_INVALID, 'activityStart while an activity is open.');
@@ -420,12 +551,14 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
           return;
         }
         if (input.audioStreamEnd !== undefined) {
-          if (input.audioStreamEnd !== true) throw new Refused(CLOSE_INVALID, "Invalid value at 'realtime_input.audio_stream_end'.");
+          if (input.audioStreamEnd !== true)
+            throw new Refused(CLOSE_INVALID, "Invalid value at 'realtime_input.audio_stream_end'.");
           if (audioInTurn > 0) startTurn('');
           return;
         }
         if (input.text !== undefined) {
-          if (typeof input.text !== 'string') throw new Refused(CLOSE_INVALID, "Invalid value at 'realtime_input.text'.");
+          if (typeof input.text !== 'string')
+            throw new Refused(CLOSE_INVALID, "Invalid value at 'realtime_input.text'.");
           if (automatic()) startTurn(input.text);
           else pendingText.push(input.text);
           return;
@@ -439,11 +572,26 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
       }
       const said: string[] = [];
       response.functionResponses.forEach((item, i) => {
-        const fn = only(item, `tool_response.function_responses[${i}]`, ['id', 'name', 'response', 'scheduling', 'willContinue']);
+        const fn = only(item, `tool_response.function_responses[${i}]`, [
+          'id',
+          'name',
+          'response',
+          'scheduling',
+          'willContinue',
+        ]);
         const name = typeof fn.id === 'string' ? pendingCalls.get(fn.id) : undefined;
-        if (name === undefined) throw new Refused(CLOSE_INVALID, `Function response id "${String(fn.id)}" matches no pending function call.`);
-        if (fn.name !== name) throw new Refused(CLOSE_INVALID, `Function response name "${String(fn.name)}" is not the call's ("${name}").`);
-        if (!isObject(fn.response)) throw new Refused(CLOSE_INVALID, `Invalid value at 'tool_response.function_responses[${i}].response', expected an object.`);
+        if (name === undefined)
+          throw new Refused(CLOSE_INVALID, `Function response id "${String(fn.id)}" matches no pending function call.`);
+        if (fn.name !== name)
+          throw new Refused(
+            CLOSE_INVALID,
+            `Function response name "${String(fn.name)}" is not the call's ("${name}").`,
+          );
+        if (!isObject(fn.response))
+          throw new Refused(
+            CLOSE_INVALID,
+            `Invalid value at 'tool_response.function_responses[${i}].response', expected an object.`,
+          );
         pendingCalls.delete(fn.id as string);
         said.push(JSON.stringify(fn.response));
       });
@@ -481,7 +629,9 @@ export async function startFakeGeminiLive(options: FakeGeminiLiveOptions = {}): 
     sessions,
     openSessions: () => sessions.filter((session) => session.closed === undefined).length,
     waitForSessions: (count) =>
-      sessions.length >= count ? Promise.resolve(sessions[count - 1]!) : new Promise((resolve) => waiters.push({ count, resolve })),
+      sessions.length >= count
+        ? Promise.resolve(sessions[count - 1]!)
+        : new Promise((resolve) => waiters.push({ count, resolve })),
     close: async () => {
       for (const session of sessions) session.release();
       for (const client of wss.clients) client.terminate();

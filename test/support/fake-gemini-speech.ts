@@ -12,9 +12,36 @@ import { closeServer, listenOnLoopback } from './fake-server.js';
 
 export const FAKE_GEMINI_TTS_MODELS = ['gemini-2.5-flash-preview-tts', 'gemini-2.5-pro-preview-tts'];
 export const GEMINI_VOICES = [
-  'Zephyr', 'Puck', 'Charon', 'Kore', 'Fenrir', 'Leda', 'Orus', 'Aoede', 'Callirrhoe', 'Autonoe', 'Enceladus', 'Iapetus', 'Umbriel', 'Algieba', 'Despina',
-  'Erinome', 'Algenib', 'Rasalgethi', 'Laomedeia', 'Achernar', 'Alnilam', 'Schedar', 'Gacrux', 'Pulcherrima', 'Achird', 'Zubenelgenubi', 'Vindemiatrix',
-  'Sadachbia', 'Sadaltager', 'Sulafat',
+  'Zephyr',
+  'Puck',
+  'Charon',
+  'Kore',
+  'Fenrir',
+  'Leda',
+  'Orus',
+  'Aoede',
+  'Callirrhoe',
+  'Autonoe',
+  'Enceladus',
+  'Iapetus',
+  'Umbriel',
+  'Algieba',
+  'Despina',
+  'Erinome',
+  'Algenib',
+  'Rasalgethi',
+  'Laomedeia',
+  'Achernar',
+  'Alnilam',
+  'Schedar',
+  'Gacrux',
+  'Pulcherrima',
+  'Achird',
+  'Zubenelgenubi',
+  'Vindemiatrix',
+  'Sadachbia',
+  'Sadaltager',
+  'Sulafat',
 ];
 const sampleRate = 24_000;
 
@@ -42,22 +69,36 @@ function googleError(res: ServerResponse, code: number, status: string, message:
 
 /** Why Gemini would refuse this body, or undefined. */
 function refusal(body: Record<string, unknown>): string | undefined {
-  for (const key of Object.keys(body)) if (key !== 'contents' && key !== 'generationConfig') return `Invalid JSON payload received. Unknown name "${key}": Cannot find field.`;
+  for (const key of Object.keys(body))
+    if (key !== 'contents' && key !== 'generationConfig')
+      return `Invalid JSON payload received. Unknown name "${key}": Cannot find field.`;
   const contents = body.contents as Array<{ role?: unknown; parts?: unknown }> | undefined;
-  if (!Array.isArray(contents) || contents.length !== 1 || !Array.isArray(contents[0]!.parts)) return '* GenerateContentRequest.contents: contents is not specified';
+  if (!Array.isArray(contents) || contents.length !== 1 || !Array.isArray(contents[0]!.parts))
+    return '* GenerateContentRequest.contents: contents is not specified';
   const parts = contents[0]!.parts as Array<Record<string, unknown>>;
-  if (parts.length === 0 || !parts.every((part) => Object.keys(part).join() === 'text' && typeof part.text === 'string' && part.text !== '')) return 'A TTS model takes text parts only.';
+  if (
+    parts.length === 0 ||
+    !parts.every((part) => Object.keys(part).join() === 'text' && typeof part.text === 'string' && part.text !== '')
+  )
+    return 'A TTS model takes text parts only.';
   const config = body.generationConfig as Record<string, unknown> | undefined;
   if (!config) return 'The requested combination of response modalities (TEXT) is not supported by the model.';
-  for (const key of Object.keys(config)) if (key !== 'responseModalities' && key !== 'speechConfig') return `Invalid JSON payload received. Unknown name "${key}" at 'generation_config'.`;
+  for (const key of Object.keys(config))
+    if (key !== 'responseModalities' && key !== 'speechConfig')
+      return `Invalid JSON payload received. Unknown name "${key}" at 'generation_config'.`;
   const modalities = config.responseModalities;
-  if (!Array.isArray(modalities) || modalities.join() !== 'AUDIO') return `The requested combination of response modalities (${Array.isArray(modalities) ? modalities.join(', ') : 'TEXT'}) is not supported by the model.`;
-  const voice = (config.speechConfig as { voiceConfig?: { prebuiltVoiceConfig?: { voiceName?: unknown } } } | undefined)?.voiceConfig?.prebuiltVoiceConfig?.voiceName;
-  if (voice !== undefined && (typeof voice !== 'string' || !GEMINI_VOICES.includes(voice))) return `Voice name ${String(voice)} is not supported.`;
+  if (!Array.isArray(modalities) || modalities.join() !== 'AUDIO')
+    return `The requested combination of response modalities (${Array.isArray(modalities) ? modalities.join(', ') : 'TEXT'}) is not supported by the model.`;
+  const voice = (config.speechConfig as { voiceConfig?: { prebuiltVoiceConfig?: { voiceName?: unknown } } } | undefined)
+    ?.voiceConfig?.prebuiltVoiceConfig?.voiceName;
+  if (voice !== undefined && (typeof voice !== 'string' || !GEMINI_VOICES.includes(voice)))
+    return `Voice name ${String(voice)} is not supported.`;
   return undefined;
 }
 
-export async function startFakeGeminiSpeech(options: { apiKey?: string; pieces?: number; pauseMs?: number } = {}): Promise<FakeGeminiSpeech> {
+export async function startFakeGeminiSpeech(
+  options: { apiKey?: string; pieces?: number; pauseMs?: number } = {},
+): Promise<FakeGeminiSpeech> {
   const apiKey = options.apiKey ?? 'gemini-test-key';
   const pieces = options.pieces ?? 3;
   const pauseMs = options.pauseMs ?? 5;
@@ -69,11 +110,15 @@ export async function startFakeGeminiSpeech(options: { apiKey?: string; pieces?:
     req.on('data', (chunk: Buffer) => chunks.push(chunk));
     req.on('end', () => {
       void (async () => {
-        const match = /^\/v1beta\/models\/([^/:]+):(generateContent|streamGenerateContent)(\?alt=sse)?$/.exec(req.url ?? '');
+        const match = /^\/v1beta\/models\/([^/:]+):(generateContent|streamGenerateContent)(\?alt=sse)?$/.exec(
+          req.url ?? '',
+        );
         if (req.method !== 'POST' || !match) return googleError(res, 404, 'NOT_FOUND', `Unknown path ${req.url}`);
         const [, model, method, sse] = match;
-        if (req.headers['x-goog-api-key'] !== apiKey) return googleError(res, 400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.');
-        if (!FAKE_GEMINI_TTS_MODELS.includes(model!)) return googleError(res, 404, 'NOT_FOUND', `models/${model} is not found for API version v1beta.`);
+        if (req.headers['x-goog-api-key'] !== apiKey)
+          return googleError(res, 400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.');
+        if (!FAKE_GEMINI_TTS_MODELS.includes(model!))
+          return googleError(res, 404, 'NOT_FOUND', `models/${model} is not found for API version v1beta.`);
         let body: Record<string, unknown>;
         try {
           body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Record<string, unknown>;
@@ -83,18 +128,43 @@ export async function startFakeGeminiSpeech(options: { apiKey?: string; pieces?:
         requests.push({ path: req.url!, body, headers: req.headers });
         const refused = refusal(body);
         if (refused) return googleError(res, 400, 'INVALID_ARGUMENT', refused);
-        const text = ((body.contents as Array<{ parts: Array<{ text: string }> }>)[0]!.parts).map((part) => part.text).join('');
+        const text = (body.contents as Array<{ parts: Array<{ text: string }> }>)[0]!.parts
+          .map((part) => part.text)
+          .join('');
         const characters = Array.from(text).length;
         const samples = Math.max(1200, Math.round(characters * 0.05 * sampleRate));
         const pcm = Buffer.alloc(samples * 2);
-        for (let n = 0; n < samples; n++) pcm.writeInt16LE(Math.round(10_000 * Math.sin((2 * Math.PI * 330 * n) / sampleRate)), n * 2);
+        for (let n = 0; n < samples; n++)
+          pcm.writeInt16LE(Math.round(10_000 * Math.sin((2 * Math.PI * 330 * n) / sampleRate)), n * 2);
         pcms.push(pcm);
-        const usage = { promptTokenCount: Math.ceil(characters / 4), candidatesTokenCount: Math.ceil((samples / sampleRate) * 25), totalTokenCount: 0 };
+        const usage = {
+          promptTokenCount: Math.ceil(characters / 4),
+          candidatesTokenCount: Math.ceil((samples / sampleRate) * 25),
+          totalTokenCount: 0,
+        };
         usage.totalTokenCount = usage.promptTokenCount + usage.candidatesTokenCount;
         usages.push(usage);
         const chunk = (data: Buffer, last: boolean) => ({
-          candidates: [{ content: { role: 'model', parts: [{ inlineData: { mimeType: `audio/L16;codec=pcm;rate=${sampleRate}`, data: data.toString('base64') } }] }, ...(last ? { finishReason: 'STOP', index: 0 } : { index: 0 }) }],
-          ...(last ? { usageMetadata: { ...usage, promptTokensDetails: [{ modality: 'TEXT', tokenCount: usage.promptTokenCount }], candidatesTokensDetails: [{ modality: 'AUDIO', tokenCount: usage.candidatesTokenCount }] } } : {}),
+          candidates: [
+            {
+              content: {
+                role: 'model',
+                parts: [
+                  { inlineData: { mimeType: `audio/L16;codec=pcm;rate=${sampleRate}`, data: data.toString('base64') } },
+                ],
+              },
+              ...(last ? { finishReason: 'STOP', index: 0 } : { index: 0 }),
+            },
+          ],
+          ...(last
+            ? {
+                usageMetadata: {
+                  ...usage,
+                  promptTokensDetails: [{ modality: 'TEXT', tokenCount: usage.promptTokenCount }],
+                  candidatesTokensDetails: [{ modality: 'AUDIO', tokenCount: usage.candidatesTokenCount }],
+                },
+              }
+            : {}),
           modelVersion: model,
           responseId: 'fake-tts-response',
         });

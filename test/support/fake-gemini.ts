@@ -18,7 +18,16 @@ import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { closeServer, FakePauses, listenOnLoopback, writeFlushed } from './fake-server.js';
-import { checkBatchEmbedRequest, checkCountRequest, checkEmbedContent, checkGenerateRequest, declarationsOf, invalid, isObject, Refusal } from './fake-gemini-requests.js';
+import {
+  checkBatchEmbedRequest,
+  checkCountRequest,
+  checkEmbedContent,
+  checkGenerateRequest,
+  declarationsOf,
+  invalid,
+  isObject,
+  Refusal,
+} from './fake-gemini-requests.js';
 import type { Json } from './fake-gemini-requests.js';
 
 export interface RecordedRequest {
@@ -50,7 +59,10 @@ interface SseOptions extends Timing {
 export type FakeGeminiResponse =
   | (Timing & { status?: number; headers?: Record<string, string>; json: unknown })
   | (Timing & { status: number; headers?: Record<string, string>; text: string })
-  /** Payloads framed as Gemini frames them: `data: <json>\r\n\r\n`, no terminator, with `alt=sse`; else elements of one JSON array. */
+  /**
+   * Payloads framed as Gemini frames them: `data: <json>\r\n\r\n`, no terminator, with `alt=sse`; else elements of one
+   * JSON array.
+   */
   | (SseOptions & { chunks: unknown[] })
   /** A recorded `.chunks.jsonl` fixture, one payload per line, framed like `chunks`. */
   | (SseOptions & { chunksFile: string })
@@ -90,7 +102,9 @@ export const geminiError = (code: number, status: string, message: string, detai
   error: { code, message, status, ...(details ? { details } : {}) },
 });
 
-/** The fake's count of a text: a quarter token per character, rounded up (what `countTokens` and no other answer says). */
+/**
+ * The fake's count of a text: a quarter token per character, rounded up (what `countTokens` and no other answer says).
+ */
 export const fakeTokenCount = (text: string) => Math.ceil(text.length / 4);
 
 /** Models that think, and so sign their function calls: Gemini 2.5 and 3, and the aliases that name them. */
@@ -134,7 +148,11 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
     const count = Number((body.generationConfig as Json | undefined)?.candidateCount ?? 1);
     const envelope = { modelVersion: model, responseId: `fake-${randomBytes(6).toString('hex')}` };
     const candidates = (parts: Json[], finishReason?: string) =>
-      Array.from({ length: count }, (_, index) => ({ content: { role: 'model', parts }, ...(finishReason ? { finishReason } : {}), index }));
+      Array.from({ length: count }, (_, index) => ({
+        content: { role: 'model', parts },
+        ...(finishReason ? { finishReason } : {}),
+        index,
+      }));
 
     if (answered === undefined && declarations.length > 0 && config?.mode !== 'NONE') {
       const allowed = config?.allowedFunctionNames as string[] | undefined;
@@ -147,24 +165,41 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
       }
       const usage = { ...FAKE_GEMINI_USAGE, candidatesTokenCount: 8, totalTokenCount: 20 };
       return {
-        chunks: [{ candidates: candidates([call]), ...envelope }, { candidates: candidates([{ text: '' }], 'STOP'), usageMetadata: usage, ...envelope }],
+        chunks: [
+          { candidates: candidates([call]), ...envelope },
+          { candidates: candidates([{ text: '' }], 'STOP'), usageMetadata: usage, ...envelope },
+        ],
         whole: { candidates: candidates([call], 'STOP'), usageMetadata: usage, ...envelope },
       };
     }
-    const text = answered ? `Tool said: ${JSON.stringify((answered.functionResponse as Json).response)}` : FAKE_GEMINI_TEXT;
+    const text = answered
+      ? `Tool said: ${JSON.stringify((answered.functionResponse as Json).response)}`
+      : FAKE_GEMINI_TEXT;
     const pieces = answered ? [text] : [...FAKE_GEMINI_PIECES];
     const chunks = pieces.map((piece, index): Json => {
       const last = index === pieces.length - 1;
-      return { candidates: candidates([{ text: piece }], last ? 'STOP' : undefined), ...(last ? { usageMetadata: FAKE_GEMINI_USAGE } : {}), ...envelope };
+      return {
+        candidates: candidates([{ text: piece }], last ? 'STOP' : undefined),
+        ...(last ? { usageMetadata: FAKE_GEMINI_USAGE } : {}),
+        ...envelope,
+      };
     });
-    return { chunks, whole: { candidates: candidates([{ text }], 'STOP'), usageMetadata: FAKE_GEMINI_USAGE, ...envelope } };
+    return {
+      chunks,
+      whole: { candidates: candidates([{ text }], 'STOP'), usageMetadata: FAKE_GEMINI_USAGE, ...envelope },
+    };
   }
 
   /** Validates like Google does; returns the default answer for a valid request or throws a Refusal. */
   function answer(request: RecordedRequest, url: URL): FakeGeminiResponse {
     const key = request.headers['x-goog-api-key'] ?? url.searchParams.get('key');
     if (!key) {
-      throw new Refusal(403, 'PERMISSION_DENIED', "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or other form of API consumer identity to call this API.");
+      throw new Refusal(
+        403,
+        'PERMISSION_DENIED',
+        "Method doesn't allow unregistered callers (callers without established identity). Please use API Key or " +
+          'other form of API consumer identity to call this API.',
+      );
     }
     if (options.apiKey !== undefined && key !== options.apiKey) {
       throw new Refusal(400, 'INVALID_ARGUMENT', 'API key not valid. Please pass a valid API key.', [
@@ -172,24 +207,43 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
       ]);
     }
     const route = /^\/(v1beta|v1)\/((?:models|tunedModels)\/[^/:]+):(\w+)$/.exec(url.pathname);
-    if (request.method !== 'POST' || route === null) throw new Refusal(404, 'NOT_FOUND', `Method not found: ${url.pathname}`);
+    if (request.method !== 'POST' || route === null)
+      throw new Refusal(404, 'NOT_FOUND', `Method not found: ${url.pathname}`);
     const [, version, modelPath, method] = route as unknown as [string, string, string, string];
     const model = modelPath.slice(modelPath.indexOf('/') + 1);
     const embeds = method === 'embedContent' || method === 'batchEmbedContents';
     const generates = method === 'generateContent' || method === 'streamGenerateContent' || method === 'countTokens';
     if (!embeds && !generates) throw new Refusal(404, 'NOT_FOUND', `Method not found: ${method}`);
-    if (!/^models\/(gemini|gemma|text-embedding|embedding)/.test(modelPath) || (embeds && !isEmbeddingModel(model)) || (generates && isEmbeddingModel(model))) {
-      throw new Refusal(404, 'NOT_FOUND', `${modelPath} is not found for API version ${version}, or is not supported for ${method}. Call ListModels to see the list of available models and their supported methods.`);
+    if (
+      !/^models\/(gemini|gemma|text-embedding|embedding)/.test(modelPath) ||
+      (embeds && !isEmbeddingModel(model)) ||
+      (generates && isEmbeddingModel(model))
+    ) {
+      throw new Refusal(
+        404,
+        'NOT_FOUND',
+        `${modelPath} is not found for API version ${version}, or is not supported for ${method}. Call ` +
+          `ListModels to see the list of available models and their supported methods.`,
+      );
     }
-    if (!isObject(request.body)) throw invalid(request.rawBody.trim() === '' ? '* contents: contents is not specified' : 'Invalid JSON payload received. Expected an object.');
+    if (!isObject(request.body))
+      throw invalid(
+        request.rawBody.trim() === ''
+          ? '* contents: contents is not specified'
+          : 'Invalid JSON payload received. Expected an object.',
+      );
     if (method === 'batchEmbedContents') {
       return { json: { embeddings: checkBatchEmbedRequest(request.body, modelPath).map(embeddingOf) } };
     }
-    if (method === 'embedContent') return { json: { embedding: embeddingOf(checkEmbedContent(request.body, undefined, modelPath)) } };
+    if (method === 'embedContent')
+      return { json: { embedding: embeddingOf(checkEmbedContent(request.body, undefined, modelPath)) } };
     if (method === 'countTokens') {
       const turns = checkCountRequest(request.body, model, issued);
       const inner = request.body.generateContentRequest as Json | undefined;
-      const texts = [...turns, ...(isObject(inner?.systemInstruction) ? [inner.systemInstruction] : [])].flatMap((turn) => (turn.parts as Json[]).map((part) => (typeof part.text === 'string' ? part.text : JSON.stringify(part))));
+      const texts = [...turns, ...(isObject(inner?.systemInstruction) ? [inner.systemInstruction] : [])].flatMap(
+        (turn) =>
+          (turn.parts as Json[]).map((part) => (typeof part.text === 'string' ? part.text : JSON.stringify(part))),
+      );
       const totalTokens = texts.reduce((sum, text) => sum + fakeTokenCount(text), 0);
       return { json: { totalTokens, promptTokensDetails: [{ modality: 'TEXT', tokenCount: totalTokens }] } };
     }
@@ -197,15 +251,24 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
     return method === 'generateContent' ? { json: reply.whole } : { chunks: reply.chunks };
   }
 
-  /** Writes a stream's pieces: each event on its own after a pause (`chunkDelayMs`), or the whole cut every `chunkSize` bytes. */
-  async function writeStream(res: ServerResponse, response: SseOptions, events: readonly string[], contentType: string): Promise<void> {
+  /**
+   * Writes a stream's pieces: each event on its own after a pause (`chunkDelayMs`), or the whole cut every `chunkSize`
+   * bytes.
+   */
+  async function writeStream(
+    res: ServerResponse,
+    response: SseOptions,
+    events: readonly string[],
+    contentType: string,
+  ): Promise<void> {
     res.writeHead(response.status ?? 200, { 'content-type': contentType, ...response.headers });
     const delay = response.chunkDelayMs ?? 0;
     const body = Buffer.from(events.join(''));
     let pieces = [body];
     if (response.chunkSize !== undefined) {
       pieces = [];
-      for (let offset = 0; offset < body.length; offset += response.chunkSize) pieces.push(body.subarray(offset, offset + response.chunkSize));
+      for (let offset = 0; offset < body.length; offset += response.chunkSize)
+        pieces.push(body.subarray(offset, offset + response.chunkSize));
     } else if (delay > 0) {
       pieces = events.map((event) => Buffer.from(event));
     }
@@ -221,12 +284,31 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
     else res.end();
   }
 
-  /** Chunks in the form the request asked: SSE events (`alt=sse`), or Google's default, one JSON array sent element by element. */
-  function writeChunks(res: ServerResponse, response: SseOptions, payloads: readonly string[], form: 'sse' | 'array'): Promise<void> {
-    if (form === 'sse') return writeStream(res, response, payloads.map((payload) => `data: ${payload}\r\n\r\n`), 'text/event-stream');
+  /**
+   * Chunks in the form the request asked: SSE events (`alt=sse`), or Google's default, one JSON array sent element by
+   * element.
+   */
+  function writeChunks(
+    res: ServerResponse,
+    response: SseOptions,
+    payloads: readonly string[],
+    form: 'sse' | 'array',
+  ): Promise<void> {
+    if (form === 'sse')
+      return writeStream(
+        res,
+        response,
+        payloads.map((payload) => `data: ${payload}\r\n\r\n`),
+        'text/event-stream',
+      );
     const pretty = payloads.map((payload) => JSON.stringify(JSON.parse(payload), null, 2));
     const events = pretty.map((payload, index) => `${index === 0 ? '[' : ',\r\n'}${payload}\n`);
-    return writeStream(res, response, [...events, ...(events.length === 0 ? ['['] : []), ']'], 'application/json; charset=UTF-8');
+    return writeStream(
+      res,
+      response,
+      [...events, ...(events.length === 0 ? ['['] : []), ']'],
+      'application/json; charset=UTF-8',
+    );
   }
 
   async function respond(res: ServerResponse, response: FakeGeminiResponse, form: 'sse' | 'array'): Promise<void> {
@@ -241,7 +323,13 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
       res.writeHead(response.status, { 'content-type': 'text/plain', ...response.headers });
       return void res.end(response.text);
     }
-    if ('chunks' in response) return writeChunks(res, response, response.chunks.map((chunk) => JSON.stringify(chunk)), form);
+    if ('chunks' in response)
+      return writeChunks(
+        res,
+        response,
+        response.chunks.map((chunk) => JSON.stringify(chunk)),
+        form,
+      );
     if ('chunksFile' in response) {
       const lines = (await readFile(response.chunksFile, 'utf8')).split('\n').filter((line) => line.trim().length > 0);
       return writeChunks(res, response, lines, form);
@@ -253,7 +341,14 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     inFlight += 1;
     maxInFlight = Math.max(maxInFlight, inFlight);
-    const record: RecordedRequest = { method: req.method ?? 'GET', path: req.url ?? '/', headers: req.headers, body: undefined, rawBody: '', aborted: false };
+    const record: RecordedRequest = {
+      method: req.method ?? 'GET',
+      path: req.url ?? '/',
+      headers: req.headers,
+      body: undefined,
+      rawBody: '',
+      aborted: false,
+    };
     let droppedByFake = false;
     res.on('close', () => {
       inFlight -= 1;
@@ -282,7 +377,11 @@ export async function startFakeGemini(options: FakeGeminiOptions = {}): Promise<
     }
     droppedByFake = 'destroy' in response || ('destroyAtEnd' in response && response.destroyAtEnd === true);
     const asked = new URL(record.path, 'http://fake');
-    await respond(res, response, asked.pathname.endsWith(':streamGenerateContent') && asked.searchParams.get('alt') !== 'sse' ? 'array' : 'sse');
+    await respond(
+      res,
+      response,
+      asked.pathname.endsWith(':streamGenerateContent') && asked.searchParams.get('alt') !== 'sse' ? 'array' : 'sse',
+    );
   }
 
   const server = createServer({ keepAliveTimeout: 60_000, requestTimeout: 0 }, (req, res) => {

@@ -15,8 +15,15 @@ if (process.env.FAKE_MCP_MODE === 'hang') {
   process.stdin.resume();
 } else {
   const server = new McpServer({ name: 'fake-local', version: '2.0.0' });
-  server.registerTool('whoami', { description: `Says which variable it was given: ${process.env.FAKE_MCP_GREETING ?? 'none'}.`, inputSchema: z.object({}) }, async () => ({
-    content: [{ type: 'text', text: process.env.FAKE_MCP_GREETING ?? 'none' }],
-  }));
+  server.registerTool(
+    'whoami',
+    {
+      description: `Says which variable it was given: ${process.env.FAKE_MCP_GREETING ?? 'none'}.`,
+      inputSchema: z.object({}),
+    },
+    async () => ({
+      content: [{ type: 'text', text: process.env.FAKE_MCP_GREETING ?? 'none' }],
+    }),
+  );
   await server.connect(new StdioServerTransport());
 }

@@ -24,7 +24,9 @@ export interface FakeMcp {
   close(): Promise<void>;
 }
 
-export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string; json?: boolean } = {}): Promise<FakeMcp> {
+export async function startFakeMcp(
+  options: { token?: string; mode?: 'ok' | 'fail' | 'hang' | 'sse'; name?: string; json?: boolean } = {},
+): Promise<FakeMcp> {
   const mode = options.mode ?? 'ok';
   const seen: FakeMcp['seen'] = [];
   const slow = { running: 0, most: 0, started: 0, cancelled: 0 };
@@ -34,52 +36,98 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
   const sessions = new Map<string, WebStandardStreamableHTTPServerTransport>();
   const buildServer = () => {
     const server = new McpServer({ name: options.name ?? 'fake-notes', version: '1.2.3' });
-    server.registerTool('search', { description: 'Finds notes that hold a word.', inputSchema: z.object({ word: z.string() }), annotations: { readOnlyHint: true } }, async ({ word }) => ({
-      content: [{ type: 'text', text: `notes with ${word}: 2` }],
+    server.registerTool(
+      'search',
+      {
+        description: 'Finds notes that hold a word.',
+        inputSchema: z.object({ word: z.string() }),
+        annotations: { readOnlyHint: true },
+      },
+      async ({ word }) => ({
+        content: [{ type: 'text', text: `notes with ${word}: 2` }],
+      }),
+    );
+    server.registerTool(
+      'add',
+      { description: 'Adds a note.', inputSchema: z.object({ text: z.string() }) },
+      async () => ({ content: [{ type: 'text', text: 'added' }] }),
+    );
+    server.registerTool('crash', { description: 'Drops the connection.', inputSchema: z.object({}) }, async () => ({
+      content: [],
     }));
-    server.registerTool('add', { description: 'Adds a note.', inputSchema: z.object({ text: z.string() }) }, async () => ({ content: [{ type: 'text', text: 'added' }] }));
-    server.registerTool('crash', { description: 'Drops the connection.', inputSchema: z.object({}) }, async () => ({ content: [] }));
-    server.registerTool('slow', { description: 'Answers after `ms` milliseconds.', inputSchema: z.object({ ms: z.number().int().min(0).max(60_000) }) }, async ({ ms }, ctx) => {
-      slow.running++;
-      slow.started++;
-      slow.most = Math.max(slow.most, slow.running);
-      try {
-        await new Promise<void>((resolve, reject) => {
-          const timer = setTimeout(resolve, ms);
-          const signal = (ctx as { mcpReq?: { signal?: AbortSignal } } | undefined)?.mcpReq?.signal;
-          signal?.addEventListener('abort', () => {
-            clearTimeout(timer);
-            slow.cancelled++;
-            reject(new Error('cancelled'));
+    server.registerTool(
+      'slow',
+      {
+        description: 'Answers after `ms` milliseconds.',
+        inputSchema: z.object({ ms: z.number().int().min(0).max(60_000) }),
+      },
+      async ({ ms }, ctx) => {
+        slow.running++;
+        slow.started++;
+        slow.most = Math.max(slow.most, slow.running);
+        try {
+          await new Promise<void>((resolve, reject) => {
+            const timer = setTimeout(resolve, ms);
+            const signal = (ctx as { mcpReq?: { signal?: AbortSignal } } | undefined)?.mcpReq?.signal;
+            signal?.addEventListener('abort', () => {
+              clearTimeout(timer);
+              slow.cancelled++;
+              reject(new Error('cancelled'));
+            });
           });
-        });
-        return { content: [{ type: 'text', text: `slept ${ms} ms` }] };
-      } finally {
-        slow.running--;
-      }
-    });
+          return { content: [{ type: 'text', text: `slept ${ms} ms` }] };
+        } finally {
+          slow.running--;
+        }
+      },
+    );
     // `count`: reports its progress, a step every `ms`, and answers with the count.
     // Safe to repeat (idempotentHint): a call whose worker was lost runs again.
-    server.registerTool('count', { description: 'Counts to `to`, reporting each step.', inputSchema: z.object({ to: z.number().int().min(1).max(100), ms: z.number().int().min(0).max(5000) }), annotations: { idempotentHint: true } }, async ({ to, ms }, ctx) => {
-      counted.started++;
-      const req = (ctx as unknown as { mcpReq: { _meta?: { progressToken?: string | number }; notify(notification: unknown): Promise<void> } }).mcpReq;
-      const token = req._meta?.progressToken;
-      for (let step = 1; step <= to; step++) {
-        await new Promise((resolve) => setTimeout(resolve, ms));
-        if (token !== undefined) await req.notify({ method: 'notifications/progress', params: { progressToken: token, progress: step, total: to, message: `step ${step}` } });
-      }
-      return { content: [{ type: 'text', text: `counted to ${to}` }] };
-    });
+    server.registerTool(
+      'count',
+      {
+        description: 'Counts to `to`, reporting each step.',
+        inputSchema: z.object({ to: z.number().int().min(1).max(100), ms: z.number().int().min(0).max(5000) }),
+        annotations: { idempotentHint: true },
+      },
+      async ({ to, ms }, ctx) => {
+        counted.started++;
+        const req = (
+          ctx as unknown as {
+            mcpReq: { _meta?: { progressToken?: string | number }; notify(notification: unknown): Promise<void> };
+          }
+        ).mcpReq;
+        const token = req._meta?.progressToken;
+        for (let step = 1; step <= to; step++) {
+          await new Promise((resolve) => setTimeout(resolve, ms));
+          if (token !== undefined)
+            await req.notify({
+              method: 'notifications/progress',
+              params: { progressToken: token, progress: step, total: to, message: `step ${step}` },
+            });
+        }
+        return { content: [{ type: 'text', text: `counted to ${to}` }] };
+      },
+    );
     // A resource, a template of them and a prompt, for resources/* and prompts/* through the gateway.
     server.registerResource('today', 'notes://today', { title: 'Today', mimeType: 'text/plain' }, async (uri) => ({
       contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'buy milk' }],
     }));
-    server.registerResource('day', new ResourceTemplate('notes://day/{date}', { list: undefined }), { title: 'A day', mimeType: 'text/plain' }, async (uri, { date }) => ({
-      contents: [{ uri: uri.href, mimeType: 'text/plain', text: `notes of ${String(date)}` }],
-    }));
-    server.registerPrompt('summarize', { description: 'Summarizes the notes on a topic.', argsSchema: z.object({ topic: z.string() }) }, async ({ topic }) => ({
-      messages: [{ role: 'user', content: { type: 'text', text: `Summarize my notes on ${topic}.` } }],
-    }));
+    server.registerResource(
+      'day',
+      new ResourceTemplate('notes://day/{date}', { list: undefined }),
+      { title: 'A day', mimeType: 'text/plain' },
+      async (uri, { date }) => ({
+        contents: [{ uri: uri.href, mimeType: 'text/plain', text: `notes of ${String(date)}` }],
+      }),
+    );
+    server.registerPrompt(
+      'summarize',
+      { description: 'Summarizes the notes on a topic.', argsSchema: z.object({ topic: z.string() }) },
+      async ({ topic }) => ({
+        messages: [{ role: 'user', content: { type: 'text', text: `Summarize my notes on ${topic}.` } }],
+      }),
+    );
     return server;
   };
 
@@ -89,7 +137,11 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
       legacy.set(transport.sessionId, transport);
       res.on('close', () => legacy.delete(transport.sessionId));
       const server = new LegacyMcpServer({ name: options.name ?? 'fake-legacy', version: '0.9.0' });
-      server.registerTool('lookup', { description: 'Looks a word up.', inputSchema: { word: z.string() } }, async ({ word }) => ({ content: [{ type: 'text', text: word }] }));
+      server.registerTool(
+        'lookup',
+        { description: 'Looks a word up.', inputSchema: { word: z.string() } },
+        async ({ word }) => ({ content: [{ type: 'text', text: word }] }),
+      );
       await server.connect(transport);
       return;
     }
@@ -122,7 +174,11 @@ export async function startFakeMcp(options: { token?: string; mode?: 'ok' | 'fai
       res.destroy();
       return;
     }
-    const request = new Request(`http://${req.headers.host}${req.url}`, { method: req.method!, headers, ...(body ? { body } : {}) });
+    const request = new Request(`http://${req.headers.host}${req.url}`, {
+      method: req.method!,
+      headers,
+      ...(body ? { body } : {}),
+    });
     // Stateful, as most servers are: a cancel notification reaches the server running the call it names.
     const sessionId = req.headers['mcp-session-id'];
     let transport = typeof sessionId === 'string' ? sessions.get(sessionId) : undefined;

@@ -13,8 +13,7 @@ export interface DefaultOptions {
 }
 
 export type DefaultAnswer =
-  | { kind: 'json'; status: number; body: Buffer }
-  | { kind: 'sse'; body: Buffer; events: Buffer[] };
+  { kind: 'json'; status: number; body: Buffer } | { kind: 'sse'; body: Buffer; events: Buffer[] };
 
 export const FAKE_REPLY_PIECES = ['Hello', ' from', ' fake', ' upstream'] as const;
 export const FAKE_REPLY_TEXT = FAKE_REPLY_PIECES.join('');
@@ -48,7 +47,13 @@ function openaiError(status: number, message: string, type: string, param: strin
 }
 
 const missingParameter = (name: string) =>
-  openaiError(400, `Missing required parameter: '${name}'.`, 'invalid_request_error', name, 'missing_required_parameter');
+  openaiError(
+    400,
+    `Missing required parameter: '${name}'.`,
+    'invalid_request_error',
+    name,
+    'missing_required_parameter',
+  );
 
 function sse(chunks: unknown[]): DefaultAnswer {
   const events = [...chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`), 'data: [DONE]\n\n'].map((event) =>
@@ -63,7 +68,13 @@ function wantsUsage(body: Record<string, unknown>): boolean {
 }
 
 function chatAnswer(model: string, stream: boolean, includeUsage: boolean): DefaultAnswer {
-  const base = { id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: FAKE_CREATED, model, system_fingerprint: 'fp_fake' };
+  const base = {
+    id: 'chatcmpl-fake',
+    object: 'chat.completion.chunk',
+    created: FAKE_CREATED,
+    model,
+    system_fingerprint: 'fp_fake',
+  };
   if (!stream) {
     return json(200, {
       id: 'chatcmpl-fake',
@@ -102,12 +113,26 @@ function chatAnswer(model: string, stream: boolean, includeUsage: boolean): Defa
  * asked, and `[DONE]`.
  */
 export function chatStreamSse(pieces: readonly string[], options: { model?: string; usage?: boolean } = {}): string {
-  const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model: options.model ?? 'gpt-4o-mini', system_fingerprint: 'fp' };
+  const base = {
+    id: 'chatcmpl-slow',
+    object: 'chat.completion.chunk',
+    created: 1,
+    model: options.model ?? 'gpt-4o-mini',
+    system_fingerprint: 'fp',
+  };
   const chunks = [
     { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }] },
     ...pieces.map((content) => ({ ...base, choices: [{ index: 0, delta: { content }, finish_reason: null }] })),
     { ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
-    ...(options.usage ? [{ ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: pieces.length, total_tokens: 9 + pieces.length } }] : []),
+    ...(options.usage
+      ? [
+          {
+            ...base,
+            choices: [],
+            usage: { prompt_tokens: 9, completion_tokens: pieces.length, total_tokens: 9 + pieces.length },
+          },
+        ]
+      : []),
   ];
   return [...chunks.map((chunk) => `data: ${JSON.stringify(chunk)}\n\n`), 'data: [DONE]\n\n'].join('');
 }
@@ -121,7 +146,12 @@ export const FAKE_TOOL_ARGUMENTS = '{"city":"Oslo"}';
  * first tool with `{"city":"Oslo"}`; after a tool result, answer
  * `Tool said: <content>`.
  */
-function toolAnswer(fields: Record<string, unknown>, model: string, stream: boolean, includeUsage: boolean): DefaultAnswer | null {
+function toolAnswer(
+  fields: Record<string, unknown>,
+  model: string,
+  stream: boolean,
+  includeUsage: boolean,
+): DefaultAnswer | null {
   const messages = fields.messages as Array<{ role?: string; content?: unknown }>;
   const last = [...messages].reverse().find((message) => message.role !== 'system' && message.role !== 'developer');
   if (last?.role === 'tool') {
@@ -131,21 +161,54 @@ function toolAnswer(fields: Record<string, unknown>, model: string, stream: bool
   const tools = fields.tools as Array<{ function?: { name?: string } }> | undefined;
   const name = tools?.[0]?.function?.name;
   if (!name || last?.role !== 'user' || fields.tool_choice === 'none') return null;
-  const base = { id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: FAKE_CREATED, model, system_fingerprint: 'fp_fake' };
+  const base = {
+    id: 'chatcmpl-fake',
+    object: 'chat.completion.chunk',
+    created: FAKE_CREATED,
+    model,
+    system_fingerprint: 'fp_fake',
+  };
   const call = { id: FAKE_TOOL_CALL_ID, type: 'function', function: { name, arguments: FAKE_TOOL_ARGUMENTS } };
   if (!stream) {
     return json(200, {
-      id: 'chatcmpl-fake', object: 'chat.completion', created: FAKE_CREATED, model,
-      choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: null, tool_calls: [call] }, logprobs: null, finish_reason: 'tool_calls' }],
+      id: 'chatcmpl-fake',
+      object: 'chat.completion',
+      created: FAKE_CREATED,
+      model,
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: null, refusal: null, tool_calls: [call] },
+          logprobs: null,
+          finish_reason: 'tool_calls',
+        },
+      ],
       usage: FAKE_USAGE,
     });
   }
   const usageField = includeUsage ? { usage: null } : {};
-  const choice = (delta: unknown, finishReason: string | null) => [{ index: 0, delta, logprobs: null, finish_reason: finishReason }];
+  const choice = (delta: unknown, finishReason: string | null) => [
+    { index: 0, delta, logprobs: null, finish_reason: finishReason },
+  ];
   const chunks: unknown[] = [
-    { ...base, choices: choice({ role: 'assistant', content: null, tool_calls: [{ index: 0, ...call, function: { name, arguments: '' } }] }, null), ...usageField },
-    { ...base, choices: choice({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }, null), ...usageField },
-    { ...base, choices: choice({ tool_calls: [{ index: 0, function: { arguments: '"Oslo"}' } }] }, null), ...usageField },
+    {
+      ...base,
+      choices: choice(
+        { role: 'assistant', content: null, tool_calls: [{ index: 0, ...call, function: { name, arguments: '' } }] },
+        null,
+      ),
+      ...usageField,
+    },
+    {
+      ...base,
+      choices: choice({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }, null),
+      ...usageField,
+    },
+    {
+      ...base,
+      choices: choice({ tool_calls: [{ index: 0, function: { arguments: '"Oslo"}' } }] }, null),
+      ...usageField,
+    },
     { ...base, choices: choice({}, 'tool_calls'), ...usageField },
   ];
   if (includeUsage) chunks.push({ ...base, choices: [], usage: FAKE_USAGE });
@@ -156,13 +219,25 @@ function textAnswer(model: string, stream: boolean, includeUsage: boolean, text:
   const base = { id: 'chatcmpl-fake', object: 'chat.completion.chunk', created: FAKE_CREATED, model };
   if (!stream) {
     return json(200, {
-      id: 'chatcmpl-fake', object: 'chat.completion', created: FAKE_CREATED, model,
-      choices: [{ index: 0, message: { role: 'assistant', content: text, refusal: null }, logprobs: null, finish_reason: 'stop' }],
+      id: 'chatcmpl-fake',
+      object: 'chat.completion',
+      created: FAKE_CREATED,
+      model,
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: text, refusal: null },
+          logprobs: null,
+          finish_reason: 'stop',
+        },
+      ],
       usage: FAKE_USAGE,
     });
   }
   const usageField = includeUsage ? { usage: null } : {};
-  const choice = (delta: unknown, finishReason: string | null) => [{ index: 0, delta, logprobs: null, finish_reason: finishReason }];
+  const choice = (delta: unknown, finishReason: string | null) => [
+    { index: 0, delta, logprobs: null, finish_reason: finishReason },
+  ];
   const chunks: unknown[] = [
     { ...base, choices: choice({ role: 'assistant', content: '' }, null), ...usageField },
     { ...base, choices: choice({ content: text }, null), ...usageField },
@@ -199,7 +274,8 @@ function embeddingsAnswer(body: Record<string, unknown>, model: string): Default
   if (input === undefined || input === null) return missingParameter('input');
   let inputs: unknown[];
   if (typeof input === 'string') inputs = [input];
-  else if (Array.isArray(input) && input.length > 0) inputs = input.every((item) => typeof item === 'number') ? [input] : input;
+  else if (Array.isArray(input) && input.length > 0)
+    inputs = input.every((item) => typeof item === 'number') ? [input] : input;
   else return openaiError(400, "'input' must be a non-empty string or array.", 'invalid_request_error', 'input', null);
 
   const dimensions = body.dimensions ?? 8;
@@ -209,7 +285,8 @@ function embeddingsAnswer(body: Record<string, unknown>, model: string): Default
   const base64 = body.encoding_format === 'base64';
   let promptTokens = 0;
   const data = inputs.map((item, index) => {
-    promptTokens += typeof item === 'string' ? Math.max(1, Math.ceil(item.length / 4)) : Array.isArray(item) ? item.length : 1;
+    promptTokens +=
+      typeof item === 'string' ? Math.max(1, Math.ceil(item.length / 4)) : Array.isArray(item) ? item.length : 1;
     const vector = embeddingVector(index, dimensions);
     const embedding = base64 ? Buffer.from(vector.buffer).toString('base64') : Array.from(vector);
     return { object: 'embedding', index, embedding };
@@ -223,7 +300,8 @@ function checkAuth(request: RecordedRequest, options: DefaultOptions): DefaultAn
   if (match === null) {
     return openaiError(
       401,
-      "You didn't provide an API key. Send it in an Authorization header using Bearer auth (Authorization: Bearer YOUR_KEY).",
+      "You didn't provide an API key. Send it in an Authorization header using Bearer auth (Authorization: " +
+        'Bearer YOUR_KEY).',
       'invalid_request_error',
       null,
       null,

@@ -54,7 +54,13 @@ const QUALITIES: Record<Family, readonly string[] | null> = {
   'gpt-image-2': ['low', 'medium', 'high', 'auto'],
   other: null,
 };
-const MAX_PROMPT: Record<Family, number> = { 'dall-e-2': 1000, 'dall-e-3': 4000, 'gpt-image': 32000, 'gpt-image-2': 32000, other: 32000 };
+const MAX_PROMPT: Record<Family, number> = {
+  'dall-e-2': 1000,
+  'dall-e-3': 4000,
+  'gpt-image': 32000,
+  'gpt-image-2': 32000,
+  other: 32000,
+};
 
 const isGptImage = (family: Family) => family === 'gpt-image' || family === 'gpt-image-2';
 
@@ -66,7 +72,12 @@ const missingParameter = (name: string) =>
   openaiError(400, `Missing required parameter: '${name}'.`, name, 'missing_required_parameter');
 function invalidValue(name: string, value: unknown, allowed: readonly string[]): FakeResponse {
   const supported = allowed.map((v) => `'${v}'`).join(', ');
-  return openaiError(400, `Invalid value: '${String(value)}'. Supported values are: ${supported}.`, name, 'invalid_value');
+  return openaiError(
+    400,
+    `Invalid value: '${String(value)}'. Supported values are: ${supported}.`,
+    name,
+    'invalid_value',
+  );
 }
 
 /** `gpt-image-2` takes any WxH with sides divisible by 16, aspect ratio within 3:1, up to 3840x2160. */
@@ -76,11 +87,21 @@ function isFreeGptImage2Size(size: string): boolean {
   const width = Number(match[1]);
   const height = Number(match[2]);
   const ratio = Math.max(width, height) / Math.min(width, height);
-  return width % 16 === 0 && height % 16 === 0 && ratio <= 3 && Math.max(width, height) <= 3840 && Math.min(width, height) <= 2160;
+  return (
+    width % 16 === 0 &&
+    height % 16 === 0 &&
+    ratio <= 3 &&
+    Math.max(width, height) <= 3840 &&
+    Math.min(width, height) <= 2160
+  );
 }
 
 /** The checks both endpoints share; returns the refusal, or null when the fields are acceptable. */
-function checkFields(fields: Record<string, unknown>, family: Family, sizes: readonly string[] | null): FakeResponse | null {
+function checkFields(
+  fields: Record<string, unknown>,
+  family: Family,
+  sizes: readonly string[] | null,
+): FakeResponse | null {
   const prompt = fields.prompt;
   if (typeof prompt !== 'string' || prompt.length === 0) return missingParameter('prompt');
   if (prompt.length > MAX_PROMPT[family]) {
@@ -90,7 +111,8 @@ function checkFields(fields: Record<string, unknown>, family: Family, sizes: rea
     return openaiError(400, message, 'prompt', 'string_above_max_length');
   }
   if (fields.response_format != null) {
-    if (isGptImage(family)) return openaiError(400, "Unknown parameter: 'response_format'.", 'response_format', 'unknown_parameter');
+    if (isGptImage(family))
+      return openaiError(400, "Unknown parameter: 'response_format'.", 'response_format', 'unknown_parameter');
     if (fields.response_format !== 'url' && fields.response_format !== 'b64_json') {
       return invalidValue('response_format', fields.response_format, ['url', 'b64_json']);
     }
@@ -104,7 +126,12 @@ function checkFields(fields: Record<string, unknown>, family: Family, sizes: rea
     return openaiError(400, 'Invalid n: dall-e-3 only supports n=1.', 'n', 'invalid_value');
   }
   const size = fields.size;
-  if (size != null && sizes !== null && !sizes.includes(String(size)) && !(family === 'gpt-image-2' && isFreeGptImage2Size(String(size)))) {
+  if (
+    size != null &&
+    sizes !== null &&
+    !sizes.includes(String(size)) &&
+    !(family === 'gpt-image-2' && isFreeGptImage2Size(String(size)))
+  ) {
     return invalidValue('size', size, sizes);
   }
   const qualities = QUALITIES[family];
@@ -114,7 +141,12 @@ function checkFields(fields: Record<string, unknown>, family: Family, sizes: rea
   return null;
 }
 
-function imagesResponse(request: RecordedRequest, fields: Record<string, unknown>, family: Family, edit: boolean): FakeResponse {
+function imagesResponse(
+  request: RecordedRequest,
+  fields: Record<string, unknown>,
+  family: Family,
+  edit: boolean,
+): FakeResponse {
   const count = (fields.n as number | undefined) ?? 1;
   const asUrl = !isGptImage(family) && fields.response_format !== 'b64_json';
   const host = request.headers.host ?? '127.0.0.1';
@@ -142,7 +174,8 @@ function checkAuth(request: RecordedRequest, apiKey: string | undefined): FakeRe
   const header = request.headers.authorization;
   const match = typeof header === 'string' ? /^Bearer\s+(\S+)$/.exec(header) : null;
   if (match === null) return openaiError(401, "You didn't provide an API key.", null, null);
-  if (apiKey !== undefined && match[1] !== apiKey) return openaiError(401, 'Incorrect API key provided.', null, 'invalid_api_key');
+  if (apiKey !== undefined && match[1] !== apiKey)
+    return openaiError(401, 'Incorrect API key provided.', null, 'invalid_api_key');
   return null;
 }
 
@@ -166,7 +199,12 @@ export function readFakeMultipart(request: RecordedRequest): Promise<FormData> {
 /** The multipart form of an image upload endpoint, or OpenAI's refusal of a body that is not one. */
 async function readUploadForm(request: RecordedRequest, endpoint: string): Promise<FormData | FakeResponse> {
   if (!String(request.headers['content-type'] ?? '').startsWith('multipart/form-data')) {
-    return openaiError(400, `Invalid content type: the image ${endpoint} endpoint takes multipart/form-data.`, null, null);
+    return openaiError(
+      400,
+      `Invalid content type: the image ${endpoint} endpoint takes multipart/form-data.`,
+      null,
+      null,
+    );
   }
   try {
     return await readFakeMultipart(request);
@@ -189,7 +227,12 @@ async function answerEdit(request: RecordedRequest): Promise<FakeResponse> {
   const model = typeof fields.model === 'string' ? fields.model : 'dall-e-2';
   const family = familyOf(model);
   if (family === 'dall-e-3') {
-    return openaiError(400, 'Invalid model dall-e-3. The model must be one of: dall-e-2 or a GPT image model.', 'model', 'invalid_value');
+    return openaiError(
+      400,
+      'Invalid model dall-e-3. The model must be one of: dall-e-2 or a GPT image model.',
+      'model',
+      'invalid_value',
+    );
   }
   if (family === 'dall-e-2' && images.length > 1) {
     return openaiError(400, 'dall-e-2 edits take exactly one image.', 'image', 'invalid_value');
@@ -207,22 +250,33 @@ async function answerVariation(request: RecordedRequest): Promise<FakeResponse> 
   if (!(form instanceof FormData)) return form;
   const images = form.getAll('image');
   if (images.length === 0) return missingParameter('image');
-  if (images.length > 1 || form.getAll('image[]').length > 0) return openaiError(400, 'A variation takes exactly one image.', 'image', 'invalid_value');
+  if (images.length > 1 || form.getAll('image[]').length > 0)
+    return openaiError(400, 'A variation takes exactly one image.', 'image', 'invalid_value');
   const image = images[0]!;
-  if (typeof image === 'string' || image.size === 0) return openaiError(400, 'Invalid input image: expected a non-empty file upload.', 'image', 'invalid_image');
+  if (typeof image === 'string' || image.size === 0)
+    return openaiError(400, 'Invalid input image: expected a non-empty file upload.', 'image', 'invalid_image');
   const bytes = Buffer.from(await image.arrayBuffer());
-  const isPng = bytes.length >= 24 && bytes.readUInt32BE(0) === 0x89504e47 && bytes.toString('latin1', 12, 16) === 'IHDR';
-  if (!isPng) return openaiError(400, 'Invalid input image - format must be in [png].', 'image', 'invalid_image_format');
-  if (bytes.readUInt32BE(16) !== bytes.readUInt32BE(20)) return openaiError(400, 'Invalid input image - image must be square.', 'image', 'invalid_image');
-  if (bytes.length >= 4 * 1024 * 1024) return openaiError(400, 'Invalid input image - image must be less than 4 MB.', 'image', 'image_too_large');
+  const isPng =
+    bytes.length >= 24 && bytes.readUInt32BE(0) === 0x89504e47 && bytes.toString('latin1', 12, 16) === 'IHDR';
+  if (!isPng)
+    return openaiError(400, 'Invalid input image - format must be in [png].', 'image', 'invalid_image_format');
+  if (bytes.readUInt32BE(16) !== bytes.readUInt32BE(20))
+    return openaiError(400, 'Invalid input image - image must be square.', 'image', 'invalid_image');
+  if (bytes.length >= 4 * 1024 * 1024)
+    return openaiError(400, 'Invalid input image - image must be less than 4 MB.', 'image', 'image_too_large');
   const fields: Record<string, unknown> = {};
   for (const [name, value] of form.entries()) if (typeof value === 'string') fields[name] = value;
-  if ('prompt' in fields) return openaiError(400, "Unrecognized request argument supplied: prompt", 'prompt', 'unknown_parameter');
+  if ('prompt' in fields)
+    return openaiError(400, 'Unrecognized request argument supplied: prompt', 'prompt', 'unknown_parameter');
   if (typeof fields.n === 'string') fields.n = Number(fields.n);
   const model = typeof fields.model === 'string' ? fields.model : 'dall-e-2';
-  if (model !== 'dall-e-2') return openaiError(400, `Invalid model ${model}. The model must be dall-e-2.`, 'model', 'invalid_value');
+  if (model !== 'dall-e-2')
+    return openaiError(400, `Invalid model ${model}. The model must be dall-e-2.`, 'model', 'invalid_value');
   // checkFields wants a prompt; a variation has none.
-  return checkFields({ ...fields, prompt: 'variation' }, 'dall-e-2', GENERATION_SIZES['dall-e-2']) ?? imagesResponse(request, fields, 'dall-e-2', true);
+  return (
+    checkFields({ ...fields, prompt: 'variation' }, 'dall-e-2', GENERATION_SIZES['dall-e-2']) ??
+    imagesResponse(request, fields, 'dall-e-2', true)
+  );
 }
 
 let servedImagePath: string | undefined;
@@ -242,7 +296,11 @@ export function createFakeOpenAIImages(options: { apiKey?: string } = {}): FakeH
   return async (request) => {
     const path = request.path.split('?')[0] ?? '';
     if (request.method === 'GET' && path.startsWith(FAKE_IMAGE_URL_PATH)) return serveImage();
-    if (request.method !== 'POST' || (path !== '/v1/images/generations' && path !== '/v1/images/edits' && path !== '/v1/images/variations')) return undefined;
+    if (
+      request.method !== 'POST' ||
+      (path !== '/v1/images/generations' && path !== '/v1/images/edits' && path !== '/v1/images/variations')
+    )
+      return undefined;
     const refused = checkAuth(request, options.apiKey);
     if (refused !== null) return refused;
     if (path === '/v1/images/variations') return answerVariation(request);

@@ -27,22 +27,29 @@ export const FAKE_TRANSCRIPTION_MODELS = ['whisper-1', 'gpt-4o-transcribe', 'gpt
 const VIDEO_SIZES = ['720x1280', '1280x720', '1024x1792', '1792x1024'];
 const VIDEO_SECONDS = ['4', '8', '12'];
 
-export const FAKE_SRT = '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranscription upstream.\n\n';
-export const FAKE_VTT = 'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranscription upstream.\n\n';
+export const FAKE_SRT =
+  '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranscription ' +
+  'upstream.\n\n';
+export const FAKE_VTT =
+  'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranscription ' +
+  'upstream.\n\n';
 
 export const FAKE_TRANSLATION_TEXT = 'Hello from the fake translation upstream.';
 /** The one model OpenAI translates with. */
 export const FAKE_TRANSLATION_MODELS = ['whisper-1'];
-export const FAKE_TRANSLATION_SRT = '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranslation upstream.\n\n';
-export const FAKE_TRANSLATION_VTT = 'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranslation upstream.\n\n';
+export const FAKE_TRANSLATION_SRT =
+  '1\n00:00:00,000 --> 00:00:02,500\nHello from the fake\n\n2\n00:00:02,500 --> 00:00:04,000\ntranslation ' +
+  'upstream.\n\n';
+export const FAKE_TRANSLATION_VTT =
+  'WEBVTT\n\n00:00:00.000 --> 00:00:02.500\nHello from the fake\n\n00:00:02.500 --> 00:00:04.000\ntranslation ' +
+  'upstream.\n\n';
 /** The fields a translation request may carry (`CreateTranslationRequest` allows no others). */
 const TRANSLATION_FIELDS = ['file', 'model', 'prompt', 'response_format', 'temperature'];
 const AUDIO_TEXT_FORMATS = ['json', 'text', 'srt', 'verbose_json', 'vtt'];
 
 /** One part of a received multipart body, in the order it came. */
 export type FakeFormPart =
-  | { name: string; value: string }
-  | { name: string; filename: string; type: string; bytes: Buffer };
+  { name: string; value: string } | { name: string; filename: string; type: string; bytes: Buffer };
 
 export interface FakeVideo {
   id: string;
@@ -100,7 +107,9 @@ function header(request: RecordedRequest, name: string): string {
 }
 
 async function readParts(request: RecordedRequest): Promise<FakeFormPart[]> {
-  const form = await new Response(request.rawBody, { headers: { 'content-type': header(request, 'content-type') } }).formData();
+  const form = await new Response(request.rawBody, {
+    headers: { 'content-type': header(request, 'content-type') },
+  }).formData();
   const parts: FakeFormPart[] = [];
   for (const [name, value] of form.entries()) {
     if (typeof value === 'string') parts.push({ name, value });
@@ -135,14 +144,25 @@ const FAKE_SEGMENT = {
 };
 
 function transcriptionAnswer(model: string, format: string, granularities: string[]): FakeResponse {
-  const usage = model === 'whisper-1'
-    ? { type: 'duration', seconds: 4 }
-    : { type: 'tokens', input_tokens: 40, input_token_details: { text_tokens: 0, audio_tokens: 40 }, output_tokens: 9, total_tokens: 49 };
+  const usage =
+    model === 'whisper-1'
+      ? { type: 'duration', seconds: 4 }
+      : {
+          type: 'tokens',
+          input_tokens: 40,
+          input_token_details: { text_tokens: 0, audio_tokens: 40 },
+          output_tokens: 9,
+          total_tokens: 49,
+        };
   switch (format) {
     case 'json':
       return prettyJson({ text: FAKE_TRANSCRIPT_TEXT, usage });
     case 'text':
-      return { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, text: `${FAKE_TRANSCRIPT_TEXT}\n` };
+      return {
+        status: 200,
+        headers: { 'content-type': 'text/plain; charset=utf-8' },
+        text: `${FAKE_TRANSCRIPT_TEXT}\n`,
+      };
     case 'srt':
       return { status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, text: FAKE_SRT };
     case 'vtt':
@@ -164,7 +184,11 @@ function transcriptionAnswer(model: string, format: string, granularities: strin
 
 /** A translation as whisper-1 writes it: no usage in any form, and a verbose form with segments only. */
 function translationAnswer(format: string): FakeResponse {
-  const plain = (text: string): FakeResponse => ({ status: 200, headers: { 'content-type': 'text/plain; charset=utf-8' }, text });
+  const plain = (text: string): FakeResponse => ({
+    status: 200,
+    headers: { 'content-type': 'text/plain; charset=utf-8' },
+    text,
+  });
   switch (format) {
     case 'json':
       return prettyJson({ text: FAKE_TRANSLATION_TEXT });
@@ -199,7 +223,7 @@ function videoObject(video: FakeVideo) {
     size: video.size,
     seconds: video.seconds,
     remixed_from_video_id: null,
-    error: video.status === 'failed' ? video.failure ?? null : null,
+    error: video.status === 'failed' ? (video.failure ?? null) : null,
   };
 }
 
@@ -231,16 +255,25 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
       return error(400, "Missing required parameter: 'file'.", 'file', 'missing_required_parameter');
     }
     const model = field(parts, 'model');
-    if (model === undefined) return error(400, "Missing required parameter: 'model'.", 'model', 'missing_required_parameter');
-    if (!FAKE_TRANSCRIPTION_MODELS.includes(model)) return error(400, `Invalid model ${model}.`, 'model', 'model_not_found');
+    if (model === undefined)
+      return error(400, "Missing required parameter: 'model'.", 'model', 'missing_required_parameter');
+    if (!FAKE_TRANSCRIPTION_MODELS.includes(model))
+      return error(400, `Invalid model ${model}.`, 'model', 'model_not_found');
     const format = field(parts, 'response_format') ?? 'json';
     if (!['json', 'text', 'srt', 'verbose_json', 'vtt'].includes(format)) {
       return error(400, `Invalid response_format '${format}'.`, 'response_format', 'invalid_value');
     }
     if (model !== 'whisper-1' && format !== 'json' && format !== 'text') {
-      return error(400, `response_format '${format}' is not compatible with model '${model}'.`, 'response_format', 'unsupported_value');
+      return error(
+        400,
+        `response_format '${format}' is not compatible with model '${model}'.`,
+        'response_format',
+        'unsupported_value',
+      );
     }
-    const granularities = parts.flatMap((part) => (part.name === 'timestamp_granularities[]' && 'value' in part ? [part.value] : []));
+    const granularities = parts.flatMap((part) =>
+      part.name === 'timestamp_granularities[]' && 'value' in part ? [part.value] : [],
+    );
     return transcriptionAnswer(model, format, granularities);
   }
 
@@ -251,18 +284,26 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
     const parts = await readParts(request);
     translations.push(parts);
     const unknown = parts.find((part) => !TRANSLATION_FIELDS.includes(part.name));
-    if (unknown !== undefined) return error(400, `Unrecognized request argument supplied: ${unknown.name}`, unknown.name, 'unknown_parameter');
+    if (unknown !== undefined)
+      return error(400, `Unrecognized request argument supplied: ${unknown.name}`, unknown.name, 'unknown_parameter');
     const file = parts.find((part) => part.name === 'file');
     if (file === undefined || !('bytes' in file) || file.bytes.length === 0) {
       return error(400, "Missing required parameter: 'file'.", 'file', 'missing_required_parameter');
     }
     const model = field(parts, 'model');
-    if (model === undefined) return error(400, "Missing required parameter: 'model'.", 'model', 'missing_required_parameter');
+    if (model === undefined)
+      return error(400, "Missing required parameter: 'model'.", 'model', 'missing_required_parameter');
     if (!FAKE_TRANSLATION_MODELS.includes(model)) {
-      return error(400, `Invalid model ${model}: translations are served by ${FAKE_TRANSLATION_MODELS.join(', ')} only.`, 'model', 'model_not_found');
+      return error(
+        400,
+        `Invalid model ${model}: translations are served by ${FAKE_TRANSLATION_MODELS.join(', ')} only.`,
+        'model',
+        'model_not_found',
+      );
     }
     const format = field(parts, 'response_format') ?? 'json';
-    if (!AUDIO_TEXT_FORMATS.includes(format)) return error(400, `Invalid response_format '${format}'.`, 'response_format', 'invalid_value');
+    if (!AUDIO_TEXT_FORMATS.includes(format))
+      return error(400, `Invalid response_format '${format}'.`, 'response_format', 'invalid_value');
     const temperature = field(parts, 'temperature');
     if (temperature !== undefined && !(Number(temperature) >= 0 && Number(temperature) <= 1)) {
       return error(400, `Invalid temperature '${temperature}': a number from 0 to 1.`, 'temperature', 'invalid_value');
@@ -282,10 +323,14 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
       return error(400, 'Expected a JSON or multipart body.');
     }
     const { prompt, model = 'sora-2', seconds = '4', size = '720x1280' } = fields;
-    if (typeof prompt !== 'string' || prompt === '') return error(400, "Missing required parameter: 'prompt'.", 'prompt', 'missing_required_parameter');
-    if (model !== 'sora-2' && model !== 'sora-2-pro') return error(400, `Invalid model ${String(model)}.`, 'model', 'invalid_value');
-    if (typeof seconds !== 'string' || !VIDEO_SECONDS.includes(seconds)) return error(400, `Invalid seconds ${String(seconds)}.`, 'seconds', 'invalid_value');
-    if (typeof size !== 'string' || !VIDEO_SIZES.includes(size)) return error(400, `Invalid size ${String(size)}.`, 'size', 'invalid_value');
+    if (typeof prompt !== 'string' || prompt === '')
+      return error(400, "Missing required parameter: 'prompt'.", 'prompt', 'missing_required_parameter');
+    if (model !== 'sora-2' && model !== 'sora-2-pro')
+      return error(400, `Invalid model ${String(model)}.`, 'model', 'invalid_value');
+    if (typeof seconds !== 'string' || !VIDEO_SECONDS.includes(seconds))
+      return error(400, `Invalid seconds ${String(seconds)}.`, 'seconds', 'invalid_value');
+    if (typeof size !== 'string' || !VIDEO_SIZES.includes(size))
+      return error(400, `Invalid size ${String(size)}.`, 'size', 'invalid_value');
 
     created += 1;
     const video: FakeVideo = {
@@ -322,7 +367,8 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
   }
 
   async function videoContent(video: FakeVideo, variant: string): Promise<FakeResponse> {
-    if (video.status !== 'completed') return error(400, `Video ${video.id} is not ready: its status is ${video.status}.`, null, 'video_not_ready');
+    if (video.status !== 'completed')
+      return error(400, `Video ${video.id} is not ready: its status is ${video.status}.`, null, 'video_not_ready');
     if (variant === 'video') return binary(`${video.id}.mp4`, fakeVideoBytes(video.id), 'video/mp4');
     if (variant === 'thumbnail') return binary(`${video.id}.webp`, fakeVideoBytes(video.id, 'thumbnail'), 'image/webp');
     return error(400, `Invalid variant ${variant}.`, 'variant', 'invalid_value');
@@ -330,9 +376,13 @@ export function createFakeOpenAIMedia(options: FakeOpenAIMediaOptions = {}): Fak
 
   const handler: FakeHandler = async (request) => {
     const url = new URL(request.path, 'http://fake.invalid');
-    const isMedia = url.pathname === '/v1/audio/transcriptions' || url.pathname === '/v1/audio/translations' || url.pathname.startsWith('/v1/videos');
+    const isMedia =
+      url.pathname === '/v1/audio/transcriptions' ||
+      url.pathname === '/v1/audio/translations' ||
+      url.pathname.startsWith('/v1/videos');
     if (!isMedia) return undefined;
-    if (!/^Bearer \S+/.test(header(request, 'authorization'))) return error(401, 'You must provide an API key.', null, 'invalid_api_key');
+    if (!/^Bearer \S+/.test(header(request, 'authorization')))
+      return error(401, 'You must provide an API key.', null, 'invalid_api_key');
 
     if (url.pathname === '/v1/audio/transcriptions' && request.method === 'POST') return transcribe(request);
     if (url.pathname === '/v1/audio/translations' && request.method === 'POST') return translate(request);

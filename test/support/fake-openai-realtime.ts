@@ -17,9 +17,9 @@
  * response.done with usage counted as OpenAI counts it (text ≈ 4 characters a token, user audio 10 tokens a second,
  * assistant audio 20 a second; the previous response's input, in steps of 64 tokens, read back as cached);
  * response.cancel → response.done `cancelled` (its usage counting what was produced: the input read and the output sent
- * before the cancel, as OpenAI bills a cancelled response). A user text holding `[hold]` keeps its response going after its first
- * delta until it is cancelled (or `release()`d), so a cancel is tested without a race. It does not detect speech: the
- * session says server VAD as OpenAI's default does, but only commit and response.create make things happen.
+ * before the cancel, as OpenAI bills a cancelled response). A user text holding `[hold]` keeps its response going after
+ * its first delta until it is cancelled (or `release()`d), so a cancel is tested without a race. It does not detect
+ * speech: the session says server VAD as OpenAI's default does, but only commit and response.create make things happen.
  *
  * The bench's echo mode answers each appended frame at once with a `response.output_audio.delta` of the same bytes.
  */
@@ -48,10 +48,16 @@ const VOICES = ['alloy', 'ash', 'ballad', 'coral', 'echo', 'sage', 'shimmer', 'v
  * allow any other, OpenAI refuses them (`unknown_parameter`).
  */
 const CLIENT_EVENTS: Record<string, { schema: string; fields: readonly string[] }> = {
-  'conversation.item.create': { schema: 'RealtimeClientEventConversationItemCreate', fields: ['previous_item_id', 'item'] },
+  'conversation.item.create': {
+    schema: 'RealtimeClientEventConversationItemCreate',
+    fields: ['previous_item_id', 'item'],
+  },
   'conversation.item.delete': { schema: 'RealtimeClientEventConversationItemDelete', fields: ['item_id'] },
   'conversation.item.retrieve': { schema: 'RealtimeClientEventConversationItemRetrieve', fields: ['item_id'] },
-  'conversation.item.truncate': { schema: 'RealtimeClientEventConversationItemTruncate', fields: ['item_id', 'content_index', 'audio_end_ms'] },
+  'conversation.item.truncate': {
+    schema: 'RealtimeClientEventConversationItemTruncate',
+    fields: ['item_id', 'content_index', 'audio_end_ms'],
+  },
   'input_audio_buffer.append': { schema: 'RealtimeClientEventInputAudioBufferAppend', fields: ['audio'] },
   'input_audio_buffer.clear': { schema: 'RealtimeClientEventInputAudioBufferClear', fields: [] },
   'input_audio_buffer.commit': { schema: 'RealtimeClientEventInputAudioBufferCommit', fields: [] },
@@ -63,12 +69,34 @@ const CLIENT_EVENTS: Record<string, { schema: string; fields: readonly string[] 
 
 // The fields the spec names in a session and a response's parameters.
 const SESSION_FIELDS = new Set([
-  'type', 'output_modalities', 'model', 'instructions', 'audio', 'include', 'tracing', 'tools', 'tool_choice',
-  'parallel_tool_calls', 'reasoning', 'max_output_tokens', 'truncation', 'prompt',
+  'type',
+  'output_modalities',
+  'model',
+  'instructions',
+  'audio',
+  'include',
+  'tracing',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'reasoning',
+  'max_output_tokens',
+  'truncation',
+  'prompt',
 ]);
 const RESPONSE_FIELDS = new Set([
-  'output_modalities', 'instructions', 'audio', 'tools', 'tool_choice', 'parallel_tool_calls', 'reasoning',
-  'max_output_tokens', 'conversation', 'metadata', 'prompt', 'input',
+  'output_modalities',
+  'instructions',
+  'audio',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'reasoning',
+  'max_output_tokens',
+  'conversation',
+  'metadata',
+  'prompt',
+  'input',
 ]);
 
 /** 24 kHz pcm16 mono: bytes per millisecond. */
@@ -149,8 +177,13 @@ export interface FakeOpenAIRealtime {
   /** Sent events that did not match the spec: empty unless the fake itself is wrong. */
   problems: string[];
   /** Refuse every upgrade with this status (429 writes `retry-after`) until called with undefined. */
-  refuseUpgrades(refusal: { status: number; retryAfterSeconds?: number; code?: string; message?: string } | undefined): void;
-  /** Accept the upgrade, then send an `error` event instead of session.created and close (as OpenAI does for some refusals). */
+  refuseUpgrades(
+    refusal: { status: number; retryAfterSeconds?: number; code?: string; message?: string } | undefined,
+  ): void;
+  /**
+   * Accept the upgrade, then send an `error` event instead of session.created and close (as OpenAI does for some
+   * refusals).
+   */
   failAfterUpgrade(error: { type: string; code: string; message: string } | undefined): void;
   /** Hold upgrades unanswered (a vendor that never opens). */
   stallUpgrades(on: boolean): void;
@@ -174,13 +207,16 @@ const textTokens = (text: string) => (text.length === 0 ? 0 : Math.ceil(text.len
 export function fakeToneBytes(ms: number, hz = 440): Buffer {
   const samples = Math.round((ms * PCM_BYTES_PER_MS) / 2);
   const out = Buffer.alloc(samples * 2);
-  for (let i = 0; i < samples; i++) out.writeInt16LE(Math.round(Math.sin((2 * Math.PI * hz * i) / 24_000) * 6_000), i * 2);
+  for (let i = 0; i < samples; i++)
+    out.writeInt16LE(Math.round(Math.sin((2 * Math.PI * hz * i) / 24_000) * 6_000), i * 2);
   return out;
 }
 
 function describeAjvError(errors: ErrorObject[]): { code: string; message: string; param: string | null } {
   const isNoise = (e: ErrorObject) =>
-    e.keyword === 'oneOf' || e.keyword === 'anyOf' || ((e.keyword === 'enum' || e.keyword === 'const') && e.instancePath.endsWith('/type'));
+    e.keyword === 'oneOf' ||
+    e.keyword === 'anyOf' ||
+    ((e.keyword === 'enum' || e.keyword === 'const') && e.instancePath.endsWith('/type'));
   const first = errors.find((e) => !isNoise(e)) ?? errors[0]!;
   const path = first.instancePath.split('/').filter(Boolean).join('.');
   if (first.keyword === 'required') {
@@ -189,9 +225,17 @@ function describeAjvError(errors: ErrorObject[]): { code: string; message: strin
     return { code: 'missing_required_parameter', message: `Missing required parameter: '${param}'.`, param };
   }
   if (first.keyword === 'type') {
-    return { code: 'invalid_type', message: `Invalid type for '${path}': expected ${(first.params as { type: string }).type}.`, param: path || null };
+    return {
+      code: 'invalid_type',
+      message: `Invalid type for '${path}': expected ${(first.params as { type: string }).type}.`,
+      param: path || null,
+    };
   }
-  return { code: 'invalid_value', message: `Invalid value for '${path || 'event'}': ${first.message ?? 'not allowed'}.`, param: path || null };
+  return {
+    code: 'invalid_value',
+    message: `Invalid value for '${path || 'event'}': ${first.message ?? 'not allowed'}.`,
+    param: path || null,
+  };
 }
 
 interface Item {
@@ -254,7 +298,15 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       audio: {
         input: {
           format: { type: 'audio/pcm', rate: 24_000 },
-          turn_detection: { type: 'server_vad', threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 200, idle_timeout_ms: null, create_response: true, interrupt_response: true },
+          turn_detection: {
+            type: 'server_vad',
+            threshold: 0.5,
+            prefix_padding_ms: 300,
+            silence_duration_ms: 200,
+            idle_timeout_ms: null,
+            create_response: true,
+            interrupt_response: true,
+          },
         },
         output: { format: { type: 'audio/pcm', rate: 24_000 }, voice: 'alloy', speed: 1 },
       },
@@ -313,10 +365,19 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       return;
     }
     const validate = openApiSchema(name);
-    if (!validate(event)) this.deps.problems.push(`${name}: ${JSON.stringify(validate.errors?.slice(0, 3))} in ${JSON.stringify(event).slice(0, 400)}`);
+    if (!validate(event))
+      this.deps.problems.push(
+        `${name}: ${JSON.stringify(validate.errors?.slice(0, 3))} in ${JSON.stringify(event).slice(0, 400)}`,
+      );
   }
 
-  private error(code: string, message: string, param: string | null, clientEventId: string | null, type = 'invalid_request_error'): void {
+  private error(
+    code: string,
+    message: string,
+    param: string | null,
+    clientEventId: string | null,
+    type = 'invalid_request_error',
+  ): void {
     this.send({ type: 'error', error: { type, code, message, param, event_id: clientEventId } });
   }
 
@@ -331,7 +392,7 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       event = JSON.parse(text);
     } catch {
       if (this.deps.options.record) this.received.push(text);
-      this.error('invalid_json', "The server had trouble parsing your JSON: it is not valid JSON.", null, null);
+      this.error('invalid_json', 'The server had trouble parsing your JSON: it is not valid JSON.', null, null);
       return;
     }
     if (this.deps.options.record) this.received.push(event);
@@ -339,10 +400,15 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       this.handle(event);
       return;
     }
-    this.pending = this.pending.then(() => new Promise<void>((resolve) => setTimeout(() => {
-      this.handle(event);
-      resolve();
-    }, this.deps.options.latencyMs)));
+    this.pending = this.pending.then(
+      () =>
+        new Promise<void>((resolve) =>
+          setTimeout(() => {
+            this.handle(event);
+            resolve();
+          }, this.deps.options.latencyMs),
+        ),
+    );
   }
 
   private handle(event: unknown): void {
@@ -355,8 +421,15 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     const type = fields.type;
     const known = typeof type === 'string' ? CLIENT_EVENTS[type] : undefined;
     if (known === undefined) {
-      const supported = Object.keys(CLIENT_EVENTS).map((name) => `'${name}'`).join(', ');
-      this.error('invalid_value', `Invalid value: '${String(type)}'. Supported values are: ${supported}.`, 'type', clientEventId);
+      const supported = Object.keys(CLIENT_EVENTS)
+        .map((name) => `'${name}'`)
+        .join(', ');
+      this.error(
+        'invalid_value',
+        `Invalid value: '${String(type)}'. Supported values are: ${supported}.`,
+        'type',
+        clientEventId,
+      );
       return;
     }
     const unknown = unknownField(fields, known.fields);
@@ -368,7 +441,14 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     if (type === 'input_audio_buffer.append' && this.deps.options.echo && typeof fields.audio === 'string') {
       this.appendedBytes += (fields.audio.length * 3) >> 2;
       const delta = this.deps.options.echoStamp ? stampAudio(fields.audio) : fields.audio;
-      this.send({ type: 'response.output_audio.delta', response_id: this.echoIds.response, item_id: this.echoIds.item, output_index: 0, content_index: 0, delta });
+      this.send({
+        type: 'response.output_audio.delta',
+        response_id: this.echoIds.response,
+        item_id: this.echoIds.item,
+        output_index: 0,
+        content_index: 0,
+        delta,
+      });
       return;
     }
     const validate = openApiSchema(known.schema);
@@ -378,26 +458,45 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       return;
     }
     switch (type) {
-      case 'session.update': return this.updateSession(fields.session as Json, clientEventId);
-      case 'input_audio_buffer.append': return this.append(fields.audio as string, clientEventId);
-      case 'input_audio_buffer.commit': return this.commit(clientEventId);
+      case 'session.update':
+        return this.updateSession(fields.session as Json, clientEventId);
+      case 'input_audio_buffer.append':
+        return this.append(fields.audio as string, clientEventId);
+      case 'input_audio_buffer.commit':
+        return this.commit(clientEventId);
       case 'input_audio_buffer.clear':
         this.bufferBytes = 0;
         return this.send({ type: 'input_audio_buffer.cleared' });
       case 'output_audio_buffer.clear':
-        return this.error('invalid_value', 'output_audio_buffer.clear is only supported for WebRTC and SIP sessions.', 'type', clientEventId);
-      case 'conversation.item.create': return this.createItem(fields.item as Json, fields.previous_item_id as string | undefined, clientEventId);
-      case 'conversation.item.delete': return this.deleteItem(fields.item_id as string, clientEventId);
-      case 'conversation.item.retrieve': return this.retrieveItem(fields.item_id as string, clientEventId);
-      case 'conversation.item.truncate': return this.truncateItem(fields as Json, clientEventId);
-      case 'response.create': return this.createResponse((fields.response as Json | undefined) ?? {}, clientEventId);
-      case 'response.cancel': return this.cancelResponse(fields.response_id as string | undefined, clientEventId);
+        return this.error(
+          'invalid_value',
+          'output_audio_buffer.clear is only supported for WebRTC and SIP sessions.',
+          'type',
+          clientEventId,
+        );
+      case 'conversation.item.create':
+        return this.createItem(fields.item as Json, fields.previous_item_id as string | undefined, clientEventId);
+      case 'conversation.item.delete':
+        return this.deleteItem(fields.item_id as string, clientEventId);
+      case 'conversation.item.retrieve':
+        return this.retrieveItem(fields.item_id as string, clientEventId);
+      case 'conversation.item.truncate':
+        return this.truncateItem(fields as Json, clientEventId);
+      case 'response.create':
+        return this.createResponse((fields.response as Json | undefined) ?? {}, clientEventId);
+      case 'response.cancel':
+        return this.cancelResponse(fields.response_id as string | undefined, clientEventId);
     }
   }
 
   private updateSession(update: Json, clientEventId: string | null): void {
     if (update.type !== 'realtime') {
-      this.error('invalid_value', "This session is a realtime session: 'session.type' must be 'realtime'.", 'session.type', clientEventId);
+      this.error(
+        'invalid_value',
+        "This session is a realtime session: 'session.type' must be 'realtime'.",
+        'session.type',
+        clientEventId,
+      );
       return;
     }
     if (update.model !== undefined && update.model !== this.model) {
@@ -408,18 +507,33 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     const voice = audio?.output?.voice;
     if (voice !== undefined) {
       if (typeof voice === 'string' && !VOICES.includes(voice)) {
-        this.error('invalid_value', `Invalid value: '${voice}'. Supported values are: ${VOICES.map((v) => `'${v}'`).join(', ')}.`, 'session.audio.output.voice', clientEventId);
+        this.error(
+          'invalid_value',
+          `Invalid value: '${voice}'. Supported values are: ${VOICES.map((v) => `'${v}'`).join(', ')}.`,
+          'session.audio.output.voice',
+          clientEventId,
+        );
         return;
       }
       const current = (this.config.audio as { output: Json }).output.voice;
       if (this.audioSent && JSON.stringify(voice) !== JSON.stringify(current)) {
-        this.error('cannot_update_voice', "Cannot update a conversation's voice if assistant audio is present.", 'session.audio.output.voice', clientEventId);
+        this.error(
+          'cannot_update_voice',
+          "Cannot update a conversation's voice if assistant audio is present.",
+          'session.audio.output.voice',
+          clientEventId,
+        );
         return;
       }
     }
     const modalities = update.output_modalities as string[] | undefined;
     if (modalities !== undefined && modalities.length !== 1) {
-      this.error('invalid_value', "Invalid 'session.output_modalities': give either ['text'] or ['audio'].", 'session.output_modalities', clientEventId);
+      this.error(
+        'invalid_value',
+        "Invalid 'session.output_modalities': give either ['text'] or ['audio'].",
+        'session.output_modalities',
+        clientEventId,
+      );
       return;
     }
     const { type: _type, model: _model, audio: _audio, ...rest } = update;
@@ -445,12 +559,25 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   private commit(clientEventId: string | null): void {
     const ms = this.bufferBytes / PCM_BYTES_PER_MS;
     if (ms < 100) {
-      this.error('input_audio_buffer_commit_empty', `Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has ${ms.toFixed(2)}ms of audio.`, null, clientEventId);
+      this.error(
+        'input_audio_buffer_commit_empty',
+        `Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer ` +
+          `only has ${ms.toFixed(2)}ms of audio.`,
+        null,
+        clientEventId,
+      );
       return;
     }
     this.bufferBytes = 0;
     const previous = this.items.at(-1)?.json.id as string | undefined;
-    const item: Json = { id: newId('item'), object: 'realtime.item', type: 'message', status: 'completed', role: 'user', content: [{ type: 'input_audio', transcript: '' }] };
+    const item: Json = {
+      id: newId('item'),
+      object: 'realtime.item',
+      type: 'message',
+      status: 'completed',
+      role: 'user',
+      content: [{ type: 'input_audio', transcript: '' }],
+    };
     this.items.push({ json: item, text: 0, audio: Math.ceil(ms / 100) });
     this.send({ type: 'input_audio_buffer.committed', previous_item_id: previous ?? null, item_id: item.id });
     this.send({ type: 'conversation.item.added', previous_item_id: previous ?? null, item });
@@ -464,7 +591,13 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
         item_id: item.id,
         content_index: 0,
         transcript,
-        usage: { type: 'tokens', input_tokens: audioTokens, input_token_details: { text_tokens: 0, audio_tokens: audioTokens }, output_tokens: textTokens(transcript), total_tokens: audioTokens + textTokens(transcript) },
+        usage: {
+          type: 'tokens',
+          input_tokens: audioTokens,
+          input_token_details: { text_tokens: 0, audio_tokens: audioTokens },
+          output_tokens: textTokens(transcript),
+          total_tokens: audioTokens + textTokens(transcript),
+        },
       });
     }
   }
@@ -483,17 +616,34 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     if (previousItemId !== undefined && previousItemId !== 'root') {
       const index = this.findItem(previousItemId);
       if (index < 0) {
-        this.error('item_not_found', `Previous item with id '${previousItemId}' does not exist.`, 'previous_item_id', clientEventId);
+        this.error(
+          'item_not_found',
+          `Previous item with id '${previousItemId}' does not exist.`,
+          'previous_item_id',
+          clientEventId,
+        );
         return;
       }
       at = index + 1;
     } else if (previousItemId === 'root') at = 0;
-    if (input.type === 'function_call_output' && !this.items.some((item) => item.json.type === 'function_call' && item.json.call_id === input.call_id)) {
-      this.error('invalid_value', `No function call with call_id '${String(input.call_id)}' in the conversation.`, 'item.call_id', clientEventId);
+    if (
+      input.type === 'function_call_output' &&
+      !this.items.some((item) => item.json.type === 'function_call' && item.json.call_id === input.call_id)
+    ) {
+      this.error(
+        'invalid_value',
+        `No function call with call_id '${String(input.call_id)}' in the conversation.`,
+        'item.call_id',
+        clientEventId,
+      );
       return;
     }
     const item: Json = { ...input, id, object: 'realtime.item', status: 'completed' };
-    this.items.splice(at, 0, { json: item, text: textTokens(JSON.stringify(input.content ?? input.output ?? input.arguments ?? '')), audio: 0 });
+    this.items.splice(at, 0, {
+      json: item,
+      text: textTokens(JSON.stringify(input.content ?? input.output ?? input.arguments ?? '')),
+      audio: 0,
+    });
     const previous = at > 0 ? (this.items[at - 1]!.json.id as string) : null;
     this.send({ type: 'conversation.item.added', previous_item_id: previous, item });
     this.send({ type: 'conversation.item.done', previous_item_id: previous, item });
@@ -516,14 +666,29 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     const index = this.findItem(event.item_id as string);
     const item = index < 0 ? undefined : this.items[index]!;
     if (!item || item.json.role !== 'assistant' || item.audio === 0) {
-      return this.error('invalid_value', 'Only assistant messages with audio can be truncated.', 'item_id', clientEventId);
+      return this.error(
+        'invalid_value',
+        'Only assistant messages with audio can be truncated.',
+        'item_id',
+        clientEventId,
+      );
     }
     const audioMs = item.audio * 50;
     if ((event.audio_end_ms as number) > audioMs) {
-      return this.error('invalid_value', `Audio content of ${audioMs}ms is already shorter than ${String(event.audio_end_ms)}ms.`, 'audio_end_ms', clientEventId);
+      return this.error(
+        'invalid_value',
+        `Audio content of ${audioMs}ms is already shorter than ${String(event.audio_end_ms)}ms.`,
+        'audio_end_ms',
+        clientEventId,
+      );
     }
     item.audio = Math.ceil((event.audio_end_ms as number) / 50);
-    this.send({ type: 'conversation.item.truncated', item_id: item.json.id, content_index: event.content_index, audio_end_ms: event.audio_end_ms });
+    this.send({
+      type: 'conversation.item.truncated',
+      item_id: item.json.id,
+      content_index: event.content_index,
+      audio_end_ms: event.audio_end_ms,
+    });
   }
 
   private cancelResponse(responseId: string | undefined, clientEventId: string | null): void {
@@ -540,12 +705,24 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   private createResponse(params: Json, clientEventId: string | null): void {
     const outOfBand = params.conversation === 'none';
     if (this.active && !outOfBand) {
-      this.error('conversation_already_has_active_response', `Conversation already has an active response in progress: ${this.active.id}. Wait until the response is finished before creating a new one.`, null, clientEventId);
+      this.error(
+        'conversation_already_has_active_response',
+        `Conversation already has an active response in progress: ${this.active.id}. Wait until the response is ` +
+          `finished before creating a new one.`,
+        null,
+        clientEventId,
+      );
       return;
     }
-    const modalities = (params.output_modalities as string[] | undefined) ?? (this.config.output_modalities as string[]);
+    const modalities =
+      (params.output_modalities as string[] | undefined) ?? (this.config.output_modalities as string[]);
     if (modalities.length !== 1) {
-      this.error('invalid_value', "Invalid 'response.output_modalities': give either ['text'] or ['audio'].", 'response.output_modalities', clientEventId);
+      this.error(
+        'invalid_value',
+        "Invalid 'response.output_modalities': give either ['text'] or ['audio'].",
+        'response.output_modalities',
+        clientEventId,
+      );
       return;
     }
     const active: ActiveResponse = { id: newId('resp'), cancelled: false, released: false };
@@ -573,14 +750,22 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   }
 
   private async runResponse(active: ActiveResponse, params: Json, audio: boolean, outOfBand: boolean): Promise<void> {
-    const context: Item[] = outOfBand && Array.isArray(params.input)
-      ? (params.input as Json[]).map((json) => ({ json, text: textTokens(JSON.stringify(json.content ?? json.output ?? '')), audio: 0 }))
-      : [...this.items];
+    const context: Item[] =
+      outOfBand && Array.isArray(params.input)
+        ? (params.input as Json[]).map((json) => ({
+            json,
+            text: textTokens(JSON.stringify(json.content ?? json.output ?? '')),
+            audio: 0,
+          }))
+        : [...this.items];
     const instructions = (params.instructions as string | undefined) ?? (this.config.instructions as string);
     const tools = ((params.tools ?? this.config.tools) as Json[]).filter((tool) => tool.type === 'function');
     const toolChoice = params.tool_choice ?? this.config.tool_choice;
     const input = {
-      text: textTokens(instructions) + textTokens(tools.length ? JSON.stringify(tools) : '') + context.reduce((sum, item) => sum + item.text, 0),
+      text:
+        textTokens(instructions) +
+        textTokens(tools.length ? JSON.stringify(tools) : '') +
+        context.reduce((sum, item) => sum + item.text, 0),
       audio: context.reduce((sum, item) => sum + item.audio, 0),
     };
     const cached = {
@@ -603,10 +788,13 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     };
     if (outOfBand) delete response.conversation_id;
     this.send({ type: 'response.created', response });
-    this.send({ type: 'rate_limits.updated', rate_limits: [
-      { name: 'requests', limit: 1000, remaining: 999, reset_seconds: 0.06 },
-      { name: 'tokens', limit: 40_000, remaining: 40_000 - input.text - input.audio, reset_seconds: 1.2 },
-    ] });
+    this.send({
+      type: 'rate_limits.updated',
+      rate_limits: [
+        { name: 'requests', limit: 1000, remaining: 999, reset_seconds: 0.06 },
+        { name: 'tokens', limit: 40_000, remaining: 40_000 - input.text - input.audio, reset_seconds: 1.2 },
+      ],
+    });
 
     const last = context.at(-1)?.json;
     const lastText = last?.role === 'user' ? userText(last) : undefined;
@@ -618,7 +806,13 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       output.text = textTokens(call.arguments) + 4;
     } else {
       const answer = answerFor(last);
-      const streamed = await this.streamMessage(active, answer, audio, outOfBand, lastText?.includes('[hold]') ?? false);
+      const streamed = await this.streamMessage(
+        active,
+        answer,
+        audio,
+        outOfBand,
+        lastText?.includes('[hold]') ?? false,
+      );
       item = streamed.item;
       output.text = textTokens(streamed.said);
       // Assistant audio: a token each 50 ms.
@@ -652,20 +846,46 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     });
   }
 
-  private async streamFunctionCall(active: ActiveResponse, call: { name: string; arguments: string }, outOfBand: boolean): Promise<Json> {
-    const base = { id: newId('item'), object: 'realtime.item', type: 'function_call', call_id: newId('call'), name: call.name };
+  private async streamFunctionCall(
+    active: ActiveResponse,
+    call: { name: string; arguments: string },
+    outOfBand: boolean,
+  ): Promise<Json> {
+    const base = {
+      id: newId('item'),
+      object: 'realtime.item',
+      type: 'function_call',
+      call_id: newId('call'),
+      name: call.name,
+    };
     const ids = { response_id: active.id, item_id: base.id, output_index: 0, call_id: base.call_id };
-    this.send({ type: 'response.output_item.added', response_id: active.id, output_index: 0, item: { ...base, status: 'in_progress', arguments: '' } });
-    if (!outOfBand) this.send({ type: 'conversation.item.added', previous_item_id: this.items.at(-1)?.json.id ?? null, item: { ...base, status: 'in_progress', arguments: '' } });
+    this.send({
+      type: 'response.output_item.added',
+      response_id: active.id,
+      output_index: 0,
+      item: { ...base, status: 'in_progress', arguments: '' },
+    });
+    if (!outOfBand)
+      this.send({
+        type: 'conversation.item.added',
+        previous_item_id: this.items.at(-1)?.json.id ?? null,
+        item: { ...base, status: 'in_progress', arguments: '' },
+      });
     for (const piece of pieces(call.arguments, 8)) {
       await this.pause(active);
       if (active.cancelled) break;
       this.send({ type: 'response.function_call_arguments.delta', ...ids, delta: piece });
     }
-    const item = { ...base, status: active.cancelled ? 'incomplete' : 'completed', arguments: active.cancelled ? '' : call.arguments };
-    if (!active.cancelled) this.send({ type: 'response.function_call_arguments.done', ...ids, name: call.name, arguments: call.arguments });
+    const item = {
+      ...base,
+      status: active.cancelled ? 'incomplete' : 'completed',
+      arguments: active.cancelled ? '' : call.arguments,
+    };
+    if (!active.cancelled)
+      this.send({ type: 'response.function_call_arguments.done', ...ids, name: call.name, arguments: call.arguments });
     this.send({ type: 'response.output_item.done', response_id: active.id, output_index: 0, item });
-    if (!outOfBand) this.send({ type: 'conversation.item.done', previous_item_id: this.items.at(-1)?.json.id ?? null, item });
+    if (!outOfBand)
+      this.send({ type: 'conversation.item.done', previous_item_id: this.items.at(-1)?.json.id ?? null, item });
     return item;
   }
 
@@ -679,9 +899,23 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
     const base = { id: newId('item'), object: 'realtime.item', type: 'message', role: 'assistant' };
     const at = { response_id: active.id, item_id: base.id, output_index: 0, content_index: 0 };
     const previous = this.items.at(-1)?.json.id ?? null;
-    this.send({ type: 'response.output_item.added', response_id: active.id, output_index: 0, item: { ...base, status: 'in_progress', content: [] } });
-    if (!outOfBand) this.send({ type: 'conversation.item.added', previous_item_id: previous, item: { ...base, status: 'in_progress', content: [] } });
-    this.send({ type: 'response.content_part.added', ...at, part: audio ? { type: 'audio', transcript: '' } : { type: 'text', text: '' } });
+    this.send({
+      type: 'response.output_item.added',
+      response_id: active.id,
+      output_index: 0,
+      item: { ...base, status: 'in_progress', content: [] },
+    });
+    if (!outOfBand)
+      this.send({
+        type: 'conversation.item.added',
+        previous_item_id: previous,
+        item: { ...base, status: 'in_progress', content: [] },
+      });
+    this.send({
+      type: 'response.content_part.added',
+      ...at,
+      part: audio ? { type: 'audio', transcript: '' } : { type: 'text', text: '' },
+    });
 
     const words = answer.split(/(?<= )/);
     const tone = audio ? fakeToneBytes(answer.length * AUDIO_MS_PER_CHARACTER) : Buffer.alloc(0);
@@ -707,7 +941,8 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
       if (word !== undefined) said += word;
       if (hold && step === 0) {
         const holdStarted = Date.now();
-        while (!active.cancelled && !active.released && Date.now() - holdStarted < HOLD_LIMIT_MS) await this.pause(active, HOLD_LIMIT_MS);
+        while (!active.cancelled && !active.released && Date.now() - holdStarted < HOLD_LIMIT_MS)
+          await this.pause(active, HOLD_LIMIT_MS);
         if (active.cancelled) break;
       }
     }
@@ -730,12 +965,18 @@ class FakeRealtimeSession implements FakeRealtimeSessionView {
   }
 }
 
-/** Compiles the spec's schema of every client event now, not at each type's first use (a pause of seconds the bench must not measure). */
+/**
+ * Compiles the spec's schema of every client event now, not at each type's first use (a pause of seconds the bench must
+ * not measure).
+ */
 export function preloadFakeRealtimeSchemas(): void {
   for (const { schema } of Object.values(CLIENT_EVENTS)) openApiSchema(schema);
 }
 
-/** Base64 audio with the clock in its bytes 12–19: only the first 24 bytes (32 characters) are decoded and written again. */
+/**
+ * Base64 audio with the clock in its bytes 12–19: only the first 24 bytes (32 characters) are decoded and written
+ * again.
+ */
 function stampAudio(audio: string): string {
   if (audio.length < 32) return audio;
   const head = Buffer.from(audio.slice(0, 32), 'base64');
@@ -809,7 +1050,9 @@ function refuse(socket: Duplex, status: number, body: Json, headers: Record<stri
   socket.end(`${lines.join('\r\n')}\r\n\r\n${text}`);
 }
 
-const errorBody = (message: string, type: string, code: string | null, param: string | null = null) => ({ error: { message, type, code, param } });
+const errorBody = (message: string, type: string, code: string | null, param: string | null = null) => ({
+  error: { message, type, code, param },
+});
 
 /** Starts the fake on a free loopback port. */
 export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions = {}): Promise<FakeOpenAIRealtime> {
@@ -844,13 +1087,19 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
 
   const server: Server = createServer((request, response) => {
     response.writeHead(request.url?.startsWith('/v1/realtime') ? 426 : 404, { 'content-type': 'application/json' });
-    response.end(JSON.stringify(errorBody('This fake serves only the Realtime WebSocket at /v1/realtime.', 'invalid_request_error', null)));
+    response.end(
+      JSON.stringify(
+        errorBody('This fake serves only the Realtime WebSocket at /v1/realtime.', 'invalid_request_error', null),
+      ),
+    );
   });
 
   const keyOf = (request: IncomingMessage): string | undefined => {
     const authorization = request.headers.authorization;
     if (typeof authorization === 'string' && /^Bearer /i.test(authorization)) return authorization.slice(7).trim();
-    const protocols = String(request.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim());
+    const protocols = String(request.headers['sec-websocket-protocol'] ?? '')
+      .split(',')
+      .map((p) => p.trim());
     const insecure = protocols.find((p) => p.startsWith('openai-insecure-api-key.'));
     return insecure?.slice('openai-insecure-api-key.'.length);
   };
@@ -858,7 +1107,8 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
   server.on('upgrade', (request: IncomingMessage, socket: Duplex, head: Buffer) => {
     socket.on('error', () => {});
     const url = new URL(request.url ?? '/', 'http://fake');
-    const record = (status: number) => upgrades.push({ path: `${url.pathname}${url.search}`, headers: request.headers, status });
+    const record = (status: number) =>
+      upgrades.push({ path: `${url.pathname}${url.search}`, headers: request.headers, status });
     if (stall) {
       record(0);
       stalled.add(socket);
@@ -871,30 +1121,85 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
     const key = keyOf(request);
     if (key === undefined || key === '') {
       record(401);
-      return refuse(socket, 401, errorBody("You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).", 'invalid_request_error', null));
+      return refuse(
+        socket,
+        401,
+        errorBody(
+          "You didn't provide an API key. You need to provide your API key in an Authorization header using " +
+            'Bearer auth (i.e. Authorization: Bearer YOUR_KEY).',
+          'invalid_request_error',
+          null,
+        ),
+      );
     }
     if (key !== settings.apiKey) {
       record(401);
-      return refuse(socket, 401, errorBody(`Incorrect API key provided: ${key.slice(0, 3)}***${key.slice(-4)}. You can find your API key at https://platform.openai.com/account/api-keys.`, 'invalid_request_error', 'invalid_api_key'));
+      return refuse(
+        socket,
+        401,
+        errorBody(
+          `Incorrect API key provided: ${key.slice(0, 3)}***${key.slice(-4)}. You can find your API key at https://platform.openai.com/account/api-keys.`,
+          'invalid_request_error',
+          'invalid_api_key',
+        ),
+      );
     }
     const model = url.searchParams.get('model') ?? '';
     if (!settings.models.includes(model)) {
       record(404);
-      return refuse(socket, 404, errorBody(`The model \`${model}\` does not exist or you do not have access to it.`, 'invalid_request_error', 'model_not_found'));
+      return refuse(
+        socket,
+        404,
+        errorBody(
+          `The model \`${model}\` does not exist or you do not have access to it.`,
+          'invalid_request_error',
+          'model_not_found',
+        ),
+      );
     }
     if (refusal) {
       record(refusal.status);
-      const retry: Record<string, string> = refusal.status === 429 ? { 'retry-after': String(refusal.retryAfterSeconds ?? 1), 'retry-after-ms': String((refusal.retryAfterSeconds ?? 1) * 1000) } : {};
-      return refuse(socket, refusal.status, errorBody(refusal.message ?? 'Rate limit reached for requests.', refusal.status === 429 ? 'requests' : 'server_error', refusal.code ?? (refusal.status === 429 ? 'rate_limit_exceeded' : null)), retry);
+      const retry: Record<string, string> =
+        refusal.status === 429
+          ? {
+              'retry-after': String(refusal.retryAfterSeconds ?? 1),
+              'retry-after-ms': String((refusal.retryAfterSeconds ?? 1) * 1000),
+            }
+          : {};
+      return refuse(
+        socket,
+        refusal.status,
+        errorBody(
+          refusal.message ?? 'Rate limit reached for requests.',
+          refusal.status === 429 ? 'requests' : 'server_error',
+          refusal.code ?? (refusal.status === 429 ? 'rate_limit_exceeded' : null),
+        ),
+        retry,
+      );
     }
     if (open.size >= settings.maxSessions) {
       record(429);
-      return refuse(socket, 429, errorBody(`Too many concurrent realtime sessions: the limit is ${settings.maxSessions}.`, 'requests', 'session_limit_reached'), { 'retry-after': '1' });
+      return refuse(
+        socket,
+        429,
+        errorBody(
+          `Too many concurrent realtime sessions: the limit is ${settings.maxSessions}.`,
+          'requests',
+          'session_limit_reached',
+        ),
+        { 'retry-after': '1' },
+      );
     }
     record(101);
     wss.handleUpgrade(request, socket, head, (ws) => {
       if (afterUpgradeError) {
-        ws.send(JSON.stringify({ type: 'error', event_id: deps.nextEventId(), error: { ...afterUpgradeError, param: null, event_id: null } }));
+        ws.send(
+          JSON.stringify({
+            type: 'error',
+            event_id: deps.nextEventId(),
+            error: { ...afterUpgradeError, param: null, event_id: null },
+          }),
+        );
         ws.close(1008, afterUpgradeError.code);
         return;
       }
@@ -944,7 +1249,8 @@ export async function startFakeOpenAIRealtime(options: FakeOpenAIRealtimeOptions
     async waitForOpenSessions(count, timeoutMs = 10_000) {
       const until = Date.now() + timeoutMs;
       while (open.size !== count) {
-        if (Date.now() > until) throw new Error(`the fake has ${open.size} open realtime sessions, not ${count}, after ${timeoutMs} ms`);
+        if (Date.now() > until)
+          throw new Error(`the fake has ${open.size} open realtime sessions, not ${count}, after ${timeoutMs} ms`);
         await new Promise((resolve) => setTimeout(resolve, 20));
       }
     },

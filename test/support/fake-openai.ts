@@ -60,7 +60,18 @@ export type FakeHandler = (request: RecordedRequest) => FakeResponse | undefined
  * "slowly" takes 400 ms; anything else gets the default answer.
  */
 export function refusedOrSlow(text: string): FakeResponse | undefined {
-  if (text.includes('please fail')) return { status: 400, json: { error: { message: 'This request was refused upstream.', type: 'invalid_request_error', param: null, code: null } } };
+  if (text.includes('please fail'))
+    return {
+      status: 400,
+      json: {
+        error: {
+          message: 'This request was refused upstream.',
+          type: 'invalid_request_error',
+          param: null,
+          code: null,
+        },
+      },
+    };
   if (text.includes('slowly')) return { delayMs: 400 };
   return undefined;
 }
@@ -137,9 +148,13 @@ function splitBySize(body: Buffer, size: number): Buffer[] {
   return pieces;
 }
 
-/** A default chat answer saying `tier` as its `service_tier`: the body's, or every chunk's (the answer is cached: a copy is made). */
+/**
+ * A default chat answer saying `tier` as its `service_tier`: the body's, or every chunk's (the answer is cached: a copy
+ * is made).
+ */
 function withServiceTier(answer: DefaultAnswer, tier: string | null): DefaultAnswer {
-  const stamp = (json: string) => JSON.stringify({ ...(JSON.parse(json) as Record<string, unknown>), service_tier: tier });
+  const stamp = (json: string) =>
+    JSON.stringify({ ...(JSON.parse(json) as Record<string, unknown>), service_tier: tier });
   if (answer.kind === 'json') {
     if (answer.status !== 200) return answer;
     return { ...answer, body: Buffer.from(stamp(answer.body.toString('utf8'))) };
@@ -169,10 +184,13 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
   let connections = 0;
 
   async function writeSse(res: ServerResponse, response: SseOptions, body: Buffer): Promise<void> {
-    res.writeHead(response.status ?? 200, mergeHeaders(response.headers, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache',
-    }));
+    res.writeHead(
+      response.status ?? 200,
+      mergeHeaders(response.headers, {
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+      }),
+    );
     const delay = response.chunkDelayMs ?? 0;
     const pieces =
       response.chunkSize !== undefined
@@ -209,10 +227,13 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
       }
       if ('json' in scripted) {
         const payload = Buffer.from(JSON.stringify(scripted.json));
-        res.writeHead(scripted.status ?? 200, mergeHeaders(scripted.headers, {
-          'content-type': 'application/json',
-          'content-length': String(payload.length),
-        }));
+        res.writeHead(
+          scripted.status ?? 200,
+          mergeHeaders(scripted.headers, {
+            'content-type': 'application/json',
+            'content-length': String(payload.length),
+          }),
+        );
         res.end(payload);
         return;
       }
@@ -231,7 +252,10 @@ export async function startFakeOpenAI(options: FakeOpenAIOptions = {}): Promise<
       if (tier !== undefined) answer = withServiceTier(answer, tier);
     }
     if (answer.kind === 'json') {
-      res.writeHead(answer.status, { 'content-type': 'application/json', 'content-length': String(answer.body.length) });
+      res.writeHead(answer.status, {
+        'content-type': 'application/json',
+        'content-length': String(answer.body.length),
+      });
       res.end(answer.body);
       return;
     }

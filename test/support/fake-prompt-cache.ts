@@ -13,7 +13,13 @@ export interface FakePromptCache {
   /** The fake OpenAI's default answer: a short reply whose usage says what the cache held. */
   handler(request: RecordedRequest): FakeResponse | undefined;
   /** Prompt tokens asked and read from the cache, in all and by key. */
-  totals(): { prompt: number; prefix: number; cached: number; writes: number; byKey: Map<string, { calls: number; prompt: number; cached: number }> };
+  totals(): {
+    prompt: number;
+    prefix: number;
+    cached: number;
+    writes: number;
+    byKey: Map<string, { calls: number; prompt: number; cached: number }>;
+  };
   reset(): void;
 }
 
@@ -33,7 +39,15 @@ export function fakePromptCache(options: { lifetimeMs?: number; firstTokenMs?: n
   let byKey = new Map<string, { calls: number; prompt: number; cached: number }>();
   return {
     handler(request) {
-      const body = request.body as { model?: string; stream?: boolean; stream_options?: { include_usage?: boolean }; tools?: unknown[]; messages?: unknown[] } | undefined;
+      const body = request.body as
+        | {
+            model?: string;
+            stream?: boolean;
+            stream_options?: { include_usage?: boolean };
+            tools?: unknown[];
+            messages?: unknown[];
+          }
+        | undefined;
       if (!body?.messages || !request.path.endsWith('/chat/completions')) return undefined;
       const key = String(request.headers.authorization ?? '');
       const text = [...(body.tools ?? []), ...body.messages].map((part) => JSON.stringify(part)).join('');
@@ -44,7 +58,9 @@ export function fakePromptCache(options: { lifetimeMs?: number; firstTokenMs?: n
       written.set(key, mine);
       let cached = 0;
       for (let step = minCached; step <= prompt; step += tokensPerStep) {
-        const hash = createHash('sha256').update(text.slice(0, step * charsPerToken)).digest('hex');
+        const hash = createHash('sha256')
+          .update(text.slice(0, step * charsPerToken))
+          .digest('hex');
         const entry = mine.get(hash);
         const live = entry !== undefined && entry.expires > now;
         if (live && entry.readableAt <= now) cached = step;
@@ -53,16 +69,41 @@ export function fakePromptCache(options: { lifetimeMs?: number; firstTokenMs?: n
       if (cached === 0 && prompt >= minCached) writes += 1;
       const counted = byKey.get(key) ?? { calls: 0, prompt: 0, cached: 0 };
       byKey.set(key, { calls: counted.calls + 1, prompt: counted.prompt + prompt, cached: counted.cached + cached });
-      const usage = { prompt_tokens: prompt, completion_tokens: 3, total_tokens: prompt + 3, prompt_tokens_details: { cached_tokens: cached, audio_tokens: 0 } };
+      const usage = {
+        prompt_tokens: prompt,
+        completion_tokens: 3,
+        total_tokens: prompt + 3,
+        prompt_tokens_details: { cached_tokens: cached, audio_tokens: 0 },
+      };
       const base = { id: `chatcmpl-cache${now}`, created: Math.floor(now / 1000), model: body.model ?? 'gpt-4o-mini' };
       if (!body.stream) {
-        return { delayMs: firstTokenMs, json: { ...base, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'Noted.', refusal: null }, logprobs: null, finish_reason: 'stop' }], usage } };
+        return {
+          delayMs: firstTokenMs,
+          json: {
+            ...base,
+            object: 'chat.completion',
+            choices: [
+              {
+                index: 0,
+                message: { role: 'assistant', content: 'Noted.', refusal: null },
+                logprobs: null,
+                finish_reason: 'stop',
+              },
+            ],
+            usage,
+          },
+        };
       }
-      const chunk = (rest: Record<string, unknown>) => `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
+      const chunk = (rest: Record<string, unknown>) =>
+        `data: ${JSON.stringify({ ...base, object: 'chat.completion.chunk', ...rest })}\n\n`;
       return {
         delayMs: firstTokenMs,
         sse: [
-          chunk({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Noted.' }, logprobs: null, finish_reason: null }] }),
+          chunk({
+            choices: [
+              { index: 0, delta: { role: 'assistant', content: 'Noted.' }, logprobs: null, finish_reason: null },
+            ],
+          }),
           chunk({ choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }] }),
           ...(body.stream_options?.include_usage ? [chunk({ choices: [], usage })] : []),
           'data: [DONE]\n\n',

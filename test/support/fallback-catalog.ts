@@ -17,12 +17,27 @@ export function fallbackCatalogFile(): string {
   return writeJsonFile('catalog.json', {
     models: [
       {
-        id: 'house-model', owned_by: 'openai', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-        input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'openai', model: 'gpt-4o-mini' }], fallbacks: ['spare-model'],
+        id: 'house-model',
+        owned_by: 'openai',
+        capability: 'chat',
+        created: 0,
+        context_window: 128000,
+        max_output_tokens: 4096,
+        input_modalities: ['text'],
+        supports_tools: true,
+        routes: [{ vendor: 'openai', model: 'gpt-4o-mini' }],
+        fallbacks: ['spare-model'],
       },
       {
-        id: 'spare-model', owned_by: 'spare', capability: 'chat', created: 0, context_window: 128000, max_output_tokens: 4096,
-        input_modalities: ['text'], supports_tools: true, routes: [{ vendor: 'spare', model: 'spare-upstream' }],
+        id: 'spare-model',
+        owned_by: 'spare',
+        capability: 'chat',
+        created: 0,
+        context_window: 128000,
+        max_output_tokens: 4096,
+        input_modalities: ['text'],
+        supports_tools: true,
+        routes: [{ vendor: 'spare', model: 'spare-upstream' }],
       },
     ],
   });

@@ -60,7 +60,8 @@ export function chat(
     try {
       if ((res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
         const decoder = new TextDecoder();
-        for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>) text += decoder.decode(piece, { stream: true });
+        for await (const piece of res.body as unknown as AsyncIterable<Uint8Array>)
+          text += decoder.decode(piece, { stream: true });
         return { ...head, events: dataEvents(text), ms: Date.now() - begin };
       }
       return { ...head, body: await res.json(), ms: Date.now() - begin };
@@ -78,18 +79,24 @@ function failure(error: unknown): { hung: boolean; connectionError?: string } {
 }
 
 function dataEvents(text: string): string[] {
-  return text
-    .split('\n\n')
-    // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
-    .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
-    .filter((frame) => frame.startsWith('data: '))
-    .map((frame) => frame.slice('data: '.length));
+  return (
+    text
+      .split('\n\n')
+      // A chunk's frame starts with its number (`id: N`), for a resume; the error and [DONE] frames have none.
+      .map((frame) => frame.trim().replace(/^id: \d+\n/, ''))
+      .filter((frame) => frame.startsWith('data: '))
+      .map((frame) => frame.slice('data: '.length))
+  );
 }
 
 export function assertOpenAIError(value: unknown, code: string, where: string): void {
   const body = value as OpenAIErrorBody;
   assert.ok(body && typeof body.error === 'object', `${where}: an OpenAI error body, got ${JSON.stringify(value)}`);
-  assert.deepEqual(Object.keys(body.error).sort(), ['code', 'message', 'param', 'type'], `${where}: OpenAI error fields`);
+  assert.deepEqual(
+    Object.keys(body.error).sort(),
+    ['code', 'message', 'param', 'type'],
+    `${where}: OpenAI error fields`,
+  );
   assert.equal(typeof body.error.message, 'string');
   assert.equal(body.error.code, code, `${where}: error code (${body.error.message})`);
 }
@@ -127,24 +134,40 @@ export function streamedText(outcome: Outcome): string {
 export function summarize(outcome: Outcome): string {
   if (outcome.hung) return `no answer after ${outcome.ms} ms`;
   if (outcome.connectionError) return `connection error after ${outcome.ms} ms: ${outcome.connectionError}`;
-  const tail = outcome.events ? `last event ${outcome.events.at(-1)?.slice(0, 160)}` : JSON.stringify(outcome.body).slice(0, 160);
+  const tail = outcome.events
+    ? `last event ${outcome.events.at(-1)?.slice(0, 160)}`
+    : JSON.stringify(outcome.body).slice(0, 160);
   return `HTTP ${outcome.status} after ${outcome.ms} ms, ${tail}`;
 }
 
 /** Fails with every client's outcome when any of them hung or took longer than `boundMs`. */
 export function assertNoneHung(outcomes: Outcome[], boundMs: number): void {
   const late = outcomes.filter((o) => o.hung || o.ms > boundMs);
-  assert.equal(late.length, 0, `clients without an answer within ${boundMs} ms:\n${outcomes.map((o) => `  ${o.label}: ${summarize(o)}`).join('\n')}`);
+  assert.equal(
+    late.length,
+    0,
+    `clients without an answer within ${boundMs} ms:\n${outcomes.map((o) => `  ${o.label}: ${summarize(o)}`).join('\n')}`,
+  );
 }
 
 /** Every outcome ended no later than `boundMs` after `from` (e.g. the fault). */
 export function assertAnsweredWithin(outcomes: Outcome[], from: number, boundMs: number, what: string): void {
   const late = outcomes.filter((o) => o.endedAt - from > boundMs);
-  assert.equal(late.length, 0, `answered later than ${boundMs} ms after ${what}:\n${late.map((o) => `  ${o.label}: ${summarize(o)}`).join('\n')}`);
+  assert.equal(
+    late.length,
+    0,
+    `answered later than ${boundMs} ms after ${what}:\n${late.map((o) => `  ${o.label}: ${summarize(o)}`).join('\n')}`,
+  );
 }
 
-/** Jobs of a queue in each BullMQ state (read straight from Redis); jobs wait with a priority, in BullMQ's prioritized set. */
-export async function queueCounts(redis: Redis, queue = 'chat'): Promise<{ wait: number; active: number; delayed: number }> {
+/**
+ * Jobs of a queue in each BullMQ state (read straight from Redis); jobs wait with a priority, in BullMQ's prioritized
+ * set.
+ */
+export async function queueCounts(
+  redis: Redis,
+  queue = 'chat',
+): Promise<{ wait: number; active: number; delayed: number }> {
   const [wait, prioritized, active, delayed] = await Promise.all([
     redis.llen(`bull:{${queue}}:wait`),
     redis.zcard(`bull:{${queue}}:prioritized`),
@@ -154,7 +177,12 @@ export async function queueCounts(redis: Redis, queue = 'chat'): Promise<{ wait:
   return { wait: wait + prioritized, active, delayed };
 }
 
-export async function waitForQueue(redis: Redis, check: (counts: Awaited<ReturnType<typeof queueCounts>>) => boolean, timeoutMs: number, what: string): Promise<void> {
+export async function waitForQueue(
+  redis: Redis,
+  check: (counts: Awaited<ReturnType<typeof queueCounts>>) => boolean,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
   await waitFor(async () => check(await queueCounts(redis)), timeoutMs, what);
 }
 
@@ -164,4 +192,5 @@ export const clientGiveUpMs = 60_000;
 
 /** A prompt the mock answers with many chunks, `delayMs` apart (its reply quotes the prompt). */
 export const slowPrompt = (tag: string, delayMs: number) =>
-  `[mock:slow:${delayMs}] ${tag}: the quick brown fox jumps over the lazy dog while the patient gateway keeps every connection open`;
+  `[mock:slow:${delayMs}] ${tag}: the quick brown fox jumps over the lazy dog while the patient gateway keeps ` +
+  `every connection open`;

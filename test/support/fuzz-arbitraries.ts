@@ -37,7 +37,10 @@ export interface Expect {
   connectionClose?: boolean;
   /** An answer with no body is fine (OPTIONS). */
   emptyOk?: boolean;
-  /** Multipart text fields and file fields sent whole: a "missing parameter" error about one of them means it was dropped. */
+  /**
+   * Multipart text fields and file fields sent whole: a "missing parameter" error about one of them means it was
+   * dropped.
+   */
   sentFields?: string[];
   sentFiles?: string[];
 }
@@ -55,16 +58,21 @@ export interface FuzzCase {
   raw?: Buffer;
   /** Send the body with `transfer-encoding: chunked` in a few pieces instead of a content-length. */
   chunked?: boolean;
-  /** Send only this many bytes of the body (content-length says all of it), then close the socket: no answer is owed. */
+  /**
+   * Send only this many bytes of the body (content-length says all of it), then close the socket: no answer is owed.
+   */
   cutAfter?: number;
   /** How long to wait after the partial body before closing. */
   cutDelayMs?: number;
   expect: Expect;
 }
 
-const clip = (text: string, max: number) => (text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text);
+const clip = (text: string, max: number) =>
+  text.length > max ? `${text.slice(0, max)}… (${text.length} chars)` : text;
 
-/** `arbitrary` once in `oneIn` cases, null otherwise (fc.option's `freq` is the other way round: null once in `freq`). */
+/**
+ * `arbitrary` once in `oneIn` cases, null otherwise (fc.option's `freq` is the other way round: null once in `freq`).
+ */
 function sometimes<T>(arbitrary: fc.Arbitrary<T>, oneIn: number): fc.Arbitrary<T | null> {
   return fc.oneof({ weight: oneIn - 1, arbitrary: fc.constant(null) }, { weight: 1, arbitrary });
 }
@@ -90,7 +98,10 @@ export function preview(bytes: Buffer | undefined, max = 300): string {
 /** One line per case, short enough for a failure report (fast-check prints cases with this). */
 export function describeCase(c: FuzzCase): string {
   const headers = c.headers.map(([name, value]) => `${name}: ${clip(value, 60)}`).join('; ');
-  const body = c.transport === 'net' ? `raw ${preview(c.raw, 400)}` : `body ${c.body ? `${c.body.length} B: ${preview(c.body, 300)}` : '(none)'}`;
+  const body =
+    c.transport === 'net'
+      ? `raw ${preview(c.raw, 400)}`
+      : `body ${c.body ? `${c.body.length} B: ${preview(c.body, 300)}` : '(none)'}`;
   const cut = c.cutAfter !== undefined ? ` | cut after ${c.cutAfter} B and closed` : '';
   const chunked = c.chunked ? ' | chunked' : '';
   return `[${c.label}] ${c.method} ${clip(c.path, 160)} | ${headers} | ${body}${chunked}${cut}`;
@@ -120,7 +131,8 @@ type Path = ReadonlyArray<string | number>;
 const raw = (text: string | Buffer, note?: string) =>
   new RawJson(typeof text === 'string' ? Buffer.from(text, 'utf8') : text, note ?? clip(String(text), 40));
 
-const isObject = (value: unknown): value is FuzzObject => typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof RawJson);
+const isObject = (value: unknown): value is FuzzObject =>
+  typeof value === 'object' && value !== null && !Array.isArray(value) && !(value instanceof RawJson);
 
 /** An own property, even for `__proto__` (plain assignment would set the prototype instead). */
 function defineOwn(target: FuzzObject, key: string, value: FuzzValue): void {
@@ -214,36 +226,131 @@ export function encodeJson(value: FuzzValue): Buffer {
 // Value generators
 
 /** Values of the wrong type for nearly every field. */
-const wrongTypes = fc.constantFrom<FuzzValue>(null, true, false, 0, 1, -1, 0.5, '', 'x', 'null', 'true', '0', [], [null], [1, 'a'], {}, { a: 1 }, [[]], { '': '' });
+const wrongTypes = fc.constantFrom<FuzzValue>(
+  null,
+  true,
+  false,
+  0,
+  1,
+  -1,
+  0.5,
+  '',
+  'x',
+  'null',
+  'true',
+  '0',
+  [],
+  [null],
+  [1, 'a'],
+  {},
+  { a: 1 },
+  [[]],
+  { '': '' },
+);
 
 /** Numbers at and past the edges of what a double holds, written as JSON text. */
 const extremeNumberTexts = [
-  '1e308', '-1e308', '1.7976931348623157e308', '-0', '-0.0', '0.0', '9007199254740993', '-9007199254740993',
-  '18446744073709551616', `1${'0'.repeat(400)}`, `-${'9'.repeat(600)}`, '1e999', '-1e999', '4.9e-324', '2.2250738585072014e-308',
-  '1.5', '0.1', '1E+2', '1.0', '2.0000000000000004', '1e-400', '100000000000000000000.0', '123456789012345678901234567890.5',
+  '1e308',
+  '-1e308',
+  '1.7976931348623157e308',
+  '-0',
+  '-0.0',
+  '0.0',
+  '9007199254740993',
+  '-9007199254740993',
+  '18446744073709551616',
+  `1${'0'.repeat(400)}`,
+  `-${'9'.repeat(600)}`,
+  '1e999',
+  '-1e999',
+  '4.9e-324',
+  '2.2250738585072014e-308',
+  '1.5',
+  '0.1',
+  '1E+2',
+  '1.0',
+  '2.0000000000000004',
+  '1e-400',
+  '100000000000000000000.0',
+  '123456789012345678901234567890.5',
 ];
 const extremeNumber = fc.oneof(
   { weight: 4, arbitrary: fc.constantFrom(...extremeNumberTexts).map((text) => raw(text, `number ${clip(text, 24)}`)) },
   { weight: 1, arbitrary: fc.double({ noNaN: true, noDefaultInfinity: true }) as fc.Arbitrary<FuzzValue> },
   { weight: 1, arbitrary: fc.integer() as fc.Arbitrary<FuzzValue> },
-  { weight: 1, arbitrary: fc.bigInt({ min: -(2n ** 256n), max: 2n ** 256n }).map((n) => raw(n.toString(), `integer ${clip(n.toString(), 24)}`)) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .bigInt({ min: -(2n ** 256n), max: 2n ** 256n })
+      .map((n) => raw(n.toString(), `integer ${clip(n.toString(), 24)}`)),
+  },
 );
 
 /** Strings that break naive text handling: lone surrogates, NUL, direction marks, joined emoji, BOMs, noncharacters. */
 const unicodeEdges = [
-  '\ud800', '\udfff', 'a\ud83d', '\ude00b', '\u0000', 'x\u0000y', '\u202e', '\u200f\u200e', '\u2028\u2029', '\u{1F469}\u200D\u{1F469}\u200D\u{1F467}\u200D\u{1F466}',
-  '\u{1F3F3}\uFE0F\u200D\u{1F308}', '\ufeff', '\uffff', '\ufffe', '\u{10FFFF}', 'e\u0301\u0301\u0301\u0301', 'İı', 'ß', '\u001b[31m', '\u0085', '\\', '"',
-  '%s%n%x', '${x}', '<|endoftext|>', '<|im_start|>', 'Ω≈ç√∫', '\u00a0', '\t\r\n', '\u180e', '﷽',
+  '\ud800',
+  '\udfff',
+  'a\ud83d',
+  '\ude00b',
+  '\u0000',
+  'x\u0000y',
+  '\u202e',
+  '\u200f\u200e',
+  '\u2028\u2029',
+  '\u{1F469}\u200D\u{1F469}\u200D\u{1F467}\u200D\u{1F466}',
+  '\u{1F3F3}\uFE0F\u200D\u{1F308}',
+  '\ufeff',
+  '\uffff',
+  '\ufffe',
+  '\u{10FFFF}',
+  'e\u0301\u0301\u0301\u0301',
+  'İı',
+  'ß',
+  '\u001b[31m',
+  '\u0085',
+  '\\',
+  '"',
+  '%s%n%x',
+  '${x}',
+  '<|endoftext|>',
+  '<|im_start|>',
+  'Ω≈ç√∫',
+  '\u00a0',
+  '\t\r\n',
+  '\u180e',
+  '﷽',
 ];
 const unicodeString = fc
-  .array(fc.oneof(fc.constantFrom(...unicodeEdges), fc.string({ unit: 'binary', maxLength: 8 }), fc.string({ unit: 'grapheme', maxLength: 8 })), { minLength: 1, maxLength: 12 })
+  .array(
+    fc.oneof(
+      fc.constantFrom(...unicodeEdges),
+      fc.string({ unit: 'binary', maxLength: 8 }),
+      fc.string({ unit: 'grapheme', maxLength: 8 }),
+    ),
+    { minLength: 1, maxLength: 12 },
+  )
   .map((pieces) => pieces.join(''));
 
-/** Byte sequences that are not UTF-8: bare continuation bytes, overlong forms, encoded surrogates, past U+10FFFF, cut sequences. */
+/**
+ * Byte sequences that are not UTF-8: bare continuation bytes, overlong forms, encoded surrogates, past U+10FFFF, cut
+ * sequences.
+ */
 const invalidUtf8 = fc.oneof(
   fc.constantFrom(
-    [0xff], [0xfe, 0xff], [0x80], [0xbf], [0xc0, 0xaf], [0xc1, 0xbf], [0xe0, 0x80, 0xaf], [0xed, 0xa0, 0x80], [0xed, 0xbf, 0xbf],
-    [0xf4, 0x90, 0x80, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80], [0xc3], [0xe2, 0x82], [0xf0, 0x9f, 0x98],
+    [0xff],
+    [0xfe, 0xff],
+    [0x80],
+    [0xbf],
+    [0xc0, 0xaf],
+    [0xc1, 0xbf],
+    [0xe0, 0x80, 0xaf],
+    [0xed, 0xa0, 0x80],
+    [0xed, 0xbf, 0xbf],
+    [0xf4, 0x90, 0x80, 0x80],
+    [0xf8, 0x88, 0x80, 0x80, 0x80],
+    [0xc3],
+    [0xe2, 0x82],
+    [0xf0, 0x9f, 0x98],
   ),
   fc.uint8Array({ minLength: 1, maxLength: 16 }).map((bytes) => [...bytes]),
 );
@@ -251,13 +358,40 @@ const invalidUtf8 = fc.oneof(
 const rawByteString = fc
   .tuple(fc.string({ maxLength: 6 }), invalidUtf8, fc.string({ maxLength: 6 }))
   .map(([before, bytes, after]) =>
-    raw(Buffer.concat([Buffer.from(JSON.stringify(before).slice(0, -1)), Buffer.from(bytes), Buffer.from(JSON.stringify(after).slice(1))]), `string with raw bytes ${Buffer.from(bytes).toString('hex')}`),
+    raw(
+      Buffer.concat([
+        Buffer.from(JSON.stringify(before).slice(0, -1)),
+        Buffer.from(bytes),
+        Buffer.from(JSON.stringify(after).slice(1)),
+      ]),
+      `string with raw bytes ${Buffer.from(bytes).toString('hex')}`,
+    ),
   );
 
 /** Object keys that mean something to JavaScript itself. */
-const prototypeKeys = fc.constantFrom('__proto__', 'constructor', 'prototype', '__defineGetter__', 'hasOwnProperty', 'toString', 'valueOf', 'toJSON', 'then');
+const prototypeKeys = fc.constantFrom(
+  '__proto__',
+  'constructor',
+  'prototype',
+  '__defineGetter__',
+  'hasOwnProperty',
+  'toString',
+  'valueOf',
+  'toJSON',
+  'then',
+);
 const prototypeValues = fc.constantFrom<FuzzValue>(
-  {}, { polluted: true }, { model: 'mock-embedding', messages: 1, isAdmin: true }, { prototype: { polluted: true } }, { __proto__x: 1 }, null, 1, 'x', [], [1], true,
+  {},
+  { polluted: true },
+  { model: 'mock-embedding', messages: 1, isAdmin: true },
+  { prototype: { polluted: true } },
+  { __proto__x: 1 },
+  null,
+  1,
+  'x',
+  [],
+  [1],
+  true,
 );
 
 /** JSON text nested `depth` levels deep, in a few shapes (plain arrays, objects, both, and JSON-schema-like). */
@@ -299,12 +433,37 @@ const hugeLength = fc.oneof(
   { weight: 2, arbitrary: fc.integer({ min: 1_000_000, max: 3_000_000 }) },
   { weight: 1, arbitrary: fc.integer({ min: limits.bodyBytes + 1, max: limits.bodyBytes + 200_000 }) },
 );
-/** The repeated unit: single characters (the worst case for a BPE tokenizer), words, multi-byte characters, random short strings. */
+/**
+ * The repeated unit: single characters (the worst case for a BPE tokenizer), words, multi-byte characters, random short
+ * strings.
+ */
 const hugeUnit = fc.oneof(
-  { weight: 4, arbitrary: fc.constantFrom('a', 'x', 'Z', '0', '=', '.', ' ', '\n', 'word ', 'ab', 'é', '中', '🙂', '\u0000', '\ud800', '\u200f', 'a\u0301') },
+  {
+    weight: 4,
+    arbitrary: fc.constantFrom(
+      'a',
+      'x',
+      'Z',
+      '0',
+      '=',
+      '.',
+      ' ',
+      '\n',
+      'word ',
+      'ab',
+      'é',
+      '中',
+      '🙂',
+      '\u0000',
+      '\ud800',
+      '\u200f',
+      'a\u0301',
+    ),
+  },
   { weight: 1, arbitrary: fc.string({ minLength: 1, maxLength: 8 }) },
 );
-export const repeatTo = (unit: string, length: number) => unit.repeat(Math.max(1, Math.ceil(length / unit.length))).slice(0, Math.max(length, 0));
+export const repeatTo = (unit: string, length: number) =>
+  unit.repeat(Math.max(1, Math.ceil(length / unit.length))).slice(0, Math.max(length, 0));
 const hugeString = fc.record({ unit: hugeUnit, length: hugeLength }).map(({ unit, length }) => repeatTo(unit, length));
 
 /** Small values of every kind: what a field is given in the "wrong type" mutations. */
@@ -342,15 +501,29 @@ export interface JsonEndpoint {
   required: Path[];
 }
 
-const message = (index: number, size: number, unit: string): FuzzValue => ({ role: index % 2 ? 'assistant' : 'user', content: size > 0 ? repeatTo(unit, size) : `m${index}` });
-const textPart = (index: number, size: number, unit: string): FuzzValue => ({ type: 'text', text: size > 0 ? repeatTo(unit, size) : `p${index}` });
-const textItem = (index: number, size: number, unit: string): FuzzValue => (size > 0 ? repeatTo(unit, size) : `item ${index}`);
+const message = (index: number, size: number, unit: string): FuzzValue => ({
+  role: index % 2 ? 'assistant' : 'user',
+  content: size > 0 ? repeatTo(unit, size) : `m${index}`,
+});
+const textPart = (index: number, size: number, unit: string): FuzzValue => ({
+  type: 'text',
+  text: size > 0 ? repeatTo(unit, size) : `p${index}`,
+});
+const textItem = (index: number, size: number, unit: string): FuzzValue =>
+  size > 0 ? repeatTo(unit, size) : `item ${index}`;
 const token = (index: number): FuzzValue => (index * 7919) % 200_000;
-const tool = (index: number): FuzzValue => ({ type: 'function', function: { name: `tool_${index}`, parameters: { type: 'object', properties: {} } } });
+const tool = (index: number): FuzzValue => ({
+  type: 'function',
+  function: { name: `tool_${index}`, parameters: { type: 'object', properties: {} } },
+});
 
 const weatherTool = {
   type: 'function',
-  function: { name: 'get_weather', description: 'Weather in a city', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+  function: {
+    name: 'get_weather',
+    description: 'Weather in a city',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
 };
 
 export const jsonEndpoints: JsonEndpoint[] = [
@@ -359,16 +532,44 @@ export const jsonEndpoints: JsonEndpoint[] = [
     path: '/v1/chat/completions',
     bases: [
       { model: 'mock-chat', messages: [{ role: 'user', content: 'hi' }] },
-      { model: 'gpt-4o-mini', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hi' }], max_tokens: 16, temperature: 0.2 },
-      { model: 'mock-chat', messages: [{ role: 'user', content: 'weather in Paris?' }], tools: [weatherTool], tool_choice: 'auto' },
+      {
+        model: 'gpt-4o-mini',
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Say hi' },
+        ],
+        max_tokens: 16,
+        temperature: 0.2,
+      },
+      {
+        model: 'mock-chat',
+        messages: [{ role: 'user', content: 'weather in Paris?' }],
+        tools: [weatherTool],
+        tool_choice: 'auto',
+      },
       {
         model: 'mock-chat',
         messages: [{ role: 'user', content: 'answer in JSON' }],
-        response_format: { type: 'json_schema', json_schema: { name: 'answer', schema: { type: 'object', properties: { a: { type: 'string' } } }, strict: true } },
+        response_format: {
+          type: 'json_schema',
+          json_schema: {
+            name: 'answer',
+            schema: { type: 'object', properties: { a: { type: 'string' } } },
+            strict: true,
+          },
+        },
       },
       {
         model: 'gpt-4o-mini',
-        messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image_url', image_url: { url: 'https://example.com/a.png', detail: 'low' } }] }],
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'look' },
+              { type: 'image_url', image_url: { url: 'https://example.com/a.png', detail: 'low' } },
+            ],
+          },
+        ],
         metadata: { team: 'fuzz' },
         user: 'u-1',
         seed: 7,
@@ -378,24 +579,82 @@ export const jsonEndpoints: JsonEndpoint[] = [
         model: 'mock-chat',
         messages: [
           { role: 'user', content: 'weather?' },
-          { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [
+              { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+            ],
+          },
           { role: 'tool', tool_call_id: 'call_1', content: 'sunny' },
         ],
       },
     ],
     slots: [
-      ['model'], ['messages'], ['messages', 0], ['messages', 0, 'role'], ['messages', 0, 'content'], ['messages', 0, 'content', 0], ['messages', 0, 'content', 0, 'text'],
-      ['messages', 0, 'content', 1, 'image_url', 'url'], ['messages', 0, 'name'], ['messages', 1], ['messages', 1, 'tool_calls'], ['temperature'], ['top_p'], ['n'],
-      ['max_tokens'], ['max_completion_tokens'], ['stop'], ['seed'], ['presence_penalty'], ['frequency_penalty'], ['logprobs'], ['top_logprobs'], ['logit_bias'],
-      ['logit_bias', '50256'], ['user'], ['stream'], ['stream_options'], ['response_format'], ['response_format', 'type'], ['response_format', 'json_schema'],
-      ['response_format', 'json_schema', 'name'], ['response_format', 'json_schema', 'schema'], ['tools'], ['tools', 0], ['tools', 0, 'type'], ['tools', 0, 'function'],
-      ['tools', 0, 'function', 'name'], ['tools', 0, 'function', 'parameters'], ['tool_choice'], ['parallel_tool_calls'], ['functions'], ['function_call'], ['metadata'],
-      ['metadata', 'k'], ['service_tier'], ['reasoning_effort'],
+      ['model'],
+      ['messages'],
+      ['messages', 0],
+      ['messages', 0, 'role'],
+      ['messages', 0, 'content'],
+      ['messages', 0, 'content', 0],
+      ['messages', 0, 'content', 0, 'text'],
+      ['messages', 0, 'content', 1, 'image_url', 'url'],
+      ['messages', 0, 'name'],
+      ['messages', 1],
+      ['messages', 1, 'tool_calls'],
+      ['temperature'],
+      ['top_p'],
+      ['n'],
+      ['max_tokens'],
+      ['max_completion_tokens'],
+      ['stop'],
+      ['seed'],
+      ['presence_penalty'],
+      ['frequency_penalty'],
+      ['logprobs'],
+      ['top_logprobs'],
+      ['logit_bias'],
+      ['logit_bias', '50256'],
+      ['user'],
+      ['stream'],
+      ['stream_options'],
+      ['response_format'],
+      ['response_format', 'type'],
+      ['response_format', 'json_schema'],
+      ['response_format', 'json_schema', 'name'],
+      ['response_format', 'json_schema', 'schema'],
+      ['tools'],
+      ['tools', 0],
+      ['tools', 0, 'type'],
+      ['tools', 0, 'function'],
+      ['tools', 0, 'function', 'name'],
+      ['tools', 0, 'function', 'parameters'],
+      ['tool_choice'],
+      ['parallel_tool_calls'],
+      ['functions'],
+      ['function_call'],
+      ['metadata'],
+      ['metadata', 'k'],
+      ['service_tier'],
+      ['reasoning_effort'],
     ],
     stringSlots: [
-      ['messages', 0, 'content'], ['messages', 0, 'content'], ['messages', 0, 'content', 0, 'text'], ['messages', 0, 'name'], ['messages', 1, 'content'],
-      ['messages', 2, 'tool_call_id'], ['messages', 1, 'tool_calls', 0, 'function', 'arguments'], ['messages', 0, 'content', 1, 'image_url', 'url'], ['model'], ['user'],
-      ['stop'], ['stop', 0], ['tools', 0, 'function', 'name'], ['tools', 0, 'function', 'description'], ['response_format', 'json_schema', 'name'], ['metadata', 'k'],
+      ['messages', 0, 'content'],
+      ['messages', 0, 'content'],
+      ['messages', 0, 'content', 0, 'text'],
+      ['messages', 0, 'name'],
+      ['messages', 1, 'content'],
+      ['messages', 2, 'tool_call_id'],
+      ['messages', 1, 'tool_calls', 0, 'function', 'arguments'],
+      ['messages', 0, 'content', 1, 'image_url', 'url'],
+      ['model'],
+      ['user'],
+      ['stop'],
+      ['stop', 0],
+      ['tools', 0, 'function', 'name'],
+      ['tools', 0, 'function', 'description'],
+      ['response_format', 'json_schema', 'name'],
+      ['metadata', 'k'],
     ],
     arraySlots: [
       { path: ['messages'], element: message },
@@ -405,10 +664,30 @@ export const jsonEndpoints: JsonEndpoint[] = [
       { path: ['functions'], element: (i) => ({ name: `f_${i}` }) },
     ],
     nestSlots: [
-      ['messages', 0, 'content'], ['tools', 0, 'function', 'parameters'], ['response_format', 'json_schema', 'schema'], ['metadata'], ['metadata', 'k'],
-      ['tools', 0, 'function', 'parameters', 'properties', 'city'], ['messages', 0], ['messages'], ['logit_bias'], ['tool_choice'], ['stream_options'],
+      ['messages', 0, 'content'],
+      ['tools', 0, 'function', 'parameters'],
+      ['response_format', 'json_schema', 'schema'],
+      ['metadata'],
+      ['metadata', 'k'],
+      ['tools', 0, 'function', 'parameters', 'properties', 'city'],
+      ['messages', 0],
+      ['messages'],
+      ['logit_bias'],
+      ['tool_choice'],
+      ['stream_options'],
     ],
-    objectSlots: [[], ['messages', 0], ['metadata'], ['tools', 0, 'function', 'parameters'], ['response_format'], ['response_format', 'json_schema', 'schema'], ['logit_bias'], ['stream_options'], ['tools', 0], ['tools', 0, 'function']],
+    objectSlots: [
+      [],
+      ['messages', 0],
+      ['metadata'],
+      ['tools', 0, 'function', 'parameters'],
+      ['response_format'],
+      ['response_format', 'json_schema', 'schema'],
+      ['logit_bias'],
+      ['stream_options'],
+      ['tools', 0],
+      ['tools', 0, 'function'],
+    ],
     required: [['model'], ['messages'], ['messages', 0, 'role'], ['messages', 0, 'content']],
   },
   {
@@ -418,11 +697,38 @@ export const jsonEndpoints: JsonEndpoint[] = [
       { model: 'mock-instruct', prompt: 'Say hi', max_tokens: 8 },
       { model: 'gpt-3.5-turbo-instruct', prompt: ['one', 'two'], max_tokens: 4, echo: true, logprobs: 1 },
       { model: 'mock-instruct', prompt: [1, 2, 3], suffix: '!', n: 2, best_of: 2, stop: 'x' },
-      { model: 'mock-instruct', prompt: [[1, 2], [3, 4]], temperature: 0, seed: 1, user: 'u' },
+      {
+        model: 'mock-instruct',
+        prompt: [
+          [1, 2],
+          [3, 4],
+        ],
+        temperature: 0,
+        seed: 1,
+        user: 'u',
+      },
     ],
     slots: [
-      ['model'], ['prompt'], ['prompt', 0], ['prompt', 0, 0], ['suffix'], ['max_tokens'], ['temperature'], ['top_p'], ['n'], ['stream'], ['stream_options'],
-      ['logprobs'], ['echo'], ['stop'], ['presence_penalty'], ['frequency_penalty'], ['best_of'], ['logit_bias'], ['seed'], ['user'],
+      ['model'],
+      ['prompt'],
+      ['prompt', 0],
+      ['prompt', 0, 0],
+      ['suffix'],
+      ['max_tokens'],
+      ['temperature'],
+      ['top_p'],
+      ['n'],
+      ['stream'],
+      ['stream_options'],
+      ['logprobs'],
+      ['echo'],
+      ['stop'],
+      ['presence_penalty'],
+      ['frequency_penalty'],
+      ['best_of'],
+      ['logit_bias'],
+      ['seed'],
+      ['user'],
     ],
     stringSlots: [['prompt'], ['prompt'], ['prompt', 0], ['suffix'], ['stop'], ['user'], ['model']],
     arraySlots: [
@@ -462,9 +768,31 @@ export const jsonEndpoints: JsonEndpoint[] = [
       { model: 'mock-image', prompt: 'a red fox', size: '256x256', response_format: 'b64_json' },
       { model: 'dall-e-2', prompt: 'a red fox', n: 1, size: '256x256', response_format: 'url' },
       { prompt: 'the default model', size: '256x256' },
-      { model: 'mock-image', prompt: 'a fox', size: '256x256', quality: 'high', output_format: 'png', background: 'auto', moderation: 'low', output_compression: 50 },
+      {
+        model: 'mock-image',
+        prompt: 'a fox',
+        size: '256x256',
+        quality: 'high',
+        output_format: 'png',
+        background: 'auto',
+        moderation: 'low',
+        output_compression: 50,
+      },
     ],
-    slots: [['model'], ['prompt'], ['n'], ['size'], ['quality'], ['response_format'], ['style'], ['background'], ['output_format'], ['output_compression'], ['moderation'], ['user']],
+    slots: [
+      ['model'],
+      ['prompt'],
+      ['n'],
+      ['size'],
+      ['quality'],
+      ['response_format'],
+      ['style'],
+      ['background'],
+      ['output_format'],
+      ['output_compression'],
+      ['moderation'],
+      ['user'],
+    ],
     stringSlots: [['prompt'], ['prompt'], ['size'], ['model'], ['user'], ['quality']],
     arraySlots: [{ path: ['prompt'], element: textItem }],
     nestSlots: [['prompt'], ['size'], ['user'], ['n']],
@@ -502,15 +830,28 @@ export const jsonEndpoints: JsonEndpoint[] = [
 
 type Mutation = { note: string; apply: (body: FuzzValue) => FuzzValue };
 
-const pathText = (path: Path) => (path.length === 0 ? '(top level)' : path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`)).join('').replace(/^\./, ''));
+const pathText = (path: Path) =>
+  path.length === 0
+    ? '(top level)'
+    : path
+        .map((p) => (typeof p === 'number' ? `[${p}]` : `.${p}`))
+        .join('')
+        .replace(/^\./, '');
 const valueNote = (value: FuzzValue) =>
-  value instanceof RawJson ? value.note : typeof value === 'string' ? `string(${value.length}) ${JSON.stringify(clip(value, 24))}` : clip(JSON.stringify(value) ?? 'undefined', 40);
+  value instanceof RawJson
+    ? value.note
+    : typeof value === 'string'
+      ? `string(${value.length}) ${JSON.stringify(clip(value, 24))}`
+      : clip(JSON.stringify(value) ?? 'undefined', 40);
 
 const setMutation = (path: Path, value: FuzzValue, what?: string): Mutation => ({
   note: `${pathText(path)} = ${what ?? valueNote(value)}`,
   apply: (body) => setAt(body, path, value),
 });
-const deleteMutation = (path: Path): Mutation => ({ note: `delete ${pathText(path)}`, apply: (body) => setAt(body, path, undefined) });
+const deleteMutation = (path: Path): Mutation => ({
+  note: `delete ${pathText(path)}`,
+  apply: (body) => setAt(body, path, undefined),
+});
 const keyMutation = (path: Path, key: string, value: FuzzValue): Mutation => ({
   note: `${pathText([...path, key])} = ${valueNote(value)}`,
   apply: (body) => setAt(body, [...path, key], value),
@@ -519,25 +860,55 @@ const keyMutation = (path: Path, key: string, value: FuzzValue): Mutation => ({
 /** Wrong types, extreme numbers, deleted fields, prototype keys and unknown fields. */
 function fieldMutation(endpoint: JsonEndpoint): fc.Arbitrary<Mutation> {
   return fc.oneof(
-    { weight: 6, arbitrary: fc.tuple(fc.constantFrom(...endpoint.slots), scalarMutant).map(([path, value]) => setMutation(path, value)) },
+    {
+      weight: 6,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.slots), scalarMutant)
+        .map(([path, value]) => setMutation(path, value)),
+    },
     { weight: 1, arbitrary: fc.constantFrom(...endpoint.required, ...endpoint.slots).map(deleteMutation) },
-    { weight: 2, arbitrary: fc.tuple(fc.constantFrom(...endpoint.objectSlots), prototypeKeys, prototypeValues).map(([path, key, value]) => keyMutation(path, key, value)) },
+    {
+      weight: 2,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.objectSlots), prototypeKeys, prototypeValues)
+        .map(([path, key, value]) => keyMutation(path, key, value)),
+    },
     {
       weight: 1,
       arbitrary: fc
-        .tuple(fc.constantFrom(...endpoint.objectSlots), fc.string({ maxLength: 20 }), fc.jsonValue({ maxDepth: 2 }) as fc.Arbitrary<FuzzValue>)
+        .tuple(
+          fc.constantFrom(...endpoint.objectSlots),
+          fc.string({ maxLength: 20 }),
+          fc.jsonValue({ maxDepth: 2 }) as fc.Arbitrary<FuzzValue>,
+        )
         .map(([path, key, value]) => keyMutation(path, key, value)),
     },
   );
 }
 
-/** Nesting in the fields that take it (free-form objects), in unknown fields (passed through as they are), and anywhere else. */
+/**
+ * Nesting in the fields that take it (free-form objects), in unknown fields (passed through as they are), and anywhere
+ * else.
+ */
 function nestingMutation(endpoint: JsonEndpoint): fc.Arbitrary<Mutation> {
   const extraKey = fc.oneof(fc.constantFrom('metadata', 'extra', 'x', 'input_reference', 'extra_body'), prototypeKeys);
   return fc.oneof(
-    { weight: 4, arbitrary: fc.tuple(fc.constantFrom(...endpoint.nestSlots), nesting).map(([path, value]) => setMutation(path, value)) },
-    { weight: 3, arbitrary: fc.tuple(fc.constantFrom(...endpoint.objectSlots), extraKey, nesting).map(([path, key, value]) => keyMutation(path, key, value)) },
-    { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...endpoint.slots), nesting).map(([path, value]) => setMutation(path, value)) },
+    {
+      weight: 4,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.nestSlots), nesting)
+        .map(([path, value]) => setMutation(path, value)),
+    },
+    {
+      weight: 3,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.objectSlots), extraKey, nesting)
+        .map(([path, key, value]) => keyMutation(path, key, value)),
+    },
+    {
+      weight: 1,
+      arbitrary: fc.tuple(fc.constantFrom(...endpoint.slots), nesting).map(([path, value]) => setMutation(path, value)),
+    },
   );
 }
 
@@ -546,25 +917,44 @@ function hugeMutation(endpoint: JsonEndpoint): fc.Arbitrary<Mutation> {
   const arrays = fc
     .record({
       slot: fc.constantFrom(...endpoint.arraySlots),
-      count: fc.oneof(fc.integer({ min: 2, max: 200 }), fc.integer({ min: 200, max: 5_000 }), fc.integer({ min: 5_000, max: 60_000 })),
+      count: fc.oneof(
+        fc.integer({ min: 2, max: 200 }),
+        fc.integer({ min: 200, max: 5_000 }),
+        fc.integer({ min: 5_000, max: 60_000 }),
+      ),
       size: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 200 }), fc.integer({ min: 1_000, max: 12_000 })),
       unit: fc.constantFrom('a', 'x', 'word ', '中', '0'),
     })
     // Past the body limit by far is the 413 case already: keep arrays under about twice the limit.
     .filter(({ count, size }) => count * (size + 30) < 2 * limits.bodyBytes)
     .map(({ slot, count, size, unit }) =>
-      setMutation(slot.path, Array.from({ length: count }, (_, i) => slot.element(i, size, unit)), `${count} elements${size ? ` of ${size} × ${JSON.stringify(unit)}` : ''}`),
+      setMutation(
+        slot.path,
+        Array.from({ length: count }, (_, i) => slot.element(i, size, unit)),
+        `${count} elements${size ? ` of ${size} × ${JSON.stringify(unit)}` : ''}`,
+      ),
     );
   const objects = fc
     // Up to about 3.5 MB of keys: under the 4 MiB body limit.
-    .tuple(fc.constantFrom(...endpoint.objectSlots), fc.oneof(fc.integer({ min: 100, max: 50_000 }), fc.integer({ min: 50_000, max: 250_000 })))
+    .tuple(
+      fc.constantFrom(...endpoint.objectSlots),
+      fc.oneof(fc.integer({ min: 100, max: 50_000 }), fc.integer({ min: 50_000, max: 250_000 })),
+    )
     .map(([path, count]) => {
       const many: FuzzObject = {};
       for (let i = 0; i < count; i++) many[`k${i}`] = i;
-      return { note: `${pathText(path)} gets ${count} extra keys`, apply: (body: FuzzValue) => mergeKeys(body, path, many) };
+      return {
+        note: `${pathText(path)} gets ${count} extra keys`,
+        apply: (body: FuzzValue) => mergeKeys(body, path, many),
+      };
     });
   return fc.oneof(
-    { weight: 5, arbitrary: fc.tuple(fc.constantFrom(...endpoint.stringSlots), hugeString).map(([path, value]) => setMutation(path, value)) },
+    {
+      weight: 5,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.stringSlots), hugeString)
+        .map(([path, value]) => setMutation(path, value)),
+    },
     { weight: 3, arbitrary: arrays },
     { weight: 1, arbitrary: objects },
   );
@@ -582,9 +972,24 @@ function mergeKeys(body: FuzzValue, path: Path, extra: FuzzObject): FuzzValue {
 /** Odd text in string fields and keys: unicode edge cases and bytes that are not UTF-8. */
 function encodingMutation(endpoint: JsonEndpoint): fc.Arbitrary<Mutation> {
   return fc.oneof(
-    { weight: 3, arbitrary: fc.tuple(fc.constantFrom(...endpoint.stringSlots), unicodeString).map(([path, value]) => setMutation(path, value)) },
-    { weight: 3, arbitrary: fc.tuple(fc.constantFrom(...endpoint.stringSlots), rawByteString).map(([path, value]) => setMutation(path, value)) },
-    { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...endpoint.objectSlots), unicodeString, fc.string({ maxLength: 4 })).map(([path, key, value]) => keyMutation(path, key, value)) },
+    {
+      weight: 3,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.stringSlots), unicodeString)
+        .map(([path, value]) => setMutation(path, value)),
+    },
+    {
+      weight: 3,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.stringSlots), rawByteString)
+        .map(([path, value]) => setMutation(path, value)),
+    },
+    {
+      weight: 1,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.objectSlots), unicodeString, fc.string({ maxLength: 4 }))
+        .map(([path, key, value]) => keyMutation(path, key, value)),
+    },
   );
 }
 
@@ -597,7 +1002,13 @@ const bodyTransform: fc.Arbitrary<BodyTransform> = fc.oneof(
       .constantFrom('[]', '[{}]', '"text"', '123', '-0', '1e999', 'null', 'true', 'false', '""', '[null]', '{}')
       .map((text) => ({ note: `body is ${text}`, apply: () => Buffer.from(text) })),
   },
-  { weight: 1, arbitrary: fc.constant({ note: 'body wrapped in an array', apply: (bytes: Buffer) => Buffer.concat([Buffer.from('['), bytes, Buffer.from(']')]) }) },
+  {
+    weight: 1,
+    arbitrary: fc.constant({
+      note: 'body wrapped in an array',
+      apply: (bytes: Buffer) => Buffer.concat([Buffer.from('['), bytes, Buffer.from(']')]),
+    }),
+  },
   {
     weight: 3,
     arbitrary: fc.double({ min: 0, max: 1, noNaN: true }).map((at) => ({
@@ -619,18 +1030,56 @@ const bodyTransform: fc.Arbitrary<BodyTransform> = fc.oneof(
     weight: 2,
     arbitrary: fc
       .constantFrom(
-        '', ' ', '\n\t ', '{', '}', '{"model":', "{'model':'mock-chat'}", '{"a":1,}', '{"a":NaN}', '{"a":Infinity}', '{"a":undefined}', '{} {}', '{"a":1}garbage',
-        '// c\n{}', '/* c */{}', '{"a":"\\x41"}', '{"a":"\\u12"}', '{"a":01}', '{"a":.5}', '{"a":+1}', '{"a":0x10}', '{"a":"\t"}', '{"a" 1}', '{a:1}', '\u0000{}',
+        '',
+        ' ',
+        '\n\t ',
+        '{',
+        '}',
+        '{"model":',
+        "{'model':'mock-chat'}",
+        '{"a":1,}',
+        '{"a":NaN}',
+        '{"a":Infinity}',
+        '{"a":undefined}',
+        '{} {}',
+        '{"a":1}garbage',
+        '// c\n{}',
+        '/* c */{}',
+        '{"a":"\\x41"}',
+        '{"a":"\\u12"}',
+        '{"a":01}',
+        '{"a":.5}',
+        '{"a":+1}',
+        '{"a":0x10}',
+        '{"a":"\t"}',
+        '{"a" 1}',
+        '{a:1}',
+        '\u0000{}',
       )
       .map((text) => ({ note: `body is ${JSON.stringify(text)}`, apply: () => Buffer.from(text) })),
   },
-  { weight: 1, arbitrary: fc.constant({ note: 'UTF-8 BOM first', apply: (bytes: Buffer) => Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), bytes]) }) },
-  { weight: 1, arbitrary: fc.constant({ note: 'sent as UTF-16LE', apply: (bytes: Buffer) => Buffer.from(bytes.toString('utf8'), 'utf16le') }) },
+  {
+    weight: 1,
+    arbitrary: fc.constant({
+      note: 'UTF-8 BOM first',
+      apply: (bytes: Buffer) => Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), bytes]),
+    }),
+  },
+  {
+    weight: 1,
+    arbitrary: fc.constant({
+      note: 'sent as UTF-16LE',
+      apply: (bytes: Buffer) => Buffer.from(bytes.toString('utf8'), 'utf16le'),
+    }),
+  },
   {
     weight: 1,
     arbitrary: fc.constant({
       note: 'duplicate keys',
-      apply: (bytes: Buffer) => (bytes[0] === 0x7b ? Buffer.concat([Buffer.from('{"model":"mock-embedding","prompt":1,'), bytes.subarray(1)]) : bytes),
+      apply: (bytes: Buffer) =>
+        bytes[0] === 0x7b
+          ? Buffer.concat([Buffer.from('{"model":"mock-embedding","prompt":1,'), bytes.subarray(1)])
+          : bytes,
     }),
   },
 );
@@ -640,9 +1089,23 @@ const contentTypes = fc.oneof(
   {
     weight: 2,
     arbitrary: fc.constantFrom<string | undefined>(
-      undefined, 'text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data', 'multipart/form-data; boundary=zzz', 'application/json; charset=utf-16',
-      'APPLICATION/JSON', 'application/vnd.api+json', 'application/jsonx', 'application/json;;;', '', 'json', '*/*', 'application/xml', 'text/json',
-      'application/json; charset=latin1', 'application/json\u00e9',
+      undefined,
+      'text/plain',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data',
+      'multipart/form-data; boundary=zzz',
+      'application/json; charset=utf-16',
+      'APPLICATION/JSON',
+      'application/vnd.api+json',
+      'application/jsonx',
+      'application/json;;;',
+      '',
+      'json',
+      '*/*',
+      'application/xml',
+      'text/json',
+      'application/json; charset=latin1',
+      'application/json\u00e9',
     ),
   },
 );
@@ -650,7 +1113,20 @@ const contentTypes = fc.oneof(
 /** Mostly the real key; sometimes none, a wrong one, or a malformed header. */
 const authHeader = fc.oneof(
   { weight: 12, arbitrary: fc.constant<string | undefined>('Bearer $KEY') },
-  { weight: 1, arbitrary: fc.constantFrom<string | undefined>(undefined, 'Bearer nope', 'Basic eA==', 'Bearer ', 'Bearer $KEY extra', 'bearer $KEY', 'Bearer  $KEY  ', '$KEY', 'Bearer $KEY\u00e9') },
+  {
+    weight: 1,
+    arbitrary: fc.constantFrom<string | undefined>(
+      undefined,
+      'Bearer nope',
+      'Basic eA==',
+      'Bearer ',
+      'Bearer $KEY extra',
+      'bearer $KEY',
+      'Bearer  $KEY  ',
+      '$KEY',
+      'Bearer $KEY\u00e9',
+    ),
+  },
 );
 
 interface JsonCaseParts {
@@ -695,11 +1171,19 @@ type MutationKind = 'fields' | 'nesting' | 'huge' | 'encoding';
 export function jsonCase(kind: MutationKind): fc.Arbitrary<FuzzCase> {
   return fc.constantFrom(...jsonEndpoints).chain((endpoint) => {
     const primary =
-      kind === 'fields' ? fieldMutation(endpoint) : kind === 'nesting' ? nestingMutation(endpoint) : kind === 'huge' ? hugeMutation(endpoint) : encodingMutation(endpoint);
+      kind === 'fields'
+        ? fieldMutation(endpoint)
+        : kind === 'nesting'
+          ? nestingMutation(endpoint)
+          : kind === 'huge'
+            ? hugeMutation(endpoint)
+            : encodingMutation(endpoint);
     const mutations =
       kind === 'fields'
         ? fc.array(primary, { minLength: 1, maxLength: 3 })
-        : fc.tuple(primary, sometimes(fieldMutation(endpoint), 5)).map(([first, extra]) => (extra ? [first, extra] : [first]));
+        : fc
+            .tuple(primary, sometimes(fieldMutation(endpoint), 5))
+            .map(([first, extra]) => (extra ? [first, extra] : [first]));
     return fc
       .record({
         base: fc.constantFrom(...endpoint.bases),
@@ -732,16 +1216,38 @@ export function streamCase(): fc.Arbitrary<FuzzCase> {
     fc
       .record({
         base: fc.constantFrom(...endpoint.bases),
-        streamOptions: fc.constantFrom<FuzzValue>(null, { include_usage: true }, { include_usage: false, include_obfuscation: true }),
-        // Light mutations only: wrong types and edge numbers, never a valid `n: 128` that would stream for seconds by design.
+        streamOptions: fc.constantFrom<FuzzValue>(
+          null,
+          { include_usage: true },
+          { include_usage: false, include_obfuscation: true },
+        ),
+        // Light mutations only: wrong types and edge numbers, never a valid `n: 128` that would stream for seconds by
+        // design.
         mutation: sometimes(
           fc.oneof(
-            fc.tuple(fc.constantFrom(...endpoint.slots), fc.oneof(wrongTypes, extremeNumber.filter((v) => v instanceof RawJson))).map(([path, value]) => setMutation(path, value)),
-            fc.tuple(fc.constantFrom(...endpoint.objectSlots), prototypeKeys, prototypeValues).map(([path, key, value]) => keyMutation(path, key, value)),
+            fc
+              .tuple(
+                fc.constantFrom(...endpoint.slots),
+                fc.oneof(
+                  wrongTypes,
+                  extremeNumber.filter((v) => v instanceof RawJson),
+                ),
+              )
+              .map(([path, value]) => setMutation(path, value)),
+            fc
+              .tuple(fc.constantFrom(...endpoint.objectSlots), prototypeKeys, prototypeValues)
+              .map(([path, key, value]) => keyMutation(path, key, value)),
           ),
           2,
         ),
-        connection: fc.constantFrom<string | undefined>('close', 'close', 'keep-alive', undefined, 'Close', 'upgrade, close'),
+        connection: fc.constantFrom<string | undefined>(
+          'close',
+          'close',
+          'keep-alive',
+          undefined,
+          'Close',
+          'upgrade, close',
+        ),
         prefer: sometimes(fc.constant('respond-async'), 8),
       })
       .map((r) => {
@@ -778,11 +1284,16 @@ export interface Part {
   headerLines?: string[];
 }
 
-/** How busboy tells a file from a field: a non-empty filename, or the octet-stream type (filename="" alone is a field). */
+/**
+ * How busboy tells a file from a field: a non-empty filename, or the octet-stream type (filename="" alone is a field).
+ */
 const isFilePart = (p: Part) => !!p.filename || p.contentType === 'application/octet-stream';
 
 /** A 1×1 PNG: a valid image for every edit model (square, tiny). */
-export const tinyPng = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
+export const tinyPng = Buffer.from(
+  'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==',
+  'base64',
+);
 /** Not real audio: the mock transcribes from the size and name, and a vendor would answer a 400. */
 const fakeAudio = Buffer.from(`ID3${'\u0004'.repeat(7)}${'audio-bytes-'.repeat(300)}`, 'latin1');
 
@@ -802,18 +1313,33 @@ export const multipartEndpoints: MultipartEndpoint[] = [
     path: '/v1/images/edits',
     variants: [
       {
-        fields: [['model', 'mock-image'], ['prompt', 'add a hat'], ['size', '256x256'], ['response_format', 'b64_json']],
+        fields: [
+          ['model', 'mock-image'],
+          ['prompt', 'add a hat'],
+          ['size', '256x256'],
+          ['response_format', 'b64_json'],
+        ],
         files: [{ name: 'image', filename: 'photo.png', contentType: 'image/png', data: tinyPng }],
       },
       {
-        fields: [['model', 'dall-e-2'], ['prompt', 'add a hat'], ['n', '1'], ['size', '256x256']],
+        fields: [
+          ['model', 'dall-e-2'],
+          ['prompt', 'add a hat'],
+          ['n', '1'],
+          ['size', '256x256'],
+        ],
         files: [
           { name: 'image', filename: 'photo.png', contentType: 'image/png', data: tinyPng },
           { name: 'mask', filename: 'mask.png', contentType: 'image/png', data: tinyPng },
         ],
       },
       {
-        fields: [['model', 'mock-image'], ['prompt', 'merge'], ['size', '256x256'], ['n', '2']],
+        fields: [
+          ['model', 'mock-image'],
+          ['prompt', 'merge'],
+          ['size', '256x256'],
+          ['n', '2'],
+        ],
         files: [
           { name: 'image[]', filename: 'a.png', contentType: 'image/png', data: tinyPng },
           { name: 'image[]', filename: 'b.png', contentType: 'image/png', data: tinyPng },
@@ -828,12 +1354,31 @@ export const multipartEndpoints: MultipartEndpoint[] = [
     name: 'transcriptions',
     path: '/v1/audio/transcriptions',
     variants: [
-      { fields: [['model', 'whisper-1'], ['response_format', 'json']], files: [{ name: 'file', filename: 'clip.mp3', contentType: 'audio/mpeg', data: fakeAudio }] },
       {
-        fields: [['model', 'mock-transcribe'], ['response_format', 'verbose_json'], ['timestamp_granularities[]', 'word'], ['language', 'en'], ['temperature', '0.2'], ['prompt', 'hello']],
+        fields: [
+          ['model', 'whisper-1'],
+          ['response_format', 'json'],
+        ],
+        files: [{ name: 'file', filename: 'clip.mp3', contentType: 'audio/mpeg', data: fakeAudio }],
+      },
+      {
+        fields: [
+          ['model', 'mock-transcribe'],
+          ['response_format', 'verbose_json'],
+          ['timestamp_granularities[]', 'word'],
+          ['language', 'en'],
+          ['temperature', '0.2'],
+          ['prompt', 'hello'],
+        ],
         files: [{ name: 'file', filename: 'clip.wav', contentType: 'audio/wav', data: fakeAudio }],
       },
-      { fields: [['model', 'whisper-1'], ['response_format', 'text']], files: [{ name: 'file', filename: 'clip.m4a', data: fakeAudio }] },
+      {
+        fields: [
+          ['model', 'whisper-1'],
+          ['response_format', 'text'],
+        ],
+        files: [{ name: 'file', filename: 'clip.m4a', data: fakeAudio }],
+      },
     ],
     numberFields: ['temperature'],
     textFields: ['model'],
@@ -843,8 +1388,22 @@ export const multipartEndpoints: MultipartEndpoint[] = [
     name: 'videos',
     path: '/v1/videos',
     variants: [
-      { fields: [['model', 'mock-video'], ['prompt', 'a cat'], ['seconds', '4'], ['size', '720x1280']], files: [] },
-      { fields: [['model', 'sora-2'], ['prompt', 'a dog']], files: [{ name: 'input_reference', filename: 'ref.png', contentType: 'image/png', data: tinyPng }] },
+      {
+        fields: [
+          ['model', 'mock-video'],
+          ['prompt', 'a cat'],
+          ['seconds', '4'],
+          ['size', '720x1280'],
+        ],
+        files: [],
+      },
+      {
+        fields: [
+          ['model', 'sora-2'],
+          ['prompt', 'a dog'],
+        ],
+        files: [{ name: 'input_reference', filename: 'ref.png', contentType: 'image/png', data: tinyPng }],
+      },
     ],
     numberFields: ['seconds'],
     textFields: ['prompt'],
@@ -860,7 +1419,11 @@ interface MultipartOptions {
 }
 
 /** The body, and where each file's bytes lie in it (to cut inside one). */
-export function encodeMultipart(parts: Part[], boundary: string, options: MultipartOptions = {}): { body: Buffer; fileRanges: Array<[number, number]> } {
+export function encodeMultipart(
+  parts: Part[],
+  boundary: string,
+  options: MultipartOptions = {},
+): { body: Buffer; fileRanges: Array<[number, number]> } {
   const eol = options.lineEnd ?? '\r\n';
   const chunks: Buffer[] = [];
   const fileRanges: Array<[number, number]> = [];
@@ -899,7 +1462,23 @@ interface MultipartState {
 }
 
 const numberTexts = ['1e999', '-1e999', 'abc', 'NaN', 'Infinity', '-Infinity', ''];
-const numberLooking = [' ', '0x10', '1_0', '1.5', '-1', '0', '2', '1e308', '9007199254740993', '１', '4 ', ' 8', '+4', '4.0', '0b1'];
+const numberLooking = [
+  ' ',
+  '0x10',
+  '1_0',
+  '1.5',
+  '-1',
+  '0',
+  '2',
+  '1e308',
+  '9007199254740993',
+  '１',
+  '4 ',
+  ' 8',
+  '+4',
+  '4.0',
+  '0b1',
+];
 
 function mutateField(state: MultipartState, name: string, value: Buffer | string): void {
   const part = state.parts.find((p) => p.name === name && p.filename === undefined);
@@ -920,14 +1499,16 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
   return fc.oneof(
     {
       weight: 4,
-      arbitrary: fc.tuple(fc.constantFrom(...endpoint.numberFields), fc.constantFrom(...numberTexts, ...numberLooking)).map(([field, value]) => ({
-        note: `${field}=${JSON.stringify(value)}`,
-        apply: (state: MultipartState) => {
-          mutateField(state, field, value);
-          // Non-numeric text in a number field: the 400 must name the field and not call the text a number.
-          if (numberTexts.includes(value)) state.expect.numberField = field;
-        },
-      })),
+      arbitrary: fc
+        .tuple(fc.constantFrom(...endpoint.numberFields), fc.constantFrom(...numberTexts, ...numberLooking))
+        .map(([field, value]) => ({
+          note: `${field}=${JSON.stringify(value)}`,
+          apply: (state: MultipartState) => {
+            mutateField(state, field, value);
+            // Non-numeric text in a number field: the 400 must name the field and not call the text a number.
+            if (numberTexts.includes(value)) state.expect.numberField = field;
+          },
+        })),
     },
     {
       weight: 2,
@@ -941,7 +1522,9 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
       arbitrary: fc.constantFrom(...allFields).map((field) => ({
         note: `${field} sent as a file`,
         apply: (state: MultipartState) => {
-          for (const part of state.parts) if (part.name === field && part.filename === undefined) Object.assign(part, { filename: `${field}.txt`, contentType: 'text/plain' });
+          for (const part of state.parts)
+            if (part.name === field && part.filename === undefined)
+              Object.assign(part, { filename: `${field}.txt`, contentType: 'text/plain' });
         },
       })),
     },
@@ -956,17 +1539,36 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
     },
     {
       weight: 2,
-      arbitrary: fc.tuple(fc.uint8Array({ maxLength: 4096 }), fc.constantFrom(undefined, 'image/png', 'application/octet-stream', 'text/plain', '')).map(([bytes, type]) => ({
-        note: `files are ${bytes.length} random bytes (${type ?? 'no type'})`,
-        apply: (state: MultipartState) => {
-          for (const part of state.parts) if (part.filename !== undefined) Object.assign(part, { data: Buffer.from(bytes), contentType: type });
-        },
-      })),
+      arbitrary: fc
+        .tuple(
+          fc.uint8Array({ maxLength: 4096 }),
+          fc.constantFrom(undefined, 'image/png', 'application/octet-stream', 'text/plain', ''),
+        )
+        .map(([bytes, type]) => ({
+          note: `files are ${bytes.length} random bytes (${type ?? 'no type'})`,
+          apply: (state: MultipartState) => {
+            for (const part of state.parts)
+              if (part.filename !== undefined) Object.assign(part, { data: Buffer.from(bytes), contentType: type });
+          },
+        })),
     },
     {
       weight: 2,
       arbitrary: fc
-        .tuple(fc.constantFrom('__proto__', 'constructor', 'prototype', 'toString', 'hasOwnProperty', '__proto__[]', 'constructor[]', 'valueOf'), fc.boolean(), fc.string({ maxLength: 8 }))
+        .tuple(
+          fc.constantFrom(
+            '__proto__',
+            'constructor',
+            'prototype',
+            'toString',
+            'hasOwnProperty',
+            '__proto__[]',
+            'constructor[]',
+            'valueOf',
+          ),
+          fc.boolean(),
+          fc.string({ maxLength: 8 }),
+        )
         .map(([name, twice, value]) => ({
           note: `field ${name}${twice ? ' (twice)' : ''}`,
           apply: (state: MultipartState) => {
@@ -977,21 +1579,41 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
     },
     {
       weight: 2,
-      arbitrary: fc.tuple(fc.constantFrom(...allFields), fc.oneof(unicodeString.map((s) => Buffer.from(s, 'utf8')), invalidUtf8.map((b) => Buffer.from(b)))).map(([field, bytes]) => ({
-        note: `${field} = bytes ${preview(bytes, 40)}`,
-        apply: (state: MultipartState) => mutateField(state, field, bytes),
-      })),
+      arbitrary: fc
+        .tuple(
+          fc.constantFrom(...allFields),
+          fc.oneof(
+            unicodeString.map((s) => Buffer.from(s, 'utf8')),
+            invalidUtf8.map((b) => Buffer.from(b)),
+          ),
+        )
+        .map(([field, bytes]) => ({
+          note: `${field} = bytes ${preview(bytes, 40)}`,
+          apply: (state: MultipartState) => mutateField(state, field, bytes),
+        })),
     },
     {
       weight: 1,
-      arbitrary: fc.constantFrom('../../etc/passwd', '', 'a\u0000b.png', '\u202egnp.exe', 'x'.repeat(5000), '🙂.png', 'C:\\x\\y.png', '"quoted".png').map((filename) => ({
-        note: `file name ${JSON.stringify(clip(filename, 30))}`,
-        apply: (state: MultipartState) => {
-          for (const part of state.parts) if (part.filename !== undefined) part.filename = filename;
-          // Written as is, a quote ends the filename parameter early and an empty one makes the part a field: no longer the files sent.
-          if (filename === '' || filename.includes('"')) state.intact = false;
-        },
-      })),
+      arbitrary: fc
+        .constantFrom(
+          '../../etc/passwd',
+          '',
+          'a\u0000b.png',
+          '\u202egnp.exe',
+          'x'.repeat(5000),
+          '🙂.png',
+          'C:\\x\\y.png',
+          '"quoted".png',
+        )
+        .map((filename) => ({
+          note: `file name ${JSON.stringify(clip(filename, 30))}`,
+          apply: (state: MultipartState) => {
+            for (const part of state.parts) if (part.filename !== undefined) part.filename = filename;
+            // Written as is, a quote ends the filename parameter early and an empty one makes the part a field: no
+            // longer the files sent.
+            if (filename === '' || filename.includes('"')) state.intact = false;
+          },
+        })),
     },
     {
       weight: 2 * shapeWeight,
@@ -1012,13 +1634,20 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
           apply: (state: MultipartState) => {
             const first = state.parts[0];
             if (variant === 'no Content-Disposition' && first) first.headerLines = ['Content-Type: text/plain'];
-            if (variant === 'Content-Disposition without a name' && first) first.headerLines = ['Content-Disposition: form-data'];
-            if (variant === 'form-data with name*=' && first) first.headerLines = [`Content-Disposition: form-data; name*=UTF-8''%E2%82%AC${first.name}`];
-            if (variant === 'header line of 100 KB' && first) first.headerLines = [`Content-Disposition: form-data; name="${first.name}"; x="${'h'.repeat(100_000)}"`];
+            if (variant === 'Content-Disposition without a name' && first)
+              first.headerLines = ['Content-Disposition: form-data'];
+            if (variant === 'form-data with name*=' && first)
+              first.headerLines = [`Content-Disposition: form-data; name*=UTF-8''%E2%82%AC${first.name}`];
+            if (variant === 'header line of 100 KB' && first)
+              first.headerLines = [`Content-Disposition: form-data; name="${first.name}"; x="${'h'.repeat(100_000)}"`];
             if (variant === '3000 header lines' && first) {
-              first.headerLines = [`Content-Disposition: form-data; name="${first.name}"`, ...Array.from({ length: 3000 }, (_, i) => `X-H${i}: v`)];
+              first.headerLines = [
+                `Content-Disposition: form-data; name="${first.name}"`,
+                ...Array.from({ length: 3000 }, (_, i) => `X-H${i}: v`),
+              ];
             }
-            if (variant === 'attachment disposition' && first) first.headerLines = [`Content-Disposition: attachment; name="${first.name}"`];
+            if (variant === 'attachment disposition' && first)
+              first.headerLines = [`Content-Disposition: attachment; name="${first.name}"`];
             if (variant === 'LF line endings') state.options.lineEnd = '\n';
             if (variant === 'garbage before the first boundary') state.options.preamble = 'garbage\r\n--not-it\r\n';
             if (variant === 'no closing boundary') state.options.unterminated = true;
@@ -1047,7 +1676,10 @@ function multipartFieldMutation(endpoint: MultipartEndpoint, shapes = true): fc.
         .map((type) => ({
           note: `content-type ${type}`,
           apply: (state: MultipartState) => {
-            state.contentType = type === '(none)' ? undefined : type.replaceAll('"$B"', `"${state.boundary}"`).replaceAll('$B', headerParam(state.boundary));
+            state.contentType =
+              type === '(none)'
+                ? undefined
+                : type.replaceAll('"$B"', `"${state.boundary}"`).replaceAll('$B', headerParam(state.boundary));
             if (type.startsWith('multipart/form-data; boundary=bbbb')) state.boundary = 'b'.repeat(200);
             state.intact = type.includes('$B') && !type.includes('other');
           },
@@ -1091,39 +1723,58 @@ function multipartLimitMutation(endpoint: MultipartEndpoint): fc.Arbitrary<Parts
   return fc.oneof(
     {
       weight: 2,
-      arbitrary: fc.tuple(fc.integer({ min: 1, max: 65_536 }), fc.constantFrom(0x00, 0x61, 0xff)).map(([extra, fill]) => ({
-        note: `${fileField} is ${limits.fileBytes + extra} bytes (limit ${limits.fileBytes})`,
-        apply: (state: MultipartState) => {
-          const data = Buffer.alloc(limits.fileBytes + extra, fill);
-          // A PNG header first, so an image rule cannot refuse it before its size is noticed.
-          tinyPng.copy(data, 0, 0, 16);
-          const existing = state.parts.find((p) => p.name === fileField && p.filename !== undefined);
-          if (existing) existing.data = data;
-          else state.parts.push({ name: fileField, filename: 'big.bin', contentType: 'application/octet-stream', data });
-        },
-      })),
+      arbitrary: fc
+        .tuple(fc.integer({ min: 1, max: 65_536 }), fc.constantFrom(0x00, 0x61, 0xff))
+        .map(([extra, fill]) => ({
+          note: `${fileField} is ${limits.fileBytes + extra} bytes (limit ${limits.fileBytes})`,
+          apply: (state: MultipartState) => {
+            const data = Buffer.alloc(limits.fileBytes + extra, fill);
+            // A PNG header first, so an image rule cannot refuse it before its size is noticed.
+            tinyPng.copy(data, 0, 0, 16);
+            const existing = state.parts.find((p) => p.name === fileField && p.filename !== undefined);
+            if (existing) existing.data = data;
+            else
+              state.parts.push({ name: fileField, filename: 'big.bin', contentType: 'application/octet-stream', data });
+          },
+        })),
     },
     {
       weight: 3,
-      arbitrary: fc.tuple(fc.integer({ min: limits.files + 1, max: limits.files + 30 }), placement, fc.constantFrom('extra', 'image[]', fileField)).map(([count, where, name]) => ({
-        note: `${count} files in all (${name}, placed ${where})`,
-        apply: (state: MultipartState) => {
-          const existing = state.parts.filter((p) => p.filename !== undefined).length;
-          const extra = Array.from({ length: Math.max(0, count - existing) }, (_, i): Part => ({ name: name === 'extra' ? `extra_${i}` : name, filename: `f${i}.png`, contentType: 'image/png', data: tinyPng }));
-          place(state, extra, where);
-        },
-      })),
+      arbitrary: fc
+        .tuple(
+          fc.integer({ min: limits.files + 1, max: limits.files + 30 }),
+          placement,
+          fc.constantFrom('extra', 'image[]', fileField),
+        )
+        .map(([count, where, name]) => ({
+          note: `${count} files in all (${name}, placed ${where})`,
+          apply: (state: MultipartState) => {
+            const existing = state.parts.filter((p) => p.filename !== undefined).length;
+            const extra = Array.from({ length: Math.max(0, count - existing) }, (_, i): Part => ({
+              name: name === 'extra' ? `extra_${i}` : name,
+              filename: `f${i}.png`,
+              contentType: 'image/png',
+              data: tinyPng,
+            }));
+            place(state, extra, where);
+          },
+        })),
     },
     {
       weight: 3,
-      arbitrary: fc.tuple(fc.integer({ min: limits.fields + 1, max: limits.fields + 300 }), placement, fc.boolean()).map(([count, where, sameName]) => ({
-        note: `${count} text fields in all (${sameName ? 'one name' : 'distinct names'}, placed ${where})`,
-        apply: (state: MultipartState) => {
-          const existing = state.parts.filter((p) => p.filename === undefined).length;
-          const extra = Array.from({ length: Math.max(0, count - existing) }, (_, i): Part => ({ name: sameName ? 'tag[]' : `field_${i}`, data: Buffer.from(`v${i}`) }));
-          place(state, extra, where);
-        },
-      })),
+      arbitrary: fc
+        .tuple(fc.integer({ min: limits.fields + 1, max: limits.fields + 300 }), placement, fc.boolean())
+        .map(([count, where, sameName]) => ({
+          note: `${count} text fields in all (${sameName ? 'one name' : 'distinct names'}, placed ${where})`,
+          apply: (state: MultipartState) => {
+            const existing = state.parts.filter((p) => p.filename === undefined).length;
+            const extra = Array.from({ length: Math.max(0, count - existing) }, (_, i): Part => ({
+              name: sameName ? 'tag[]' : `field_${i}`,
+              data: Buffer.from(`v${i}`),
+            }));
+            place(state, extra, where);
+          },
+        })),
     },
   );
 }
@@ -1157,22 +1808,26 @@ function multipartCutMutation(): fc.Arbitrary<PartsMutation> {
     },
     {
       weight: 1,
-      arbitrary: fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.uint8Array({ minLength: 1, maxLength: 64 })).map(([at, bytes]) => ({
-        note: `${bytes.length} random bytes written over the body at ${Math.round(at * 100)}%`,
-        apply: (state: MultipartState) => {
-          state.intact = false;
-          state.post = (body) => {
-            const copy = Buffer.from(body);
-            Buffer.from(bytes).copy(copy, Math.floor(copy.length * at));
-            return copy;
-          };
-        },
-      })),
+      arbitrary: fc
+        .tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.uint8Array({ minLength: 1, maxLength: 64 }))
+        .map(([at, bytes]) => ({
+          note: `${bytes.length} random bytes written over the body at ${Math.round(at * 100)}%`,
+          apply: (state: MultipartState) => {
+            state.intact = false;
+            state.post = (body) => {
+              const copy = Buffer.from(body);
+              Buffer.from(bytes).copy(copy, Math.floor(copy.length * at));
+              return copy;
+            };
+          },
+        })),
     },
   );
 }
 
-/** A header parameter value: as is when it is an HTTP token, quoted otherwise (`:`, `/`, `=`, `?` and the like must be). */
+/**
+ * A header parameter value: as is when it is an HTTP token, quoted otherwise (`:`, `/`, `=`, `?` and the like must be).
+ */
 const headerParam = (value: string) => (/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(value) ? value : `"${value}"`);
 
 const boundaries = fc.oneof(
@@ -1185,18 +1840,34 @@ type MultipartKind = 'cut' | 'limits' | 'fields';
 /** Sends a multipart case whole, or (now and then) stops mid-body and closes the socket. */
 export function multipartCase(kind: MultipartKind): fc.Arbitrary<FuzzCase> {
   return fc.constantFrom(...multipartEndpoints).chain((endpoint) => {
-    const mutation = kind === 'cut' ? multipartCutMutation() : kind === 'limits' ? multipartLimitMutation(endpoint) : multipartFieldMutation(endpoint);
+    const mutation =
+      kind === 'cut'
+        ? multipartCutMutation()
+        : kind === 'limits'
+          ? multipartLimitMutation(endpoint)
+          : multipartFieldMutation(endpoint);
     return fc
       .record({
         variant: fc.constantFrom(...endpoint.variants),
         boundary: boundaries,
-        mutations: kind === 'fields' ? fc.array(mutation, { minLength: 1, maxLength: 3 }) : fc.tuple(mutation, sometimes(multipartFieldMutation(endpoint, false), 6)).map(([m, extra]) => (extra ? [m, extra] : [m])),
-        abort: kind === 'cut' ? sometimes(fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 0, max: 150 })), 3) : fc.constant(null),
+        mutations:
+          kind === 'fields'
+            ? fc.array(mutation, { minLength: 1, maxLength: 3 })
+            : fc
+                .tuple(mutation, sometimes(multipartFieldMutation(endpoint, false), 6))
+                .map(([m, extra]) => (extra ? [m, extra] : [m])),
+        abort:
+          kind === 'cut'
+            ? sometimes(fc.tuple(fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 0, max: 150 })), 3)
+            : fc.constant(null),
         prefer: sometimes(fc.constant('respond-async'), 10),
       })
       .map((r) => {
         const state: MultipartState = {
-          parts: [...r.variant.fields.map(([name, value]): Part => ({ name, data: Buffer.from(value) })), ...r.variant.files.map((f) => ({ ...f }))],
+          parts: [
+            ...r.variant.fields.map(([name, value]): Part => ({ name, data: Buffer.from(value) })),
+            ...r.variant.files.map((f) => ({ ...f })),
+          ],
           contentType: undefined,
           boundary: r.boundary,
           options: {},
@@ -1217,13 +1888,26 @@ export function multipartCase(kind: MultipartKind): fc.Arbitrary<FuzzCase> {
           const fields = plain.filter((p) => !isFilePart(p));
           const bigFile = files.find((p) => p.data.length > limits.fileBytes);
           const bigField = fields.find((p) => p.data.length > limits.fieldBytes);
-          if (files.length > limits.files) expect.refuse = `${files.length} files is more than the ${limits.files} a request may carry`;
-          else if (fields.length > limits.fields) expect.refuse = `${fields.length} text fields is more than the ${limits.fields} a request may carry`;
-          else if (bigFile) expect.refuse = `the file '${bigFile.name}' of ${bigFile.data.length} bytes is past the ${limits.fileBytes}-byte upload limit`;
-          else if (bigField) expect.refuse = `the field '${bigField.name}' of ${bigField.data.length} bytes is past the ${limits.fieldBytes} bytes a field may hold`;
-          const sent = (p: Part) => p.data.length > 0 && p.data.length <= (isFilePart(p) ? limits.fileBytes : limits.fieldBytes);
-          expect.sentFields = [...new Set(fields.filter(sent).map((p) => p.name))].filter((name) => endpoint.textFields.includes(name));
-          expect.sentFiles = [...new Set(files.filter(sent).map((p) => p.name.replace(/\[\]$/, '')))].filter((name) => endpoint.fileFields.includes(name));
+          if (files.length > limits.files)
+            expect.refuse = `${files.length} files is more than the ${limits.files} a request may carry`;
+          else if (fields.length > limits.fields)
+            expect.refuse = `${fields.length} text fields is more than the ${limits.fields} a request may carry`;
+          else if (bigFile)
+            expect.refuse =
+              `the file '${bigFile.name}' of ${bigFile.data.length} bytes is past the ${limits.fileBytes}-byte ` +
+              `upload limit`;
+          else if (bigField)
+            expect.refuse =
+              `the field '${bigField.name}' of ${bigField.data.length} bytes is past the ${limits.fieldBytes} ` +
+              `bytes a field may hold`;
+          const sent = (p: Part) =>
+            p.data.length > 0 && p.data.length <= (isFilePart(p) ? limits.fileBytes : limits.fieldBytes);
+          expect.sentFields = [...new Set(fields.filter(sent).map((p) => p.name))].filter((name) =>
+            endpoint.textFields.includes(name),
+          );
+          expect.sentFiles = [...new Set(files.filter(sent).map((p) => p.name.replace(/\[\]$/, '')))].filter((name) =>
+            endpoint.fileFields.includes(name),
+          );
         }
         const headers: Array<[string, string]> = [['authorization', 'Bearer $KEY']];
         if (state.contentType !== undefined) headers.push(['content-type', state.contentType]);
@@ -1251,23 +1935,88 @@ export function multipartCase(kind: MultipartKind): fc.Arbitrary<FuzzCase> {
 // Reads, deletes and admin
 
 const idText = fc.oneof(
-  { weight: 3, arbitrary: fc.constantFrom('$VIDEO', '$JOB', '$OTHER_VIDEO', 'video_00000000000000000000000000000000', 'req_0', 'mock-chat', 'gpt-4o-mini', 'dall-e-2') },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom(
+      '$VIDEO',
+      '$JOB',
+      '$OTHER_VIDEO',
+      'video_00000000000000000000000000000000',
+      'req_0',
+      'mock-chat',
+      'gpt-4o-mini',
+      'dall-e-2',
+    ),
+  },
   {
     weight: 2,
     arbitrary: fc.constantFrom(
-      '', '%', '%E0%A4%A', '%00', '%2e%2e%2f%2e%2e%2fadmin', '..', '.', '__proto__', 'constructor', 'prototype', 'hasOwnProperty', 'a/b/c', '%2F', '%ZZ', 'x;y', 'a%0D%0Ab',
-      '%F0%9F%99%82', '%C0%AF', '%ED%A0%80', '\u00e9', '*', '~', 'null', 'undefined', '-1', '1e999', 'video_$VIDEO',
+      '',
+      '%',
+      '%E0%A4%A',
+      '%00',
+      '%2e%2e%2f%2e%2e%2fadmin',
+      '..',
+      '.',
+      '__proto__',
+      'constructor',
+      'prototype',
+      'hasOwnProperty',
+      'a/b/c',
+      '%2F',
+      '%ZZ',
+      'x;y',
+      'a%0D%0Ab',
+      '%F0%9F%99%82',
+      '%C0%AF',
+      '%ED%A0%80',
+      '\u00e9',
+      '*',
+      '~',
+      'null',
+      'undefined',
+      '-1',
+      '1e999',
+      'video_$VIDEO',
     ),
   },
   { weight: 2, arbitrary: fc.string({ unit: 'grapheme', maxLength: 30 }).map((s) => encodeURIComponent(s)) },
   { weight: 1, arbitrary: fc.integer({ min: 1_000, max: 12_000 }).map((n) => 'a'.repeat(n)) },
 );
 const queryValue = fc.oneof(
-  fc.constantFrom('', '1', '0', '-1', '1e308', '1e999', 'NaN', 'abc', '100', '101', '20.5', '__proto__', 'constructor', 'asc', 'desc', '$VIDEO', '%00', '%E0%A4', 'video', 'thumbnail', 'spritesheet'),
+  fc.constantFrom(
+    '',
+    '1',
+    '0',
+    '-1',
+    '1e308',
+    '1e999',
+    'NaN',
+    'abc',
+    '100',
+    '101',
+    '20.5',
+    '__proto__',
+    'constructor',
+    'asc',
+    'desc',
+    '$VIDEO',
+    '%00',
+    '%E0%A4',
+    'video',
+    'thumbnail',
+    'spritesheet',
+  ),
   fc.string({ maxLength: 10 }).map((s) => encodeURIComponent(s)),
 );
 const query = fc
-  .array(fc.tuple(fc.constantFrom('limit', 'order', 'after', 'variant', '__proto__', 'constructor', 'limit[]', 'x'), queryValue), { maxLength: 4 })
+  .array(
+    fc.tuple(
+      fc.constantFrom('limit', 'order', 'after', 'variant', '__proto__', 'constructor', 'limit[]', 'x'),
+      queryValue,
+    ),
+    { maxLength: 4 },
+  )
   .map((pairs) => (pairs.length ? `?${pairs.map(([k, v]) => `${k}=${v}`).join('&')}` : ''));
 
 export function readCase(): fc.Arbitrary<FuzzCase> {
@@ -1282,15 +2031,41 @@ export function readCase(): fc.Arbitrary<FuzzCase> {
     fc.constant({ method: 'GET', path: '/admin/keys' }),
     idText.map((id) => ({ method: 'DELETE', path: `/admin/keys/${id}` })),
     fc.tuple(idText, query).map(([key, q]) => ({ method: 'GET', path: `/v1/files/${key}${q}` })),
-    fc.constantFrom('/', '/v1', '/v1/', '/v2/models', '//v1//models', '/v1/models/', '/v1/chat/completions/', '/healthz/', '/admin', '/v1/%2e%2e/admin/keys').map((path) => ({ method: 'GET', path })),
     fc
-      .tuple(fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'GET', 'TRACE', 'PROPFIND'), fc.constantFrom('/v1/chat/completions', '/v1/models', '/v1/embeddings', '/v1/videos', '/admin/keys', '/healthz'))
+      .constantFrom(
+        '/',
+        '/v1',
+        '/v1/',
+        '/v2/models',
+        '//v1//models',
+        '/v1/models/',
+        '/v1/chat/completions/',
+        '/healthz/',
+        '/admin',
+        '/v1/%2e%2e/admin/keys',
+      )
+      .map((path) => ({ method: 'GET', path })),
+    fc
+      .tuple(
+        fc.constantFrom('PUT', 'PATCH', 'OPTIONS', 'DELETE', 'GET', 'TRACE', 'PROPFIND'),
+        fc.constantFrom(
+          '/v1/chat/completions',
+          '/v1/models',
+          '/v1/embeddings',
+          '/v1/videos',
+          '/admin/keys',
+          '/healthz',
+        ),
+      )
       .map(([method, path]) => ({ method, path })),
   );
   const auth = fc.oneof(
     { weight: 8, arbitrary: fc.constant<string | undefined>('Bearer $KEY') },
     { weight: 2, arbitrary: fc.constant<string | undefined>('Bearer $ADMIN') },
-    { weight: 1, arbitrary: fc.constantFrom<string | undefined>(undefined, 'Bearer nope', 'Bearer $OTHER_KEY', 'Basic $KEY') },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom<string | undefined>(undefined, 'Bearer nope', 'Bearer $OTHER_KEY', 'Basic $KEY'),
+    },
   );
   return fc.record({ target, auth }).map(({ target, auth }) =>
     finish({
@@ -1308,11 +2083,23 @@ export function readCase(): fc.Arbitrary<FuzzCase> {
 // ---------------------------------------------------------------------------
 // Raw HTTP
 
-const validTargets = ['/v1/chat/completions', '/v1/embeddings', '/v1/models', '/healthz', '/v1/images/edits', '/admin/keys', '/v1/videos'];
+const validTargets = [
+  '/v1/chat/completions',
+  '/v1/embeddings',
+  '/v1/models',
+  '/healthz',
+  '/v1/images/edits',
+  '/admin/keys',
+  '/v1/videos',
+];
 
 export function rawCase(): fc.Arbitrary<FuzzCase> {
   const bigHeader = fc
-    .tuple(fc.constantFrom(...validTargets), fc.oneof(fc.integer({ min: 1_000, max: 15_000 }), fc.integer({ min: 16_500, max: 64_000 })), fc.constantFrom('x-fuzz', 'cookie', 'user-agent', 'authorization'))
+    .tuple(
+      fc.constantFrom(...validTargets),
+      fc.oneof(fc.integer({ min: 1_000, max: 15_000 }), fc.integer({ min: 16_500, max: 64_000 })),
+      fc.constantFrom('x-fuzz', 'cookie', 'user-agent', 'authorization'),
+    )
     .map(([path, size, name]) =>
       finish({
         label: `${name} header of ${size} bytes`,
@@ -1333,13 +2120,19 @@ export function rawCase(): fc.Arbitrary<FuzzCase> {
       label: `${count} headers`,
       method: 'GET',
       path: '/v1/models',
-      headers: [['authorization', 'Bearer $KEY'], ...Array.from({ length: count }, (_, i): [string, string] => [`x-h${i}`, 'v'])],
+      headers: [
+        ['authorization', 'Bearer $KEY'],
+        ...Array.from({ length: count }, (_, i): [string, string] => [`x-h${i}`, 'v']),
+      ],
       transport: 'http',
       expect: {},
     }),
   );
   const bigUrl = fc
-    .tuple(fc.oneof(fc.integer({ min: 1_000, max: 15_000 }), fc.integer({ min: 16_500, max: 40_000 })), fc.constantFrom('/v1/models/', '/v1/videos?after=', '/v1/jobs/', '/v1/nothing/', '/healthz?x='))
+    .tuple(
+      fc.oneof(fc.integer({ min: 1_000, max: 15_000 }), fc.integer({ min: 16_500, max: 40_000 })),
+      fc.constantFrom('/v1/models/', '/v1/videos?after=', '/v1/jobs/', '/v1/nothing/', '/healthz?x='),
+    )
     .map(([size, prefix]) =>
       finish({
         label: `URL of ${size + prefix.length} bytes`,
@@ -1353,8 +2146,10 @@ export function rawCase(): fc.Arbitrary<FuzzCase> {
   const malformed = fc
     .constantFrom(
       'GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\nConnection: close\r\n\r\n',
-      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n0\r\n\r\n',
-      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n',
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: ' +
+        'chunked\r\nConnection: close\r\n\r\n0\r\n\r\n',
+      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nTransfer-Encoding: ' +
+        'chunked\r\nConnection: close\r\n\r\nzz\r\n{}\r\n0\r\n\r\n',
       'GET /healthz HTTP/9.9\r\nHost: x\r\nConnection: close\r\n\r\n',
       'G@T /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
       'GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header\r\nConnection: close\r\n\r\n',
@@ -1369,12 +2164,18 @@ export function rawCase(): fc.Arbitrary<FuzzCase> {
       'GET http://evil.example/v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nConnection: close\r\n\r\n',
       'GET * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
       'CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\nConnection: close\r\n\r\n',
-      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: application/json\r\nContent-Length: -1\r\nConnection: close\r\n\r\n',
-      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\nConnection: close\r\n\r\n{}x',
-      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: application/json\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\n',
-      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n0\r\n\r\n',
-      'GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n',
-      'GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n\r\n',
+      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: ' +
+        'application/json\r\nContent-Length: -1\r\nConnection: close\r\n\r\n',
+      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: ' +
+        'application/json\r\nContent-Length: 2\r\nContent-Length: 3\r\nConnection: close\r\n\r\n{}x',
+      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: ' +
+        'application/json\r\nContent-Length: 99999999999999999999\r\nConnection: close\r\n\r\n',
+      'POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nContent-Type: ' +
+        'application/json\r\nTransfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n0\r\n\r\n',
+      'GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nExpect: 100-continue\r\nConnection: ' +
+        'close\r\n\r\n',
+      'GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer $KEY\r\nUpgrade: websocket\r\nConnection: ' +
+        'Upgrade, close\r\n\r\n',
     )
     .map((text) =>
       finish({
@@ -1400,7 +2201,12 @@ export function rawCase(): fc.Arbitrary<FuzzCase> {
   );
   // A body that stops part-way and a socket that closes: no answer is owed, the gateway must simply live on.
   const cutOff = fc
-    .tuple(fc.constantFrom(...jsonEndpoints.filter((e) => !e.admin)), fc.double({ min: 0, max: 1, noNaN: true }), fc.integer({ min: 0, max: 150 }), fc.boolean())
+    .tuple(
+      fc.constantFrom(...jsonEndpoints.filter((e) => !e.admin)),
+      fc.double({ min: 0, max: 1, noNaN: true }),
+      fc.integer({ min: 0, max: 150 }),
+      fc.boolean(),
+    )
     .map(([endpoint, at, delay, chunked]) => {
       const body = encodeJson(setAt(endpoint.bases[0]!, ['user'], 'x'.repeat(20_000)));
       return finish({
@@ -1456,7 +2262,10 @@ const embeddingsBase = jsonEndpoints.find((e) => e.name === 'embeddings')!;
 
 /** A chat of 9,999 user messages of `parts` text parts each. */
 function manyPartsCase(parts: number): FuzzCase {
-  const messages = Array.from({ length: 9_999 }, () => ({ role: 'user', content: Array.from({ length: parts }, () => ({ type: 'text', text: 'x' })) }));
+  const messages = Array.from({ length: 9_999 }, () => ({
+    role: 'user',
+    content: Array.from({ length: parts }, () => ({ type: 'text', text: 'x' })),
+  }));
   return buildJsonCase({
     endpoint: chatBase,
     base: chatBase.bases[0]!,
@@ -1481,7 +2290,13 @@ export const knownCases = {
   manyInputs: buildJsonCase({
     endpoint: embeddingsBase,
     base: embeddingsBase.bases[0]!,
-    mutations: [setMutation(['input'], Array.from({ length: 60 }, (_, i) => repeatTo(`${i} `, 9 * 1024)), '60 inputs of 9 KB')],
+    mutations: [
+      setMutation(
+        ['input'],
+        Array.from({ length: 60 }, (_, i) => repeatTo(`${i} `, 9 * 1024)),
+        '60 inputs of 9 KB',
+      ),
+    ],
     contentType: 'application/json',
     auth: 'Bearer $KEY',
     chunked: false,
@@ -1503,7 +2318,9 @@ export const knownCases = {
     auth: 'Bearer $KEY',
     chunked: false,
   }),
-  /** 9,999 messages of 10 parts each (110,000 objects and arrays): validation and translation held the loop 100-500 ms. */
+  /**
+   * 9,999 messages of 10 parts each (110,000 objects and arrays): validation and translation held the loop 100-500 ms.
+   */
   manyParts: manyPartsCase(10),
   /** 9,999 messages of 3 parts each: just within the bound, served. */
   manyPartsServed: manyPartsCase(3),
@@ -1523,7 +2340,13 @@ export const knownCases = {
 };
 
 /** A multipart case from explicit parts (for the known regressions). */
-function multipartExample(endpoint: string, parts: Part[], label: string, expect: Expect, cut?: (body: Buffer, ranges: Array<[number, number]>) => Buffer): FuzzCase {
+function multipartExample(
+  endpoint: string,
+  parts: Part[],
+  label: string,
+  expect: Expect,
+  cut?: (body: Buffer, ranges: Array<[number, number]>) => Buffer,
+): FuzzCase {
   const boundary = '----switchyard-fuzz-7MA4YWxkTrZu0gW';
   const { body, fileRanges } = encodeMultipart(parts, boundary);
   return finish({
@@ -1554,23 +2377,56 @@ const transcriptionParts = (temperature?: string): Part[] => [
 
 export const knownMultipartCases = {
   /** Cut inside the file part: the file stream's 'error' had no listener and took the process down. */
-  truncated: multipartExample('/v1/audio/transcriptions', transcriptionParts(), 'transcriptions: body cut in the middle of the file', {}, (body, ranges) =>
-    body.subarray(0, ranges[0]![0] + 100),
+  truncated: multipartExample(
+    '/v1/audio/transcriptions',
+    transcriptionParts(),
+    'transcriptions: body cut in the middle of the file',
+    {},
+    (body, ranges) => body.subarray(0, ranges[0]![0] + 100),
   ),
   tooManyFiles: multipartExample(
     '/v1/images/edits',
-    [...editParts(), ...Array.from({ length: 21 }, (_, i): Part => ({ name: `extra_${i}`, filename: `f${i}.png`, contentType: 'image/png', data: tinyPng }))],
+    [
+      ...editParts(),
+      ...Array.from({ length: 21 }, (_, i): Part => ({
+        name: `extra_${i}`,
+        filename: `f${i}.png`,
+        contentType: 'image/png',
+        data: tinyPng,
+      })),
+    ],
     'image-edits: 22 files',
-    { refuse: '22 files is more than the 20 a request may carry', sentFields: ['model', 'prompt', 'size'], sentFiles: ['image'] },
+    {
+      refuse: '22 files is more than the 20 a request may carry',
+      sentFields: ['model', 'prompt', 'size'],
+      sentFiles: ['image'],
+    },
   ),
   tooManyFields: multipartExample(
     '/v1/images/edits',
-    [...editParts(), ...Array.from({ length: 151 }, (_, i): Part => ({ name: `field_${i}`, data: Buffer.from(`v${i}`) }))],
+    [
+      ...editParts(),
+      ...Array.from({ length: 151 }, (_, i): Part => ({ name: `field_${i}`, data: Buffer.from(`v${i}`) })),
+    ],
     'image-edits: 154 text fields',
-    { refuse: '154 fields is more than the 150 a request may carry', sentFields: ['model', 'prompt', 'size'], sentFiles: ['image'] },
+    {
+      refuse: '154 fields is more than the 150 a request may carry',
+      sentFields: ['model', 'prompt', 'size'],
+      sentFiles: ['image'],
+    },
   ),
-  numberInfinite: multipartExample('/v1/audio/transcriptions', transcriptionParts('1e999'), 'transcriptions: temperature="1e999"', { numberField: 'temperature' }),
-  numberText: multipartExample('/v1/audio/transcriptions', transcriptionParts('abc'), 'transcriptions: temperature="abc"', { numberField: 'temperature' }),
+  numberInfinite: multipartExample(
+    '/v1/audio/transcriptions',
+    transcriptionParts('1e999'),
+    'transcriptions: temperature="1e999"',
+    { numberField: 'temperature' },
+  ),
+  numberText: multipartExample(
+    '/v1/audio/transcriptions',
+    transcriptionParts('abc'),
+    'transcriptions: temperature="abc"',
+    { numberField: 'temperature' },
+  ),
   numberNaN: multipartExample(
     '/v1/images/edits',
     [...editParts(), { name: 'n', data: Buffer.from('NaN') }],

@@ -33,11 +33,25 @@ export function fill(text: string, secrets: Record<string, string>): string {
 }
 
 /** Sends one case; every way it can end is an Outcome, nothing throws. */
-export function sendCase(c: FuzzCase, base: URL, secrets: Record<string, string>, timeoutMs: number, stop: AbortSignal): Promise<Outcome> {
-  return c.transport === 'net' ? sendRaw(c, base, secrets, timeoutMs, stop) : sendHttp(c, base, secrets, timeoutMs, stop);
+export function sendCase(
+  c: FuzzCase,
+  base: URL,
+  secrets: Record<string, string>,
+  timeoutMs: number,
+  stop: AbortSignal,
+): Promise<Outcome> {
+  return c.transport === 'net'
+    ? sendRaw(c, base, secrets, timeoutMs, stop)
+    : sendHttp(c, base, secrets, timeoutMs, stop);
 }
 
-function sendHttp(c: FuzzCase, base: URL, secrets: Record<string, string>, timeoutMs: number, stop: AbortSignal): Promise<Outcome> {
+function sendHttp(
+  c: FuzzCase,
+  base: URL,
+  secrets: Record<string, string>,
+  timeoutMs: number,
+  stop: AbortSignal,
+): Promise<Outcome> {
   return new Promise((resolve) => {
     const started = performance.now();
     const ms = () => Math.round(performance.now() - started);
@@ -69,7 +83,14 @@ function sendHttp(c: FuzzCase, base: URL, secrets: Record<string, string>, timeo
     if (c.body && !c.chunked) headers['content-length'] = String(c.body.length);
     if (c.body && c.chunked) headers['transfer-encoding'] = 'chunked';
     try {
-      req = http.request({ host: base.hostname, port: base.port, method: c.method, path: fill(c.path, secrets), headers, agent: false });
+      req = http.request({
+        host: base.hostname,
+        port: base.port,
+        method: c.method,
+        path: fill(c.path, secrets),
+        headers,
+        agent: false,
+      });
     } catch (error) {
       return done({ kind: 'unsendable', error: (error as Error).message });
     }
@@ -78,11 +99,32 @@ function sendHttp(c: FuzzCase, base: URL, secrets: Record<string, string>, timeo
       const chunks: Buffer[] = [];
       partial = { status: res.statusCode ?? 0, headers: res.headers, body: Buffer.alloc(0) };
       res.on('data', (chunk: Buffer) => chunks.push(chunk));
-      res.on('end', () => done({ kind: 'answer', ms: ms(), status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('end', () =>
+        done({
+          kind: 'answer',
+          ms: ms(),
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          body: Buffer.concat(chunks),
+        }),
+      );
       res.on('close', () => {
-        if (!res.complete) done({ kind: 'dropped', ms: ms(), error: 'the connection closed before the answer was complete', partial: { ...partial!, body: Buffer.concat(chunks) } });
+        if (!res.complete)
+          done({
+            kind: 'dropped',
+            ms: ms(),
+            error: 'the connection closed before the answer was complete',
+            partial: { ...partial!, body: Buffer.concat(chunks) },
+          });
       });
-      res.on('error', (error) => done({ kind: 'dropped', ms: ms(), error: error.message, partial: { ...partial!, body: Buffer.concat(chunks) } }));
+      res.on('error', (error) =>
+        done({
+          kind: 'dropped',
+          ms: ms(),
+          error: error.message,
+          partial: { ...partial!, body: Buffer.concat(chunks) },
+        }),
+      );
     });
     req.on('error', (error: NodeJS.ErrnoException) => {
       if (cutting) done({ kind: 'cut', ms: ms() });
@@ -117,8 +159,16 @@ function thirds(bytes: Buffer): Buffer[] {
   return out;
 }
 
-/** Raw bytes on a socket: for requests Node's client refuses to write (bad request lines, bare LF, duplicate lengths). */
-function sendRaw(c: FuzzCase, base: URL, secrets: Record<string, string>, timeoutMs: number, stop: AbortSignal): Promise<Outcome> {
+/**
+ * Raw bytes on a socket: for requests Node's client refuses to write (bad request lines, bare LF, duplicate lengths).
+ */
+function sendRaw(
+  c: FuzzCase,
+  base: URL,
+  secrets: Record<string, string>,
+  timeoutMs: number,
+  stop: AbortSignal,
+): Promise<Outcome> {
   return new Promise((resolve) => {
     const started = performance.now();
     const ms = () => Math.round(performance.now() - started);
@@ -140,7 +190,9 @@ function sendRaw(c: FuzzCase, base: URL, secrets: Record<string, string>, timeou
       const parsed = parseAnswer(Buffer.concat(chunks), true);
       done({ kind: 'timeout', ms: ms(), ...(parsed ? { partial: parsed.answer } : {}) });
     }, timeoutMs);
-    socket.on('connect', () => socket.write(Buffer.from(fill((c.raw ?? Buffer.alloc(0)).toString('latin1'), secrets), 'latin1')));
+    socket.on('connect', () =>
+      socket.write(Buffer.from(fill((c.raw ?? Buffer.alloc(0)).toString('latin1'), secrets), 'latin1')),
+    );
     socket.on('data', (chunk: Buffer) => {
       chunks.push(chunk);
       const parsed = parseAnswer(Buffer.concat(chunks), false);
@@ -150,8 +202,19 @@ function sendRaw(c: FuzzCase, base: URL, secrets: Record<string, string>, timeou
       const all = Buffer.concat(chunks);
       const parsed = parseAnswer(all, true);
       if (parsed?.complete) done({ kind: 'answer', ms: ms(), ...parsed.answer });
-      else if (all.length === 0) done({ kind: 'dropped', ms: ms(), error: error ? error.message : 'the server closed the connection without a byte of answer' });
-      else done({ kind: 'dropped', ms: ms(), error: `an answer that is not HTTP or is cut short: ${preview(all, 200)}`, ...(parsed ? { partial: parsed.answer } : {}) });
+      else if (all.length === 0)
+        done({
+          kind: 'dropped',
+          ms: ms(),
+          error: error ? error.message : 'the server closed the connection without a byte of answer',
+        });
+      else
+        done({
+          kind: 'dropped',
+          ms: ms(),
+          error: `an answer that is not HTTP or is cut short: ${preview(all, 200)}`,
+          ...(parsed ? { partial: parsed.answer } : {}),
+        });
     };
     socket.on('end', () => ended());
     socket.on('close', () => ended());
@@ -244,21 +307,30 @@ export function errorShapeProblem(answer: Answer): string | undefined {
   } catch {
     return answer.body.length === 0 ? 'an empty body' : `a body that is not JSON: ${bodyText(answer)}`;
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || Object.keys(parsed).join() !== 'error') return `not {"error": {...}}: ${bodyText(answer)}`;
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed) || Object.keys(parsed).join() !== 'error')
+    return `not {"error": {...}}: ${bodyText(answer)}`;
   const error = (parsed as { error: unknown }).error as Record<string, unknown>;
   if (typeof error !== 'object' || error === null) return `"error" is not an object: ${bodyText(answer)}`;
   const keys = Object.keys(error).sort().join();
-  if (keys !== 'code,message,param,type') return `error keys are ${keys}, not code,message,param,type: ${bodyText(answer)}`;
-  if (typeof error.message !== 'string' || error.message.trim() === '') return `error.message is empty or not a string: ${bodyText(answer)}`;
+  if (keys !== 'code,message,param,type')
+    return `error keys are ${keys}, not code,message,param,type: ${bodyText(answer)}`;
+  if (typeof error.message !== 'string' || error.message.trim() === '')
+    return `error.message is empty or not a string: ${bodyText(answer)}`;
   if (typeof error.type !== 'string' || error.type === '') return `error.type is not a string: ${bodyText(answer)}`;
-  if (error.param !== null && typeof error.param !== 'string') return `error.param is neither a string nor null: ${bodyText(answer)}`;
-  if (error.code !== null && typeof error.code !== 'string') return `error.code is neither a string nor null: ${bodyText(answer)}`;
+  if (error.param !== null && typeof error.param !== 'string')
+    return `error.param is neither a string nor null: ${bodyText(answer)}`;
+  if (error.code !== null && typeof error.code !== 'string')
+    return `error.code is neither a string nor null: ${bodyText(answer)}`;
   return undefined;
 }
 
 function errorOf(answer: Answer): { message: string; param: string | null; code: string | null } | undefined {
   try {
-    return (JSON.parse(answer.body.toString('utf8')) as { error: { message: string; param: string | null; code: string | null } }).error;
+    return (
+      JSON.parse(answer.body.toString('utf8')) as {
+        error: { message: string; param: string | null; code: string | null };
+      }
+    ).error;
   } catch {
     return undefined;
   }
@@ -267,11 +339,17 @@ function errorOf(answer: Answer): { message: string; param: string | null; code:
 /** Everything wrong with one answer (the vitals of the process are checked apart). */
 export function judge(c: FuzzCase, outcome: Outcome): Problem[] {
   if (outcome.kind === 'cancelled' || outcome.kind === 'cut') return [];
-  if (outcome.kind === 'unsendable') return [{ kind: 'generator', text: `Node's client refused to send the case: ${outcome.error}` }];
+  if (outcome.kind === 'unsendable')
+    return [{ kind: 'generator', text: `Node's client refused to send the case: ${outcome.error}` }];
   // A body we cut off is owed no answer; the server closing first is fine too.
   if (c.cutAfter !== undefined && outcome.kind === 'dropped' && !outcome.partial) return [];
   if (outcome.kind === 'timeout') {
-    return [{ kind: 'no-answer', text: `no complete answer within ${outcome.ms} ms${outcome.partial ? ` (status ${outcome.partial.status} arrived)` : ''}` }];
+    return [
+      {
+        kind: 'no-answer',
+        text: `no complete answer within ${outcome.ms} ms${outcome.partial ? ` (status ${outcome.partial.status} arrived)` : ''}`,
+      },
+    ];
   }
   if (outcome.kind === 'dropped') {
     return [
@@ -285,41 +363,72 @@ export function judge(c: FuzzCase, outcome: Outcome): Problem[] {
   const { status } = outcome;
   const type = header(outcome, 'content-type');
   if (status >= 500) problems.push({ kind: '5xx', text: `answered ${status}: ${bodyText(outcome)}` });
-  else if (status < 200 || (status >= 300 && status < 400)) problems.push({ kind: 'status', text: `answered ${status}, neither a 2xx nor a 4xx: ${bodyText(outcome)}` });
+  else if (status < 200 || (status >= 300 && status < 400))
+    problems.push({ kind: 'status', text: `answered ${status}, neither a 2xx nor a 4xx: ${bodyText(outcome)}` });
   else if (status >= 400) {
     const shape = errorShapeProblem(outcome);
     if (shape) problems.push({ kind: 'shape', text: `answered ${status} with ${shape}` });
   } else if (/^text\/event-stream/i.test(type)) {
-    if (!outcome.body.includes('data: [DONE]')) problems.push({ kind: 'stream', text: `a ${status} event stream that ends without "data: [DONE]": …${preview(outcome.body.subarray(-300), 300)}` });
+    if (!outcome.body.includes('data: [DONE]'))
+      problems.push({
+        kind: 'stream',
+        text: `a ${status} event stream that ends without "data: [DONE]": …${preview(outcome.body.subarray(-300), 300)}`,
+      });
   } else {
-    if (outcome.body.length === 0 && status !== 204 && !c.expect.emptyOk) problems.push({ kind: 'empty', text: `answered ${status} with an empty body` });
+    if (outcome.body.length === 0 && status !== 204 && !c.expect.emptyOk)
+      problems.push({ kind: 'empty', text: `answered ${status} with an empty body` });
     if (/json/i.test(type) && outcome.body.length > 0) {
       try {
         JSON.parse(outcome.body.toString('utf8'));
       } catch {
-        problems.push({ kind: 'shape', text: `answered ${status} as ${type} with a body that does not parse: ${bodyText(outcome)}` });
+        problems.push({
+          kind: 'shape',
+          text: `answered ${status} as ${type} with a body that does not parse: ${bodyText(outcome)}`,
+        });
       }
     }
   }
 
   const ok = status >= 200 && status < 300;
-  if (c.expect.refuse && ok) problems.push({ kind: 'refuse', text: `answered ${status} although ${c.expect.refuse}: ${bodyText(outcome)}` });
+  if (c.expect.refuse && ok)
+    problems.push({ kind: 'refuse', text: `answered ${status} although ${c.expect.refuse}: ${bodyText(outcome)}` });
   if (c.expect.numberField) {
     const field = c.expect.numberField;
     const error = status === 400 ? errorOf(outcome) : undefined;
-    if (!error) problems.push({ kind: 'number-field', text: `non-numeric text in '${field}' answered ${status}, not a 400: ${bodyText(outcome)}` });
-    else if (error.param !== field) problems.push({ kind: 'number-field', text: `the 400 for non-numeric text in '${field}' names param ${JSON.stringify(error.param)}: ${error.message}` });
-    else if (/(got|received) (a |an )?number/i.test(error.message)) problems.push({ kind: 'number-field', text: `the 400 for non-numeric text in '${field}' calls it a number: "${error.message}"` });
+    if (!error)
+      problems.push({
+        kind: 'number-field',
+        text: `non-numeric text in '${field}' answered ${status}, not a 400: ${bodyText(outcome)}`,
+      });
+    else if (error.param !== field)
+      problems.push({
+        kind: 'number-field',
+        text: `the 400 for non-numeric text in '${field}' names param ${JSON.stringify(error.param)}: ${error.message}`,
+      });
+    else if (/(got|received) (a |an )?number/i.test(error.message))
+      problems.push({
+        kind: 'number-field',
+        text: `the 400 for non-numeric text in '${field}' calls it a number: "${error.message}"`,
+      });
   }
   if (status === 400 && (c.expect.sentFields || c.expect.sentFiles)) {
     const missing = /Missing required parameter: '([^']+)'/.exec(errorOf(outcome)?.message ?? '')?.[1];
     if (missing && (c.expect.sentFields?.includes(missing) || c.expect.sentFiles?.includes(missing))) {
-      problems.push({ kind: 'dropped-field', text: `says '${missing}' is missing although it was sent (a part silently dropped): ${bodyText(outcome)}` });
+      problems.push({
+        kind: 'dropped-field',
+        text: `says '${missing}' is missing although it was sent (a part silently dropped): ${bodyText(outcome)}`,
+      });
     }
   }
   if (c.expect.connectionClose) {
     const connection = header(outcome, 'connection');
-    if (!/^close$/i.test(connection.trim())) problems.push({ kind: 'connection', text: `the client asked for Connection: close; the ${status} answer says connection: ${JSON.stringify(connection)}` });
+    if (!/^close$/i.test(connection.trim()))
+      problems.push({
+        kind: 'connection',
+        text:
+          `the client asked for Connection: close; the ${status} answer says connection: ` +
+          `${JSON.stringify(connection)}`,
+      });
   }
   return problems;
 }
@@ -383,7 +492,8 @@ export class HealthPoller {
   async pause(): Promise<void> {
     Atomics.store(this.shared, PAUSED, 1);
     const until = Date.now() + 35_000;
-    while (Atomics.load(this.shared, COMPLETED) < Atomics.load(this.shared, STARTED) && Date.now() < until) await sleep(10);
+    while (Atomics.load(this.shared, COMPLETED) < Atomics.load(this.shared, STARTED) && Date.now() < until)
+      await sleep(10);
   }
 
   resume(): void {
@@ -395,7 +505,10 @@ export class HealthPoller {
     Atomics.store(this.shared, WINDOW_MAX, 0);
   }
 
-  /** The slowest probe since resetWindow(), once a probe that started after this call has answered (so no stall is missed). */
+  /**
+   * The slowest probe since resetWindow(), once a probe that started after this call has answered (so no stall is
+   * missed).
+   */
   async windowMaxMs(timeoutMs: number): Promise<number> {
     if (Atomics.load(this.shared, PAUSED) === 1) return 0;
     const target = Atomics.load(this.shared, STARTED) + 1;
@@ -405,7 +518,11 @@ export class HealthPoller {
   }
 
   stats(): { probes: number; failures: number; maxMs: number } {
-    return { probes: Atomics.load(this.shared, PROBES), failures: Atomics.load(this.shared, FAILURES), maxMs: Atomics.load(this.shared, OVERALL_MAX) / 1000 };
+    return {
+      probes: Atomics.load(this.shared, PROBES),
+      failures: Atomics.load(this.shared, FAILURES),
+      maxMs: Atomics.load(this.shared, OVERALL_MAX) / 1000,
+    };
   }
 
   async stop(): Promise<void> {
@@ -416,11 +533,15 @@ export class HealthPoller {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** `GET /readyz`: the worst event-loop stall since the previous read (and resets it). */
-export async function readLoopStall(url: string, timeoutMs: number): Promise<{ ok: true; ms: number } | { ok: false; error: string }> {
+export async function readLoopStall(
+  url: string,
+  timeoutMs: number,
+): Promise<{ ok: true; ms: number } | { ok: false; error: string }> {
   try {
     const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(timeoutMs) });
     const body = (await res.json()) as { event_loop_max_ms?: unknown; status?: string };
-    if (typeof body.event_loop_max_ms !== 'number') return { ok: false, error: `/readyz answered ${res.status} without event_loop_max_ms: ${JSON.stringify(body)}` };
+    if (typeof body.event_loop_max_ms !== 'number')
+      return { ok: false, error: `/readyz answered ${res.status} without event_loop_max_ms: ${JSON.stringify(body)}` };
     return { ok: true, ms: body.event_loop_max_ms };
   } catch (error) {
     return { ok: false, error: `${(error as Error).name}: ${(error as Error).message}` };

@@ -26,9 +26,13 @@ export function toldTestRedis(env: NodeJS.ProcessEnv = process.env): string | un
     } catch {
       throw new Error(`TEST_REDIS_URL is not a URL: "${url}" (expected redis://host:port)`);
     }
-    if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:') throw new Error(`TEST_REDIS_URL must be redis://host:port, got "${url}"`);
+    if (parsed.protocol !== 'redis:' && parsed.protocol !== 'rediss:')
+      throw new Error(`TEST_REDIS_URL must be redis://host:port, got "${url}"`);
     if (parsed.pathname.replace(/\/+$/, '') !== '' || parsed.search) {
-      throw new Error(`TEST_REDIS_URL must name a server, not a database ("${url}"): each test file picks its own databases (1–15) and flushes them`);
+      throw new Error(
+        `TEST_REDIS_URL must name a server, not a database ("${url}"): each test file picks its own databases ` +
+          `(1–15) and flushes them`,
+      );
     }
     return url.replace(/\/+$/, '');
   }
@@ -47,7 +51,8 @@ function testRedisServer(): Promise<string> {
     if (told) return told;
     if (!redisServerInstalled()) {
       throw new Error(
-        'The tests need a Redis: install redis-server (e.g. `apt-get install redis-server`) and each test process starts its own private one, ' +
+        'The tests need a Redis: install redis-server (e.g. `apt-get install redis-server`) and each test ' +
+          'process starts its own private one, ' +
           'or set TEST_REDIS_URL=redis://host:port to use a running Redis (its databases 1–15 are flushed).',
       );
     }
@@ -78,14 +83,29 @@ export async function testKeyStore(redis: Redis): Promise<KeyStore> {
   return new KeyStore(redis, await testRecord(redis));
 }
 
-/** A key with `limits` on an account of its own holding `balance` micros (or unlimited), made through the stores as the admin API makes them. */
-export async function paidAccountKey(redis: Redis, balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
+/**
+ * A key with `limits` on an account of its own holding `balance` micros (or unlimited), made through the stores as the
+ * admin API makes them.
+ */
+export async function paidAccountKey(
+  redis: Redis,
+  balance: number | 'unlimited',
+  limits: KeyLimits = {},
+): Promise<{ id: string; key: string; account: string }> {
   return paidKeyIn(await testKeyStore(redis), balance, limits);
 }
 
 /** The same through a key store of the caller's (a Cluster's, a Sentinel's). */
-export async function paidKeyIn(keys: KeyStore, balance: number | 'unlimited', limits: KeyLimits = {}): Promise<{ id: string; key: string; account: string }> {
-  const account = await keys.accounts.create({ email: `paid-${randomBytes(6).toString('hex')}@example.com`, name: 'paid', unlimited: balance === 'unlimited' });
+export async function paidKeyIn(
+  keys: KeyStore,
+  balance: number | 'unlimited',
+  limits: KeyLimits = {},
+): Promise<{ id: string; key: string; account: string }> {
+  const account = await keys.accounts.create({
+    email: `paid-${randomBytes(6).toString('hex')}@example.com`,
+    name: 'paid',
+    unlimited: balance === 'unlimited',
+  });
   if (balance !== 'unlimited' && balance !== 0) await keys.accounts.credit(account.id, balance, 'test');
   const created = await keys.create('paid', { accountId: account.id, ...limits });
   return { id: created.id, key: created.key, account: account.id };
@@ -119,13 +139,20 @@ function killGateways(): void {
  * DATABASE_URL the record is the test database that goes with the gateway's
  * Redis; DATABASE_URL='' asks for the embedded default.
  */
-export async function spawnGateway(role: 'all' | 'api' | 'worker', testEnv: Record<string, string>): Promise<ChildProcess> {
+export async function spawnGateway(
+  role: 'all' | 'api' | 'worker',
+  testEnv: Record<string, string>,
+): Promise<ChildProcess> {
   const env = { ...testEnv };
   if (env.DATABASE_URL === '') delete env.DATABASE_URL;
-  else env.DATABASE_URL ??= await recordUrlFor(env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : (env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'));
+  else
+    env.DATABASE_URL ??= await recordUrlFor(
+      env.REDIS_CLUSTER_NODES ? `redis://${env.REDIS_CLUSTER_NODES}` : (env.REDIS_URL ?? 'redis://127.0.0.1:6379/0'),
+    );
   // Under `npm test`, dist/ was built before the first file ran: the gateway starts from it, as `npm start` does,
   // rather than compiling every source through tsx for each process. A file run by itself compiles them.
-  const entry = process.env.SWITCHYARD_TEST_FROM_DIST === '1' ? ['dist/bin/start.js'] : ['--import', 'tsx', 'bin/start.ts'];
+  const entry =
+    process.env.SWITCHYARD_TEST_FROM_DIST === '1' ? ['dist/bin/start.js'] : ['--import', 'tsx', 'bin/start.ts'];
   const proc = spawn(process.execPath, [...entry, `--role=${role}`], {
     cwd: root,
     env: {
@@ -192,7 +219,9 @@ export async function startGateway(options: {
       if (role === 'worker' ? line.includes('workers started') : port > 0 && line.includes('gateway ready')) resolve();
     };
     onLines(proc, onLine);
-    proc.once('exit', (code) => reject(new Error(`gateway (${role}) exited with ${code} before it was ready:\n${logs.join('\n')}`)));
+    proc.once('exit', (code) =>
+      reject(new Error(`gateway (${role}) exited with ${code} before it was ready:\n${logs.join('\n')}`)),
+    );
     // Generous: a start compiles every source through tsx, slow on a 2-core machine running test files side by side.
     setTimeout(() => reject(new Error(`gateway (${role}) not ready after 60 s:\n${logs.join('\n')}`)), 60_000).unref();
   });
@@ -208,10 +237,12 @@ export async function startGateway(options: {
     proc,
     url,
     logs,
-    client: (apiKey, clientOptions = {}) => new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0, timeout: 20_000, ...clientOptions }),
+    client: (apiKey, clientOptions = {}) =>
+      new OpenAI({ apiKey, baseURL: `${url}/v1`, maxRetries: 0, timeout: 20_000, ...clientOptions }),
     async stop(signal = 'SIGTERM') {
       if (proc.exitCode !== null || proc.signalCode !== null) return proc.exitCode;
-      // 'close', not 'exit': by then every line it (and a worker process sharing its stdout) wrote has been read into logs.
+      // 'close', not 'exit': by then every line it (and a worker process sharing its stdout) wrote has been read into
+      // logs.
       const closed = once(proc, 'close');
       proc.kill(signal);
       const [code] = (await closed) as [number | null];
@@ -227,11 +258,18 @@ export async function startGateway(options: {
  * session's rows (`'session'`) are its worker's alone, written as it ends,
  * with no latency to wait for: their settlement is waited for, a while longer.
  */
-export async function requestRecord(gatewayUrl: string, key: string, id: string, settled: boolean | 'session' = true): Promise<RequestView> {
+export async function requestRecord(
+  gatewayUrl: string,
+  key: string,
+  id: string,
+  settled: boolean | 'session' = true,
+): Promise<RequestView> {
   let found: RequestView | undefined;
   await waitFor(
     async () => {
-      const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, { headers: { authorization: `Bearer ${key}` } });
+      const res = await fetch(`${gatewayUrl}/v1/generation?id=${encodeURIComponent(id)}`, {
+        headers: { authorization: `Bearer ${key}` },
+      });
       if (res.status !== 200) return false;
       found = ((await res.json()) as { data: RequestView }).data;
       return settled === 'session' ? found.settled : found.latency_ms !== null && (!settled || found.settled);
@@ -243,7 +281,11 @@ export async function requestRecord(gatewayUrl: string, key: string, id: string,
 }
 
 /** Polls until `check` returns true or the time runs out. */
-export async function waitFor(check: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {
+export async function waitFor(
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 5000,
+  what = 'condition',
+): Promise<void> {
   const until = Date.now() + timeoutMs;
   while (Date.now() < until) {
     if (await check()) return;

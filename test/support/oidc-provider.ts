@@ -1,4 +1,10 @@
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { once } from 'node:events';
 import Provider, { type Configuration, type KoaContextWithOIDC } from 'oidc-provider';
@@ -108,7 +114,13 @@ export async function startTestProvider(): Promise<TestProvider> {
           if (!person) return undefined;
           return {
             accountId: sub,
-            claims: () => ({ sub, email: person.email, email_verified: person.email_verified ?? true, name: person.name ?? sub, groups: [...person.groups] }),
+            claims: () => ({
+              sub,
+              email: person.email,
+              email_verified: person.email_verified ?? true,
+              name: person.name ?? sub,
+              groups: [...person.groups],
+            }),
           };
         },
         // The gateway is a first-party client: no consent screen, every scope it asks granted.
@@ -129,7 +141,10 @@ export async function startTestProvider(): Promise<TestProvider> {
       for (const res of hanging) res.destroy();
       front.closeAllConnections();
       inner?.closeAllConnections();
-      await Promise.all([new Promise((resolve) => front.close(resolve)), inner ? new Promise((resolve) => inner!.close(resolve)) : undefined]);
+      await Promise.all([
+        new Promise((resolve) => front.close(resolve)),
+        inner ? new Promise((resolve) => inner!.close(resolve)) : undefined,
+      ]);
     },
   };
 
@@ -157,13 +172,22 @@ export async function startTestProvider(): Promise<TestProvider> {
     if (url.pathname.startsWith('/interaction/')) {
       // The sign-in at the provider, without a form: whoever the test named.
       await provider.interactionDetails(req, res);
-      const to = await provider.interactionResult(req, res, { login: { accountId: state.nextLogin } }, { mergeWithLastSubmission: false });
+      const to = await provider.interactionResult(
+        req,
+        res,
+        { login: { accountId: state.nextLogin } },
+        { mergeWithLastSubmission: false },
+      );
       res.writeHead(303, { location: to }).end();
       return;
     }
     const body = await readAll(req);
     const answer = await new Promise<IncomingMessage>((resolve, reject) => {
-      const forward = httpRequest(`${innerUrl}${req.url}`, { method: req.method, headers: { ...req.headers, host: new URL(issuer).host } }, resolve);
+      const forward = httpRequest(
+        `${innerUrl}${req.url}`,
+        { method: req.method, headers: { ...req.headers, host: new URL(issuer).host } },
+        resolve,
+      );
       forward.once('error', reject);
       forward.end(body);
     });

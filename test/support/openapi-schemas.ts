@@ -25,7 +25,8 @@ function withNullables(node: unknown): unknown {
   if (Array.isArray(node)) return node.map(withNullables);
   if (node === null || typeof node !== 'object') return node;
   const out: Json = {};
-  for (const [key, value] of Object.entries(node as Json)) out[key] = key === 'example' || key === 'examples' ? value : withNullables(value);
+  for (const [key, value] of Object.entries(node as Json))
+    out[key] = key === 'example' || key === 'examples' ? value : withNullables(value);
   if (out.nullable !== true) return out;
   delete out.nullable;
   if (Array.isArray(out.enum) && !out.enum.includes(null)) out.enum = [...out.enum, null];
@@ -78,12 +79,15 @@ export function assertMatchesSchema(name: string, value: unknown, where: string)
   if (validate(value)) return;
   const all = validate.errors ?? [];
   const lines = [...all.filter((error) => !isUnionNoise(error)), ...all.filter(isUnionNoise)].map(
-    (error) => `  ${error.instancePath || '(root)'} ${error.message ?? ''} ${error.params ? JSON.stringify(error.params) : ''}`,
+    (error) =>
+      `  ${error.instancePath || '(root)'} ${error.message ?? ''} ${error.params ? JSON.stringify(error.params) : ''}`,
   );
   const unique = [...new Set(lines)];
   const shown = unique.slice(0, 24).join('\n') + (unique.length > 24 ? `\n  … and ${unique.length - 24} more` : '');
   const text = JSON.stringify(value);
-  assert.fail(`${where}: does not match the OpenAPI schema ${name}:\n${shown}\nvalue: ${text.length > 1500 ? `${text.slice(0, 1500)}…` : text}`);
+  assert.fail(
+    `${where}: does not match the OpenAPI schema ${name}:\n${shown}\nvalue: ${text.length > 1500 ? `${text.slice(0, 1500)}…` : text}`,
+  );
 }
 
 /** The data of each `data:` frame of an SSE body that is JSON (the closing `[DONE]` aside), with its `event:` name. */

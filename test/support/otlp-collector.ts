@@ -76,7 +76,8 @@ function valueOf(value: OtlpAnyValue): AttributeValue {
   return null;
 }
 
-const attributesOf = (list: Array<{ key: string; value: OtlpAnyValue }> = []) => Object.fromEntries(list.map(({ key, value }) => [key, valueOf(value)]));
+const attributesOf = (list: Array<{ key: string; value: OtlpAnyValue }> = []) =>
+  Object.fromEntries(list.map(({ key, value }) => [key, valueOf(value)]));
 
 export async function startOtlpCollector(): Promise<OtlpCollector> {
   const spans: CollectedSpan[] = [];
@@ -89,7 +90,11 @@ export async function startOtlpCollector(): Promise<OtlpCollector> {
       exports += 1;
       let body = Buffer.concat(chunks);
       if (req.headers['content-encoding'] === 'gzip') body = gunzipSync(body);
-      if (req.method !== 'POST' || req.url !== '/v1/traces' || !/^application\/json/.test(req.headers['content-type'] ?? '')) {
+      if (
+        req.method !== 'POST' ||
+        req.url !== '/v1/traces' ||
+        !/^application\/json/.test(req.headers['content-type'] ?? '')
+      ) {
         refused.push(`${req.method} ${req.url} ${req.headers['content-type']}`);
         res.writeHead(415).end();
         return;

@@ -15,7 +15,8 @@ import { freePort } from '../../bin/local-redis.js';
 function binDir(): string {
   const root = '/usr/lib/postgresql';
   const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
-  for (const version of versions) if (existsSync(join(root, version, 'bin', 'postgres'))) return join(root, version, 'bin');
+  for (const version of versions)
+    if (existsSync(join(root, version, 'bin', 'postgres'))) return join(root, version, 'bin');
   throw new Error('PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)');
 }
 
@@ -46,17 +47,25 @@ export async function startPrivatePostgres() {
   const dir = mkdtempSync(join(tmpdir(), 'sy-pg-'));
   if (user.uid !== undefined) chownSync(dir, user.uid, user.gid!);
   const data = join(dir, 'data');
-  const init = spawnSync(join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '-E', 'UTF8'], { ...user, encoding: 'utf8' });
+  const init = spawnSync(
+    join(bin, 'initdb'),
+    ['-D', data, '-U', 'postgres', '-A', 'trust', '--no-sync', '-E', 'UTF8'],
+    { ...user, encoding: 'utf8' },
+  );
   if (init.status !== 0) throw new Error(`initdb failed: ${init.stderr}`);
   const port = await freePort();
   const server: { proc?: ChildProcess; dir: string } = { dir };
   live.add(server);
 
   const start = async () => {
-    const proc = spawn(join(bin, 'postgres'), ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off'], {
-      ...user,
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
+    const proc = spawn(
+      join(bin, 'postgres'),
+      ['-D', data, '-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off'],
+      {
+        ...user,
+        stdio: ['ignore', 'ignore', 'pipe'],
+      },
+    );
     let log = '';
     proc.stderr!.on('data', (chunk: Buffer) => (log = (log + chunk.toString()).slice(-4000)));
     server.proc = proc;
@@ -69,7 +78,10 @@ export async function startPrivatePostgres() {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
   };
-  /** SIGQUIT is PostgreSQL's immediate shutdown: every backend ends at once, as in a crash; restart recovers from the WAL. */
+  /**
+   * SIGQUIT is PostgreSQL's immediate shutdown: every backend ends at once, as in a crash; restart recovers from the
+   * WAL.
+   */
   const stop = async (signal: NodeJS.Signals = 'SIGQUIT') => {
     const proc = server.proc;
     if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;

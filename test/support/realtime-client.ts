@@ -39,10 +39,14 @@ export const serverEventSchemas: Record<string, string> = {
   'conversation.item.deleted': 'RealtimeServerEventConversationItemDeleted',
   'conversation.item.retrieved': 'RealtimeServerEventConversationItemRetrieved',
   'conversation.item.truncated': 'RealtimeServerEventConversationItemTruncated',
-  'conversation.item.input_audio_transcription.delta': 'RealtimeServerEventConversationItemInputAudioTranscriptionDelta',
-  'conversation.item.input_audio_transcription.completed': 'RealtimeServerEventConversationItemInputAudioTranscriptionCompleted',
-  'conversation.item.input_audio_transcription.failed': 'RealtimeServerEventConversationItemInputAudioTranscriptionFailed',
-  'conversation.item.input_audio_transcription.segment': 'RealtimeServerEventConversationItemInputAudioTranscriptionSegment',
+  'conversation.item.input_audio_transcription.delta':
+    'RealtimeServerEventConversationItemInputAudioTranscriptionDelta',
+  'conversation.item.input_audio_transcription.completed':
+    'RealtimeServerEventConversationItemInputAudioTranscriptionCompleted',
+  'conversation.item.input_audio_transcription.failed':
+    'RealtimeServerEventConversationItemInputAudioTranscriptionFailed',
+  'conversation.item.input_audio_transcription.segment':
+    'RealtimeServerEventConversationItemInputAudioTranscriptionSegment',
   'input_audio_buffer.speech_started': 'RealtimeServerEventInputAudioBufferSpeechStarted',
   'input_audio_buffer.speech_stopped': 'RealtimeServerEventInputAudioBufferSpeechStopped',
   'input_audio_buffer.timeout_triggered': 'RealtimeServerEventInputAudioBufferTimeoutTriggered',
@@ -124,10 +128,17 @@ export interface RealtimeTestClient<E extends ServerEvent = ServerEvent> {
 }
 
 /** `E`: how the test reads the events' fields (the default keeps them `unknown`). */
-export function openRealtime<E extends ServerEvent = ServerEvent>(gatewayUrl: string, apiKey: string, model = 'mock-realtime'): RealtimeTestClient<E> {
+export function openRealtime<E extends ServerEvent = ServerEvent>(
+  gatewayUrl: string,
+  apiKey: string,
+  model = 'mock-realtime',
+): RealtimeTestClient<E> {
   const port = Number(new URL(gatewayUrl).port);
   const client = new OpenAI({ apiKey, baseURL: `${gatewayUrl}/v1` });
-  const rt = new OpenAIRealtimeWS({ model, options: { createConnection: () => net.connect(port, '127.0.0.1') } }, client);
+  const rt = new OpenAIRealtimeWS(
+    { model, options: { createConnection: () => net.connect(port, '127.0.0.1') } },
+    client,
+  );
   const inbox = new EventInbox<E>();
   rt.on('event', (event) => {
     const e = event as unknown as E;
@@ -136,13 +147,24 @@ export function openRealtime<E extends ServerEvent = ServerEvent>(gatewayUrl: st
   });
   // Error events are kept with the rest; the SDK throws them when nobody listens.
   rt.on('error', () => undefined);
-  const closed = new Promise<{ code: number; reason: string }>((resolve) => rt.socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })));
-  const requestId = new Promise<string>((resolve) => rt.socket.once('upgrade', (response) => resolve(String(response.headers['x-request-id']))));
+  const closed = new Promise<{ code: number; reason: string }>((resolve) =>
+    rt.socket.once('close', (code, reason) => resolve({ code, reason: reason.toString() })),
+  );
+  const requestId = new Promise<string>((resolve) =>
+    rt.socket.once('upgrade', (response) => resolve(String(response.headers['x-request-id']))),
+  );
   const opened = new Promise<void>((resolve, reject) => {
     rt.socket.once('open', () => resolve());
     rt.socket.once('unexpected-response', (_request, response) => {
       let body = '';
-      const refused = () => reject(Object.assign(new Error(`refused with ${response.statusCode}`), { status: response.statusCode ?? 0, headers: response.headers, body }) satisfies RealtimeRefusal);
+      const refused = () =>
+        reject(
+          Object.assign(new Error(`refused with ${response.statusCode}`), {
+            status: response.statusCode ?? 0,
+            headers: response.headers,
+            body,
+          }) satisfies RealtimeRefusal,
+        );
       response.on('data', (chunk: Buffer) => (body += chunk.toString()));
       // 'close' follows 'end', and comes alone when the body is cut short: the refusal is said either way.
       response.once('end', refused);
@@ -164,5 +186,8 @@ export function openRealtime<E extends ServerEvent = ServerEvent>(gatewayUrl: st
 
 /** The user's text as a conversation item. */
 export function userText(text: string) {
-  return { type: 'conversation.item.create' as const, item: { type: 'message' as const, role: 'user' as const, content: [{ type: 'input_text' as const, text }] } };
+  return {
+    type: 'conversation.item.create' as const,
+    item: { type: 'message' as const, role: 'user' as const, content: [{ type: 'input_text' as const, text }] },
+  };
 }

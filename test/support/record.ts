@@ -41,10 +41,13 @@ export async function freshDatabase(name: string): Promise<string> {
     if (!swept) {
       swept = true;
       // Databases of test processes that are gone.
-      const { rows } = await client.query<{ datname: string }>(`select datname from pg_database where datname like '${prefix}%'`);
+      const { rows } = await client.query<{ datname: string }>(
+        `select datname from pg_database where datname like '${prefix}%'`,
+      );
       for (const { datname } of rows) {
         const pid = Number(datname.slice(prefix.length).split('_')[0]);
-        if (pid !== process.pid && !processAlive(pid)) await client.query(`drop database if exists "${datname}" with (force)`).catch(() => undefined);
+        if (pid !== process.pid && !processAlive(pid))
+          await client.query(`drop database if exists "${datname}" with (force)`).catch(() => undefined);
       }
     }
     await client.query(`drop database if exists "${database}" with (force)`);
@@ -110,7 +113,11 @@ export async function usageRows(redis: string | Redis): Promise<Array<Selectable
  * record (what the worker billed: a row holding only the api's request-log
  * half, which may come first, does not count), and returns it.
  */
-export async function waitForUsage(redis: string | Redis, match: (row: Selectable<UsageTable>) => boolean, timeoutMs = 10_000): Promise<Selectable<UsageTable>> {
+export async function waitForUsage(
+  redis: string | Redis,
+  match: (row: Selectable<UsageTable>) => boolean,
+  timeoutMs = 10_000,
+): Promise<Selectable<UsageTable>> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const row = (await usageRows(redis)).find((candidate) => candidate.settled && match(candidate));
@@ -121,12 +128,21 @@ export async function waitForUsage(redis: string | Redis, match: (row: Selectabl
 }
 
 /** The key's tool calls (`mcp.tools/call`) settled in the record, once there are `count` (within 10 s). */
-export async function settledToolCalls(redis: string | Redis, keyId: string, count: number): Promise<Array<Selectable<UsageTable>>> {
+export async function settledToolCalls(
+  redis: string | Redis,
+  keyId: string,
+  count: number,
+): Promise<Array<Selectable<UsageTable>>> {
   const until = Date.now() + 10_000;
   for (;;) {
-    const rows = (await usageRows(redis)).filter((row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled);
+    const rows = (await usageRows(redis)).filter(
+      (row) => row.endpoint === 'mcp.tools/call' && row.key_id === keyId && row.settled,
+    );
     if (rows.length >= count) return rows;
-    if (Date.now() > until) throw new Error(`${count} settled tool calls of ${keyId} did not reach the record within 10 s (${rows.length} did)`);
+    if (Date.now() > until)
+      throw new Error(
+        `${count} settled tool calls of ${keyId} did not reach the record within 10 s (${rows.length} did)`,
+      );
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
 }

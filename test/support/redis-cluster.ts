@@ -23,7 +23,9 @@ function redisServerVersion(): { version?: string; error?: string } {
     serverVersion = { error: 'redis-server is not installed (e.g. `apt-get install redis-server`)' };
   } else {
     const version = /v=(\d+\.\d+\.\d+)/.exec(run.stdout)?.[1];
-    serverVersion = version ? { version } : { error: `cannot tell redis-server's version from ${JSON.stringify(run.stdout.trim())}` };
+    serverVersion = version
+      ? { version }
+      : { error: `cannot tell redis-server's version from ${JSON.stringify(run.stdout.trim())}` };
   }
   return serverVersion;
 }
@@ -50,7 +52,10 @@ export function clusterSupport(): TopologySupport {
   const support = redisServerSupport('Redis Cluster tests');
   if (!support.ok) return support;
   if (spawnSync('redis-cli', ['--version'], { stdio: 'ignore' }).status !== 0) {
-    return { ok: false, reason: 'Redis Cluster tests need redis-cli (for `redis-cli --cluster create`), which is not installed' };
+    return {
+      ok: false,
+      reason: 'Redis Cluster tests need redis-cli (for `redis-cli --cluster create`), which is not installed',
+    };
   }
   return support;
 }
@@ -113,10 +118,14 @@ function startGroupGuard(dir: string): ChildProcess {
     'cat >/dev/null',
     'pids=$(cat "$1/pids" 2>/dev/null)',
     'for p in $pids; do kill -9 "$p" 2>/dev/null; done',
-    'for p in $pids; do i=0; while [ "$i" -lt 40 ] && [ -e "/proc/$p" ] && ! grep -q ") Z" "/proc/$p/stat" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done; done',
+    'for p in $pids; do i=0; while [ "$i" -lt 40 ] && [ -e "/proc/$p" ] && ! grep -q ") Z" "/proc/$p/stat" ' +
+      '2>/dev/null; do sleep 0.05; i=$((i + 1)); done; done',
     'rm -rf "$1"',
   ].join('; ');
-  const guard = spawn('sh', ['-c', script, 'switchyard-redis-group-guard', dir], { stdio: ['pipe', 'ignore', 'ignore'], detached: true });
+  const guard = spawn('sh', ['-c', script, 'switchyard-redis-group-guard', dir], {
+    stdio: ['pipe', 'ignore', 'ignore'],
+    detached: true,
+  });
   guard.on('error', () => undefined);
   guard.stdin!.on('error', () => undefined);
   guard.unref();
@@ -187,7 +196,13 @@ export class RedisProcessGroup {
     node.proc = proc;
     proc.once('exit', () => this.writePids());
     this.writePids();
-    const probe = new Redis({ host: '127.0.0.1', port: node.port, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    const probe = new Redis({
+      host: '127.0.0.1',
+      port: node.port,
+      lazyConnect: true,
+      maxRetriesPerRequest: 0,
+      retryStrategy: () => null,
+    });
     probe.on('error', () => undefined);
     try {
       for (let i = 0; i < 200; i++) {
@@ -211,7 +226,9 @@ export class RedisProcessGroup {
 
   private writePids(): void {
     if (this.removed) return;
-    const pids = [...this.nodes.values()].flatMap((n) => (running(n.proc) && n.proc.pid !== undefined ? [n.proc.pid] : []));
+    const pids = [...this.nodes.values()].flatMap((n) =>
+      running(n.proc) && n.proc.pid !== undefined ? [n.proc.pid] : [],
+    );
     try {
       writeFileSync(join(this.dir, 'pids'), pids.join('\n') + '\n');
     } catch {
@@ -236,7 +253,9 @@ export class RedisProcessGroup {
     return running(this.nodes.get(port)?.proc) && !this.paused.has(port);
   }
 
-  /** Sends `signal` (SIGKILL by default: a crash or an OOM kill) and, unless it is SIGSTOP/SIGCONT, waits for the exit. */
+  /**
+   * Sends `signal` (SIGKILL by default: a crash or an OOM kill) and, unless it is SIGSTOP/SIGCONT, waits for the exit.
+   */
   async kill(port: number, signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
     const node = this.nodes.get(port);
     if (!node) throw new Error(`no Redis of this topology on port ${port}`);
@@ -353,7 +372,9 @@ export async function pollUntil<T>(
   const deadline = Date.now() + timeoutMs;
   let last = 'not checked yet';
   const started = Date.now();
-  const trace = process.env.SWITCHYARD_TOPOLOGY_TRACE ? (line: string) => process.stderr.write(`[topology +${Date.now() - started} ms] ${what}: ${line}\n`) : undefined;
+  const trace = process.env.SWITCHYARD_TOPOLOGY_TRACE
+    ? (line: string) => process.stderr.write(`[topology +${Date.now() - started} ms] ${what}: ${line}\n`)
+    : undefined;
   const why = (reason: string) => {
     if (trace && reason !== last) trace(reason);
     last = reason;
@@ -412,7 +433,10 @@ export interface RedisClusterOptions {
   /** At least 3 (redis-cli --cluster create refuses fewer). */
   primaries?: number;
   replicasPerPrimary?: number;
-  /** `cluster-node-timeout`: how long a node may not answer before it counts as failing (failover takes about this plus 1-2 s). */
+  /**
+   * `cluster-node-timeout`: how long a node may not answer before it counts as failing (failover takes about this plus
+   * 1-2 s).
+   */
   nodeTimeoutMs?: number;
   /** More `--option value` arguments for every node. */
   extraArgs?: string[];
@@ -509,20 +533,32 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
 
   function nodeArgs(port: number, busPort: number): string[] {
     return [
-      '--port', String(port),
-      '--bind', '127.0.0.1',
-      '--dir', group.nodeDir(port),
-      '--logfile', join(group.nodeDir(port), 'redis.log'),
-      '--cluster-enabled', 'yes',
-      '--cluster-config-file', `nodes-${port}.conf`,
-      '--cluster-port', String(busPort),
-      '--cluster-node-timeout', String(nodeTimeoutMs),
+      '--port',
+      String(port),
+      '--bind',
+      '127.0.0.1',
+      '--dir',
+      group.nodeDir(port),
+      '--logfile',
+      join(group.nodeDir(port), 'redis.log'),
+      '--cluster-enabled',
+      'yes',
+      '--cluster-config-file',
+      `nodes-${port}.conf`,
+      '--cluster-port',
+      String(busPort),
+      '--cluster-node-timeout',
+      String(nodeTimeoutMs),
       // a replica may always take over, however long it was cut off
-      '--cluster-replica-validity-factor', '0',
-      '--appendonly', 'no',
-      '--save', '',
+      '--cluster-replica-validity-factor',
+      '0',
+      '--appendonly',
+      'no',
+      '--save',
+      '',
       // no 5 s wait before a full sync to a new replica
-      '--repl-diskless-sync-delay', '0',
+      '--repl-diskless-sync-delay',
+      '0',
       ...(options.extraArgs ?? []),
     ];
   }
@@ -611,13 +647,16 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
     for (const port of ports) {
       const info = parseInfo(String(await group.call(port, ['CLUSTER', 'INFO'])));
       if (info.cluster_state !== 'ok') return why(`node ${port} reports cluster_state:${info.cluster_state}`);
-      if (info.cluster_slots_ok !== '16384') return why(`node ${port} reports cluster_slots_ok:${info.cluster_slots_ok}`);
+      if (info.cluster_slots_ok !== '16384')
+        return why(`node ${port} reports cluster_slots_ok:${info.cluster_slots_ok}`);
       const nodes = await clusterNodes(port);
-      if (expect?.nodes !== undefined && nodes.length !== expect.nodes) return why(`node ${port} knows ${nodes.length} of ${expect.nodes} nodes`);
+      if (expect?.nodes !== undefined && nodes.length !== expect.nodes)
+        return why(`node ${port} knows ${nodes.length} of ${expect.nodes} nodes`);
       const unsettled = nodes.find((n) => n.flags.includes('handshake') || n.flags.includes('noaddr'));
       if (unsettled) return why(`node ${port} is still meeting ${unsettled.address} (${unsettled.flags.join(',')})`);
       for (const n of nodes) {
-        if (group.isRunning(n.port) && n.failed) return why(`node ${port} sees running node ${n.address} as ${n.flags.join(',')}`);
+        if (group.isRunning(n.port) && n.failed)
+          return why(`node ${port} sees running node ${n.address} as ${n.flags.join(',')}`);
       }
       const owners = withReplicas(nodes);
       const failing = owners.find((p) => p.failed);
@@ -633,10 +672,12 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
       }
     }
     if (!result) return why('no cluster node is running');
-    if (expect?.primaries !== undefined && result.length !== expect.primaries) return why(`${result.length} of ${expect.primaries} primaries serve slots`);
+    if (expect?.primaries !== undefined && result.length !== expect.primaries)
+      return why(`${result.length} of ${expect.primaries} primaries serve slots`);
     if (expect?.replicasPerPrimary !== undefined) {
       const short = result.find((p) => p.replicas.length !== expect.replicasPerPrimary);
-      if (short) return why(`primary ${short.address} has ${short.replicas.length} of ${expect.replicasPerPrimary} replicas`);
+      if (short)
+        return why(`primary ${short.address} has ${short.replicas.length} of ${expect.replicasPerPrimary} replicas`);
     }
     // every running replica is attached and in sync
     for (const primary of result) {
@@ -644,9 +685,11 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
         if (!group.isRunning(replica.port)) continue;
         const replication = await group.info(replica.port, 'replication');
         if (replication.role !== 'slave') return why(`replica ${replica.address} reports role:${replication.role}`);
-        if (replication.master_link_status !== 'up') return why(`replica ${replica.address} has master_link_status:${replication.master_link_status}`);
+        if (replication.master_link_status !== 'up')
+          return why(`replica ${replica.address} has master_link_status:${replication.master_link_status}`);
         if (replication.master_sync_in_progress !== '0') return why(`replica ${replica.address} is still syncing`);
-        if (replication.master_port !== String(primary.port)) return why(`replica ${replica.address} still follows port ${replication.master_port}`);
+        if (replication.master_port !== String(primary.port))
+          return why(`replica ${replica.address} still follows port ${replication.master_port}`);
       }
     }
     return result;
@@ -667,7 +710,10 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
    * resumed primary that was failed over meanwhile turns into a replica.
    * `waitForFailover()` then waits for one of its replicas to take over.
    */
-  async function killPrimary(target: number | { key: string } | { slot: number }, opts: { pause?: boolean } = {}): Promise<KilledPrimary> {
+  async function killPrimary(
+    target: number | { key: string } | { slot: number },
+    opts: { pause?: boolean } = {},
+  ): Promise<KilledPrimary> {
     let primary: ClusterPrimary | undefined;
     if (typeof target === 'number') {
       primary = (await primaries()).find((p) => p.port === target);
@@ -694,16 +740,23 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
     const old = record.node;
     const replicaIds = new Set(old.replicas.map((r) => r.id));
     if (replicaIds.size === 0) throw new Error(`the killed primary ${old.address} had no replica to promote`);
-    const primary = await pollUntil(`a replica of ${old.address} to take over`, opts.timeoutMs ?? 20_000, async (why) => {
-      const owners = await healthy(why);
-      if (!owners) return undefined;
-      const successor = owners.find((p) => replicaIds.has(p.id));
-      if (!successor) return why(`no replica of ${old.address} is a primary yet`);
-      if (!sameSlots(successor.slots, old.slots)) return why(`${successor.address} serves ${JSON.stringify(successor.slots)}, not all of ${JSON.stringify(old.slots)}`);
-      const role = (await group.call(successor.port, ['ROLE'])) as unknown[];
-      if (role[0] !== 'master') return why(`${successor.address} answers ROLE with ${String(role[0])}`);
-      return successor;
-    });
+    const primary = await pollUntil(
+      `a replica of ${old.address} to take over`,
+      opts.timeoutMs ?? 20_000,
+      async (why) => {
+        const owners = await healthy(why);
+        if (!owners) return undefined;
+        const successor = owners.find((p) => replicaIds.has(p.id));
+        if (!successor) return why(`no replica of ${old.address} is a primary yet`);
+        if (!sameSlots(successor.slots, old.slots))
+          return why(
+            `${successor.address} serves ${JSON.stringify(successor.slots)}, not all of ${JSON.stringify(old.slots)}`,
+          );
+        const role = (await group.call(successor.port, ['ROLE'])) as unknown[];
+        if (role[0] !== 'master') return why(`${successor.address} answers ROLE with ${String(role[0])}`);
+        return successor;
+      },
+    );
     return { primary, killed: old, elapsedMs: Date.now() - record.killedAt };
   }
 
@@ -739,7 +792,9 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
           if (!group.isRunning(replica.port)) continue;
           const replication = await group.info(replica.port, 'replication');
           if (replication.slave_repl_offset !== offset) {
-            return why(`replica ${replica.address} is at offset ${replication.slave_repl_offset}, its primary at ${offset}`);
+            return why(
+              `replica ${replica.address} is at offset ${replication.slave_repl_offset}, its primary at ${offset}`,
+            );
           }
         }
       }
@@ -752,11 +807,15 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
     await group.kill(port);
   }
 
-  /** SIGSTOP: the node hangs without closing its connections, as a stalled machine does (health checks leave it out). */
+  /**
+   * SIGSTOP: the node hangs without closing its connections, as a stalled machine does (health checks leave it out).
+   */
   async function pause(port: number): Promise<void> {
     await group.kill(port, 'SIGSTOP');
   }
-  /** SIGCONT after `pause` (or `killPrimary(..., { pause: true })`); resolves when the cluster is healthy with it again. */
+  /**
+   * SIGCONT after `pause` (or `killPrimary(..., { pause: true })`); resolves when the cluster is healthy with it again.
+   */
   async function resume(port: number, opts: { timeoutMs?: number } = {}): Promise<void> {
     await group.kill(port, 'SIGCONT');
     await waitHealthy(`node ${port} to be back after the pause`, opts.timeoutMs ?? 20_000);
@@ -776,9 +835,18 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
   try {
     const initial = await newPorts(total * 2);
     // in parallel; each node retries on other ports if its own were taken meanwhile
-    const ports = await Promise.all(Array.from({ length: total }, (_, i) => startNode(initial[2 * i]!, initial[2 * i + 1]!)));
+    const ports = await Promise.all(
+      Array.from({ length: total }, (_, i) => startNode(initial[2 * i]!, initial[2 * i + 1]!)),
+    );
     const createOutput = await runRedisCli(
-      ['--cluster', 'create', ...ports.map((p) => `127.0.0.1:${p}`), '--cluster-replicas', String(replicasPerPrimary), '--cluster-yes'],
+      [
+        '--cluster',
+        'create',
+        ...ports.map((p) => `127.0.0.1:${p}`),
+        '--cluster-replicas',
+        String(replicasPerPrimary),
+        '--cluster-yes',
+      ],
       Math.max(5000, timeoutMs - (Date.now() - startedAt)),
     );
     try {
@@ -789,7 +857,9 @@ export async function startRedisCluster(options: RedisClusterOptions = {}) {
       });
     } catch (error) {
       const logs = ports.map((p) => `--- node ${p}:\n${group.logTail(p, 5)}`).join('\n');
-      throw new Error(`${(error as Error).message}\nredis-cli --cluster create said:\n${createOutput.slice(-1500)}\n${logs}`);
+      throw new Error(
+        `${(error as Error).message}\nredis-cli --cluster create said:\n${createOutput.slice(-1500)}\n${logs}`,
+      );
     }
     const startMs = Date.now() - startedAt;
     const addresses = ports.map((port) => ({ host: '127.0.0.1', port }));

@@ -1,7 +1,14 @@
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { RedisProcessGroup, freePorts, parseInfo, pollUntil, redisServerSupport, type TopologySupport } from './redis-cluster.js';
+import {
+  RedisProcessGroup,
+  freePorts,
+  parseInfo,
+  pollUntil,
+  redisServerSupport,
+  type TopologySupport,
+} from './redis-cluster.js';
 
 export interface SentinelNodeAddress {
   host: string;
@@ -78,7 +85,11 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
 
   async function startOnce(group: RedisProcessGroup) {
     const startedAt = Date.now();
-    const [primaryPort, replicaPort, ...sentinelPorts] = (await freePorts(2 + sentinelCount)) as [number, number, ...number[]];
+    const [primaryPort, replicaPort, ...sentinelPorts] = (await freePorts(2 + sentinelCount)) as [
+      number,
+      number,
+      ...number[],
+    ];
     const sentinelIds = sentinelPorts.map(() => randomBytes(20).toString('hex'));
     let lastKilled: { node: SentinelNodeAddress; killedAt: number } | undefined;
 
@@ -115,7 +126,9 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
         `sentinel failover-timeout ${name} ${failoverTimeoutMs}`,
         `sentinel parallel-syncs ${name} 1`,
         `sentinel known-replica ${name} 127.0.0.1 ${replicaPort}`,
-        ...sentinelPorts.flatMap((other, j) => (j === index ? [] : [`sentinel known-sentinel ${name} 127.0.0.1 ${other} ${sentinelIds[j]}`])),
+        ...sentinelPorts.flatMap((other, j) =>
+          j === index ? [] : [`sentinel known-sentinel ${name} 127.0.0.1 ${other} ${sentinelIds[j]}`],
+        ),
       ];
       // sentinel rewrites this file as it learns: it must be writable
       writeFileSync(file, lines.join('\n') + '\n');
@@ -139,16 +152,25 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
         const [host, p] = (await group.call(port, ['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name])) as [string, string];
         seen.add(`${host}:${p}`);
       }
-      if (seen.size !== 1) throw new Error(`sentinels disagree on the primary: ${[...seen].join(', ') || 'no sentinel runs'}`);
+      if (seen.size !== 1)
+        throw new Error(`sentinels disagree on the primary: ${[...seen].join(', ') || 'no sentinel runs'}`);
       const [only] = [...seen];
       return address(Number(only!.split(':')[1]));
     }
 
-    /** Whether every running sentinel sees `primaryPortNow` healthy, with an in-sync replica (unless none is expected) and the other sentinels. */
-    async function agreed(why: (reason: string) => undefined, primaryPortNow: number, expectReplica: boolean): Promise<true | undefined> {
+    /**
+     * Whether every running sentinel sees `primaryPortNow` healthy, with an in-sync replica (unless none is expected)
+     * and the other sentinels.
+     */
+    async function agreed(
+      why: (reason: string) => undefined,
+      primaryPortNow: number,
+      expectReplica: boolean,
+    ): Promise<true | undefined> {
       for (const port of runningSentinels()) {
         const master = fields(await group.call(port, ['SENTINEL', 'MASTER', name]));
-        if (master.port !== String(primaryPortNow)) return why(`sentinel ${port} monitors port ${master.port}, not ${primaryPortNow}`);
+        if (master.port !== String(primaryPortNow))
+          return why(`sentinel ${port} monitors port ${master.port}, not ${primaryPortNow}`);
         if (master.flags !== 'master') return why(`sentinel ${port} sees the primary as ${master.flags}`);
         if (Number(master['num-other-sentinels']) < runningSentinels().length - 1) {
           return why(`sentinel ${port} knows ${master['num-other-sentinels']} other sentinels`);
@@ -158,8 +180,13 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
         if (unreachable) return why(`sentinel ${port} sees sentinel ${unreachable.port} as ${unreachable.flags}`);
         if (expectReplica) {
           const replicas = ((await group.call(port, ['SENTINEL', 'REPLICAS', name])) as unknown[]).map(fields);
-          const good = replicas.find((r) => group.isRunning(Number(r.port)) && r.flags === 'slave' && r['master-link-status'] === 'ok');
-          if (!good) return why(`sentinel ${port} sees no replica in sync (${replicas.map((r) => `${r.port}:${r.flags}:${r['master-link-status']}`).join(' ')})`);
+          const good = replicas.find(
+            (r) => group.isRunning(Number(r.port)) && r.flags === 'slave' && r['master-link-status'] === 'ok',
+          );
+          if (!good)
+            return why(
+              `sentinel ${port} sees no replica in sync (${replicas.map((r) => `${r.port}:${r.flags}:${r['master-link-status']}`).join(' ')})`,
+            );
         }
       }
       const role = (await group.call(primaryPortNow, ['ROLE'])) as unknown[];
@@ -224,9 +251,12 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
         if (current.port === port) return true;
         const replication = parseInfo(String(await group.call(port, ['INFO', 'replication'])));
         if (replication.role !== 'slave' || replication.master_port !== String(current.port)) {
-          return why(`${port} is ${replication.role} of ${replication.master_port ?? 'nobody'}, not of ${current.port}`);
+          return why(
+            `${port} is ${replication.role} of ${replication.master_port ?? 'nobody'}, not of ${current.port}`,
+          );
         }
-        if (replication.master_link_status !== 'up') return why(`${port} has master_link_status:${replication.master_link_status}`);
+        if (replication.master_link_status !== 'up')
+          return why(`${port} has master_link_status:${replication.master_link_status}`);
         return true;
       });
       return address(port);
@@ -241,7 +271,8 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
           if (port === current.port || !group.isRunning(port)) continue;
           const replication = parseInfo(String(await group.call(port, ['INFO', 'replication'])));
           if (replication.master_port !== String(current.port)) continue;
-          if (replication.slave_repl_offset !== offset) return why(`replica ${port} is at offset ${replication.slave_repl_offset}, the primary at ${offset}`);
+          if (replication.slave_repl_offset !== offset)
+            return why(`replica ${port} is at offset ${replication.slave_repl_offset}, the primary at ${offset}`);
         }
         return true;
       });
@@ -255,11 +286,15 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
     await group.start(replicaPort, [dataConfig(replicaPort, primaryPort)]);
     await Promise.all(sentinelPorts.map((port, i) => group.start(port, [sentinelConfig(i), '--sentinel'])));
     try {
-      await pollUntil('the sentinels to agree on the primary and see its replica', Math.max(1000, timeoutMs - (Date.now() - startedAt)), (why) =>
-        agreed(why, primaryPort, true),
+      await pollUntil(
+        'the sentinels to agree on the primary and see its replica',
+        Math.max(1000, timeoutMs - (Date.now() - startedAt)),
+        (why) => agreed(why, primaryPort, true),
       );
     } catch (error) {
-      const logs = [primaryPort, replicaPort, ...sentinelPorts].map((p) => `--- ${p}:\n${group.logTail(p, 5)}`).join('\n');
+      const logs = [primaryPort, replicaPort, ...sentinelPorts]
+        .map((p) => `--- ${p}:\n${group.logTail(p, 5)}`)
+        .join('\n');
       throw new Error(`${(error as Error).message}\n${logs}`);
     }
     const sentinels = sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',');
@@ -288,7 +323,9 @@ export async function startRedisSentinel(options: RedisSentinelOptions = {}) {
        */
       waitHealthy: async (waitMs = 30_000) => {
         const current = await reportedPrimary();
-        await pollUntil('the sentinels to agree on a healthy primary', waitMs, (why) => agreed(why, current.port, true));
+        await pollUntil('the sentinels to agree on a healthy primary', waitMs, (why) =>
+          agreed(why, current.port, true),
+        );
         return current;
       },
       waitReplicasInSync,

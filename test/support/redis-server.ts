@@ -96,7 +96,8 @@ function startGuard(pid: number, dir: string): ChildProcess {
     'cat >/dev/null',
     'kill -9 "$1" 2>/dev/null',
     // until it is dead (a zombie counts: init reaps it), at most 2 s
-    'i=0; while [ "$i" -lt 40 ] && [ -e "/proc/$1" ] && ! grep -q ") Z" "/proc/$1/stat" 2>/dev/null; do sleep 0.05; i=$((i + 1)); done',
+    'i=0; while [ "$i" -lt 40 ] && [ -e "/proc/$1" ] && ! grep -q ") Z" "/proc/$1/stat" 2>/dev/null; do sleep ' +
+      '0.05; i=$((i + 1)); done',
     'rm -rf "$2"',
   ].join('; ');
   const guard = spawn('sh', ['-c', script, 'switchyard-redis-guard', String(pid), dir], {
@@ -136,7 +137,9 @@ export async function startPrivateRedis(options: { aof?: boolean } = {}) {
 
 async function startOnFreePort(options: { aof?: boolean }) {
   if (!redisServerInstalled()) {
-    throw new Error('redis-server is not installed (e.g. `apt-get install redis-server`): cannot start a private Redis');
+    throw new Error(
+      'redis-server is not installed (e.g. `apt-get install redis-server`): cannot start a private Redis',
+    );
   }
   const aof = options.aof ?? true;
   const port = await freePort();
@@ -150,11 +153,16 @@ async function startOnFreePort(options: { aof?: boolean }) {
   async function start(): Promise<void> {
     // A second server on the port would fail to bind while the probe below still reached the first one.
     const running = server.proc;
-    if (running && running.exitCode === null && running.signalCode === null) throw new Error(`the Redis on port ${port} is still running: stop() it first`);
+    if (running && running.exitCode === null && running.signalCode === null)
+      throw new Error(`the Redis on port ${port} is still running: stop() it first`);
     const persistence = aof ? ['--appendonly', 'yes', '--appendfsync', 'everysec'] : ['--appendonly', 'no'];
-    const proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...persistence, '--save', ''], {
-      stdio: 'ignore',
-    });
+    const proc = spawn(
+      'redis-server',
+      ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...persistence, '--save', ''],
+      {
+        stdio: 'ignore',
+      },
+    );
     proc.on('error', () => undefined);
     proc.unref();
     server.proc = proc;
@@ -173,7 +181,9 @@ async function startOnFreePort(options: { aof?: boolean }) {
       }
     }
     probe.disconnect();
-    throw new Error(`private redis-server on port ${port} did not start (exit ${proc.exitCode ?? proc.signalCode ?? 'none'})`);
+    throw new Error(
+      `private redis-server on port ${port} did not start (exit ${proc.exitCode ?? proc.signalCode ?? 'none'})`,
+    );
   }
 
   /** Kills the server with SIGKILL, as a crash or an OOM kill would. */
@@ -203,7 +213,7 @@ async function startOnFreePort(options: { aof?: boolean }) {
     probe.on('error', () => undefined);
     try {
       await probe.connect();
-      for (const started = Date.now(); Date.now() - started < timeoutMs; ) {
+      for (const started = Date.now(); Date.now() - started < timeoutMs;) {
         if (/^aof_buffer_length:0\r?$/m.test(await probe.info('persistence'))) return;
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -249,7 +259,8 @@ export async function benchRedisUrl(envName: string, db: number): Promise<string
   if (told) return told;
   if (!redisServerInstalled()) {
     throw new Error(
-      `The benchmark needs a Redis: install redis-server (e.g. \`apt-get install redis-server\`) and it starts its own private one, ` +
+      `The benchmark needs a Redis: install redis-server (e.g. \`apt-get install redis-server\`) and it starts ` +
+        `its own private one, ` +
         `or set ${envName}=redis://host:port/db to use a running Redis (that database is flushed).`,
     );
   }

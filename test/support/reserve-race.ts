@@ -9,7 +9,14 @@ import { Redis } from 'ioredis';
 import { charge, reserve } from '../../shared/money/billing.js';
 import { usageEntry } from './usage-entry.js';
 
-const [url, index, count, keys, limit = '', mode = ''] = process.argv.slice(2) as [string, string, string, string, string?, string?];
+const [url, index, count, keys, limit = '', mode = ''] = process.argv.slice(2) as [
+  string,
+  string,
+  string,
+  string,
+  string?,
+  string?,
+];
 const keyIds = keys.split(',') as Array<'k1' | 'k2'>;
 const redis = new Redis(url, { maxRetriesPerRequest: 3 });
 const admitted = { k1: 0, k2: 0 };
@@ -20,8 +27,14 @@ await Promise.all(
     const limits = limit ? { limitMicros: Number(limit) } : {};
     const outcome =
       mode === 'mixed' && i % 2 === 1
-        ? await charge(redis, usageEntry(requestId, 1000, { key_id: keyId, vendor: 'cache', cache: 'hit' }), limits, { bufferRecords: 10_000 })
-        : await reserve(redis, { requestId, keyId, accountId: 'a1', micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, limits);
+        ? await charge(redis, usageEntry(requestId, 1000, { key_id: keyId, vendor: 'cache', cache: 'hit' }), limits, {
+            bufferRecords: 10_000,
+          })
+        : await reserve(
+            redis,
+            { requestId, keyId, accountId: 'a1', micros: 1000, tokens: 10, deadline: Date.now() + 60_000 },
+            limits,
+          );
     if (outcome.ok) admitted[keyId] += 1;
   }),
 );

@@ -36,7 +36,11 @@ export function readWav(bytes: Buffer): DecodedAudio & { streamed: boolean } {
     const size = bytes.readUInt32LE(at + 4);
     if (id === 'fmt ') {
       assert.equal(bytes.readUInt16LE(at + 8), 1, 'PCM');
-      format = { channels: bytes.readUInt16LE(at + 10), sampleRate: bytes.readUInt32LE(at + 12), bits: bytes.readUInt16LE(at + 22) };
+      format = {
+        channels: bytes.readUInt16LE(at + 10),
+        sampleRate: bytes.readUInt32LE(at + 12),
+        bits: bytes.readUInt16LE(at + 22),
+      };
       assert.equal(bytes.readUInt32LE(at + 16), format.sampleRate * format.channels * (format.bits / 8), 'byte rate');
     } else if (id === 'data') {
       assert.ok(format, 'fmt before data');
@@ -58,7 +62,11 @@ export async function decodeMp3(bytes: Buffer): Promise<DecodedAudio> {
     const decoded = decoder.decode(new Uint8Array(bytes));
     assert.deepEqual(decoded.errors, [], 'mpg123 decodes every frame');
     assert.ok(decoded.samplesDecoded > 0, 'samples decoded');
-    return { sampleRate: decoded.sampleRate, channels: decoded.channelData.length, samples: decoded.channelData[0]!.subarray(0, decoded.samplesDecoded) };
+    return {
+      sampleRate: decoded.sampleRate,
+      channels: decoded.channelData.length,
+      samples: decoded.channelData[0]!.subarray(0, decoded.samplesDecoded),
+    };
   } finally {
     decoder.free();
   }
@@ -77,6 +85,6 @@ export function rmsOf(samples: Float32Array): number {
 /** The pitch of a steady tone, from its zero crossings. */
 export function pitchOf(samples: Float32Array, sampleRate: number): number {
   let crossings = 0;
-  for (let i = 1; i < samples.length; i++) if ((samples[i - 1]! < 0) !== (samples[i]! < 0)) crossings++;
+  for (let i = 1; i < samples.length; i++) if (samples[i - 1]! < 0 !== samples[i]! < 0) crossings++;
   return (crossings / 2) * (sampleRate / samples.length);
 }

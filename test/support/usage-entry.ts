@@ -1,6 +1,8 @@
 import type { UsageEntry } from '../../shared/money/usage.js';
 
-/** A settled request's usage entry: a small completed chat of key `k1` of account `a1`, unless `extra` says otherwise. */
+/**
+ * A settled request's usage entry: a small completed chat of key `k1` of account `a1`, unless `extra` says otherwise.
+ */
 export const usageEntry = (requestId: string, costMicros: number, extra: Partial<UsageEntry> = {}): UsageEntry => ({
   request_id: requestId,
   key_id: 'k1',

@@ -8,7 +8,13 @@ import { startFakeOpenAI } from './fake-openai.js';
  * Gemini), with the gateway environment that points every vendor at its fake.
  */
 export async function startVendorFakes(): Promise<{ env: Record<string, string>; close(): Promise<void> }> {
-  const [openai, deepseek, xai, anthropic, gemini] = await Promise.all([startFakeOpenAI(), startFakeOpenAI(), startFakeOpenAI(), startFakeAnthropic(), startFakeGemini()]);
+  const [openai, deepseek, xai, anthropic, gemini] = await Promise.all([
+    startFakeOpenAI(),
+    startFakeOpenAI(),
+    startFakeOpenAI(),
+    startFakeAnthropic(),
+    startFakeGemini(),
+  ]);
   return {
     env: {
       OPENAI_API_KEY: 'sk-openai-test',

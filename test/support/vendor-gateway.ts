@@ -4,7 +4,10 @@ import { startFakeGemini, type FakeGemini, type FakeGeminiOptions } from './fake
 import { startFakeOpenAI, type FakeOpenAI, type FakeOpenAIOptions } from './fake-openai.js';
 import { freshRedis, startGateway, type GatewayProcess } from './gateway.js';
 
-/** The strict OpenAI, Anthropic and Gemini fakes, a fresh Redis database, and a gateway that sends each vendor's models to its fake. */
+/**
+ * The strict OpenAI, Anthropic and Gemini fakes, a fresh Redis database, and a gateway that sends each vendor's models
+ * to its fake.
+ */
 export interface VendorGateway {
   openai: FakeOpenAI;
   anthropic: FakeAnthropic;
@@ -20,13 +23,19 @@ export interface VendorGateway {
 export interface VendorGatewayOptions {
   /** The test file's own Redis database, emptied first (`freshRedis`). */
   db: number;
-  /** Each fake's options. An `apiKey` set here is the only key that fake accepts and the one the gateway is given for that vendor. */
+  /**
+   * Each fake's options. An `apiKey` set here is the only key that fake accepts and the one the gateway is given for
+   * that vendor.
+   */
   openai?: FakeOpenAIOptions;
   anthropic?: FakeAnthropicOptions;
   gemini?: FakeGeminiOptions;
   /** The file's own gateway environment, over the vendor variables. */
   env?: Record<string, string>;
-  /** Runs once the fakes and the database are ready and before the gateway starts: a fake's default answers, the keys the tests use. */
+  /**
+   * Runs once the fakes and the database are ready and before the gateway starts: a fake's default answers, the keys
+   * the tests use.
+   */
   prepare?(ready: Omit<VendorGateway, 'gateway' | 'close'>): void | Promise<void>;
 }
 
@@ -38,7 +47,11 @@ export interface VendorGatewayOptions {
  */
 export async function startVendorGateway(options: VendorGatewayOptions): Promise<VendorGateway> {
   // allSettled, not all: a fake still starting when another fails is closed too.
-  const fakes = await Promise.allSettled([startFakeOpenAI(options.openai), startFakeAnthropic(options.anthropic), startFakeGemini(options.gemini)]);
+  const fakes = await Promise.allSettled([
+    startFakeOpenAI(options.openai),
+    startFakeAnthropic(options.anthropic),
+    startFakeGemini(options.gemini),
+  ]);
   let fresh: { url: string; redis: Redis } | undefined;
   let gateway: GatewayProcess | undefined;
   const close = async () => {
@@ -52,7 +65,13 @@ export async function startVendorGateway(options: VendorGatewayOptions): Promise
     if (anthropic.status === 'rejected') throw anthropic.reason;
     if (gemini.status === 'rejected') throw gemini.reason;
     fresh = await freshRedis(options.db);
-    const ready = { openai: openai.value, anthropic: anthropic.value, gemini: gemini.value, redis: fresh.redis, redisUrl: fresh.url };
+    const ready = {
+      openai: openai.value,
+      anthropic: anthropic.value,
+      gemini: gemini.value,
+      redis: fresh.redis,
+      redisUrl: fresh.url,
+    };
     await options.prepare?.(ready);
     gateway = await startGateway({
       env: {

@@ -79,7 +79,16 @@ for (const storage of ['local', 's3'] as const) {
       if (storage === 's3') {
         s3 = await startS3();
         // Parts of S3's least size, so a file of tens of MB is a multipart upload of several parts.
-        blobs = new S3BlobStore({ bucket: s3.env.S3_BUCKET, endpoint: s3.env.S3_ENDPOINT, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', forcePathStyle: true, prefix: '', partBytes: 5 * 1024 * 1024 });
+        blobs = new S3BlobStore({
+          bucket: s3.env.S3_BUCKET,
+          endpoint: s3.env.S3_ENDPOINT,
+          region: 'us-east-1',
+          accessKeyId: 'S3RVER',
+          secretAccessKey: 'S3RVER',
+          forcePathStyle: true,
+          prefix: '',
+          partBytes: 5 * 1024 * 1024,
+        });
       } else blobs = new LocalBlobStore(dir);
       files = new AccountFileStore(redis, blobs);
     });
@@ -97,9 +106,25 @@ for (const storage of ['local', 's3'] as const) {
     });
 
     it('stores a file, tells it, streams it back, lists it and deletes it', async () => {
-      const made = await files.put('acct_a', { purpose: 'batch', filename: 'input.jsonl', body: Readable.from([lines(3)]) });
+      const made = await files.put('acct_a', {
+        purpose: 'batch',
+        filename: 'input.jsonl',
+        body: Readable.from([lines(3)]),
+      });
       assert.match(made.id, /^file-[A-Za-z0-9]{22}$/);
-      assert.deepEqual({ ...made, id: '', created_at: 0 }, { id: '', object: 'file', bytes: lines(3).length, created_at: 0, expires_at: null, filename: 'input.jsonl', purpose: 'batch', status: 'processed' });
+      assert.deepEqual(
+        { ...made, id: '', created_at: 0 },
+        {
+          id: '',
+          object: 'file',
+          bytes: lines(3).length,
+          created_at: 0,
+          expires_at: null,
+          filename: 'input.jsonl',
+          purpose: 'batch',
+          status: 'processed',
+        },
+      );
       assert.ok(Math.abs(made.created_at - Date.now() / 1000) < 60);
       assert.deepEqual(await files.get('acct_a', made.id), made);
       assert.equal(await text(await files.read('acct_a', made.id)), lines(3));
@@ -114,7 +139,11 @@ for (const storage of ['local', 's3'] as const) {
     });
 
     it("answers another account's file as missing, and leaves it whole", async () => {
-      const made = await files.put('acct_a', { purpose: 'user_data', filename: 'notes.txt', body: Readable.from(['hello']) });
+      const made = await files.put('acct_a', {
+        purpose: 'user_data',
+        filename: 'notes.txt',
+        body: Readable.from(['hello']),
+      });
       assert.equal(await files.get('acct_b', made.id), undefined);
       assert.equal(await files.read('acct_b', made.id), undefined);
       assert.equal(await files.delete('acct_b', made.id), false);
@@ -132,7 +161,12 @@ for (const storage of ['local', 's3'] as const) {
       assert.deepEqual((await files.list('acct_a', { limit: 10, order: 'asc' })).data, []);
       assert.equal(await redis.zcard(fileUploadsKey), 0, 'no upload left marked under way');
       // Exactly at the limit is taken.
-      const exact = await files.put('acct_a', { purpose: 'batch', filename: 'exact.jsonl', body: generated(200_000), maxBytes: 200_000 });
+      const exact = await files.put('acct_a', {
+        purpose: 'batch',
+        filename: 'exact.jsonl',
+        body: generated(200_000),
+        maxBytes: 200_000,
+      });
       assert.equal(exact.bytes, 200_000);
     });
 
@@ -141,7 +175,10 @@ for (const storage of ['local', 's3'] as const) {
         yield Buffer.alloc(100_000, 1);
         throw new Error('client went away');
       }
-      await assert.rejects(files.put('acct_a', { purpose: 'batch', filename: 'cut.jsonl', body: broken() }), /client went away/);
+      await assert.rejects(
+        files.put('acct_a', { purpose: 'batch', filename: 'cut.jsonl', body: broken() }),
+        /client went away/,
+      );
       assert.deepEqual(await keysUnder(blobs, 'files/'), []);
       assert.equal(await redis.zcard(fileUploadsKey), 0);
     });
@@ -157,42 +194,84 @@ for (const storage of ['local', 's3'] as const) {
     it('pages by after, limit and order, by purpose, and past a file just deleted', async () => {
       const made = [];
       for (let i = 0; i < 7; i++) {
-        made.push(await files.put('acct_a', { purpose: i % 3 === 2 ? 'user_data' : 'batch', filename: `f${i}.jsonl`, body: Readable.from([`${i}`]) }));
+        made.push(
+          await files.put('acct_a', {
+            purpose: i % 3 === 2 ? 'user_data' : 'batch',
+            filename: `f${i}.jsonl`,
+            body: Readable.from([`${i}`]),
+          }),
+        );
       }
       const ids = made.map((file) => file.id);
-      const page = (query: Parameters<AccountFileStore['list']>[1]) => files.list('acct_a', query).then((p) => ({ ids: p.data.map((f) => f.id), more: p.has_more }));
+      const page = (query: Parameters<AccountFileStore['list']>[1]) =>
+        files.list('acct_a', query).then((p) => ({ ids: p.data.map((f) => f.id), more: p.has_more }));
       assert.deepEqual(await page({ limit: 3, order: 'asc' }), { ids: ids.slice(0, 3), more: true });
       assert.deepEqual(await page({ limit: 3, order: 'asc', after: ids[2] }), { ids: ids.slice(3, 6), more: true });
       assert.deepEqual(await page({ limit: 3, order: 'asc', after: ids[5] }), { ids: ids.slice(6), more: false });
       assert.deepEqual(await page({ limit: 3, order: 'desc' }), { ids: ids.slice(4).reverse(), more: true });
-      assert.deepEqual(await page({ limit: 10, order: 'desc', after: ids[4] }), { ids: ids.slice(0, 4).reverse(), more: false });
-      assert.deepEqual(await page({ limit: 10, order: 'asc', purpose: 'user_data' }), { ids: [ids[2], ids[5]], more: false });
+      assert.deepEqual(await page({ limit: 10, order: 'desc', after: ids[4] }), {
+        ids: ids.slice(0, 4).reverse(),
+        more: false,
+      });
+      assert.deepEqual(await page({ limit: 10, order: 'asc', purpose: 'user_data' }), {
+        ids: [ids[2], ids[5]],
+        more: false,
+      });
       assert.deepEqual(await page({ limit: 1, order: 'desc', purpose: 'batch' }), { ids: [ids[6]], more: true });
       assert.deepEqual(await page({ limit: 10, order: 'asc', purpose: 'batch_output' }), { ids: [], more: false });
 
       // A client deleting what it pages through goes on from the file it just deleted.
       await files.delete('acct_a', ids[2]!);
       assert.deepEqual(await page({ limit: 2, order: 'asc', after: ids[2] }), { ids: ids.slice(3, 5), more: true });
-      assert.deepEqual(await page({ limit: 10, order: 'asc' }), { ids: ids.filter((id) => id !== ids[2]), more: false });
-      await assert.rejects(page({ limit: 2, order: 'asc', after: newFileId() }), (error: unknown) => error instanceof GatewayError && error.status === 400 && error.param === 'after');
+      assert.deepEqual(await page({ limit: 10, order: 'asc' }), {
+        ids: ids.filter((id) => id !== ids[2]),
+        more: false,
+      });
+      await assert.rejects(
+        page({ limit: 2, order: 'asc', after: newFileId() }),
+        (error: unknown) => error instanceof GatewayError && error.status === 400 && error.param === 'after',
+      );
       // Another account's id is no cursor here either.
       const other = await files.put('acct_b', { purpose: 'batch', filename: 'b.jsonl', body: Readable.from(['b']) });
-      await assert.rejects(page({ limit: 2, order: 'asc', after: other.id }), (error: unknown) => error instanceof GatewayError && error.param === 'after');
+      await assert.rejects(
+        page({ limit: 2, order: 'asc', after: other.id }),
+        (error: unknown) => error instanceof GatewayError && error.param === 'after',
+      );
     });
 
     it('hides an expired file at once; the sweep deletes its bytes and nothing else', async () => {
       const now = Math.floor(Date.now() / 1000);
-      const lasting = await files.put('acct_a', { purpose: 'batch', filename: 'later.jsonl', body: Readable.from(['later']), expiresAt: now + 3600 });
-      const expired = await files.put('acct_a', { purpose: 'batch_output', filename: 'out.jsonl', body: Readable.from(['out']), expiresAt: now - 1 });
-      const kept = await files.put('acct_a', { purpose: 'user_data', filename: 'kept.txt', body: Readable.from(['kept']) });
+      const lasting = await files.put('acct_a', {
+        purpose: 'batch',
+        filename: 'later.jsonl',
+        body: Readable.from(['later']),
+        expiresAt: now + 3600,
+      });
+      const expired = await files.put('acct_a', {
+        purpose: 'batch_output',
+        filename: 'out.jsonl',
+        body: Readable.from(['out']),
+        expiresAt: now - 1,
+      });
+      const kept = await files.put('acct_a', {
+        purpose: 'user_data',
+        filename: 'kept.txt',
+        body: Readable.from(['kept']),
+      });
       assert.equal(lasting.expires_at, now + 3600);
       assert.equal(await files.get('acct_a', expired.id), undefined);
       assert.equal(await files.read('acct_a', expired.id), undefined);
-      assert.deepEqual((await files.list('acct_a', { limit: 10, order: 'asc' })).data.map((f) => f.id), [lasting.id, kept.id]);
+      assert.deepEqual(
+        (await files.list('acct_a', { limit: 10, order: 'asc' })).data.map((f) => f.id),
+        [lasting.id, kept.id],
+      );
       assert.equal(await redis.zcard(expiringFilesKey), 2);
 
       assert.deepEqual(await files.sweepExpired(), { deleted: 1, failed: 0 });
-      assert.deepEqual((await keysUnder(blobs, 'files/')).sort(), [fileBlobKey('acct_a', lasting.id), fileBlobKey('acct_a', kept.id)].sort());
+      assert.deepEqual(
+        (await keysUnder(blobs, 'files/')).sort(),
+        [fileBlobKey('acct_a', lasting.id), fileBlobKey('acct_a', kept.id)].sort(),
+      );
       assert.equal(await redis.zcard(expiringFilesKey), 1);
       // An hour on, the other one goes too.
       assert.deepEqual(await files.sweepExpired(Date.now() + 3601_000), { deleted: 1, failed: 0 });
@@ -202,8 +281,16 @@ for (const storage of ['local', 's3'] as const) {
 
     it('deletes the bytes of an upload never recorded (its api died), not those of a recorded one', async () => {
       const abandoned = await files.stage('acct_a', { filename: 'half.jsonl', body: Readable.from(['half']) });
-      const recorded = await files.put('acct_a', { purpose: 'batch', filename: 'whole.jsonl', body: Readable.from(['whole']) });
-      assert.deepEqual(await files.sweepAbandonedUploads(Date.now() - 60_000), { deleted: 0, failed: 0 }, 'a recent upload may still be under way');
+      const recorded = await files.put('acct_a', {
+        purpose: 'batch',
+        filename: 'whole.jsonl',
+        body: Readable.from(['whole']),
+      });
+      assert.deepEqual(
+        await files.sweepAbandonedUploads(Date.now() - 60_000),
+        { deleted: 0, failed: 0 },
+        'a recent upload may still be under way',
+      );
       assert.deepEqual(await files.sweepAbandonedUploads(Date.now() + 1000), { deleted: 1, failed: 0 });
       assert.deepEqual(await keysUnder(blobs, 'files/'), [fileBlobKey('acct_a', recorded.id)]);
       assert.equal(await redis.zcard(fileUploadsKey), 0);
@@ -233,16 +320,30 @@ describe('AccountFileStore lists (large pages)', () => {
     const ids: string[] = [];
     for (let i = 0; i < 2105; i++) {
       const expired = i % 500 === 7;
-      const file = await files.put('acct_a', { purpose: 'batch', filename: `${i}.jsonl`, body: Readable.from(['x']), ...(expired ? { expiresAt: Math.floor(Date.now() / 1000) - 1 } : {}) });
+      const file = await files.put('acct_a', {
+        purpose: 'batch',
+        filename: `${i}.jsonl`,
+        body: Readable.from(['x']),
+        ...(expired ? { expiresAt: Math.floor(Date.now() / 1000) - 1 } : {}),
+      });
       if (!expired) ids.push(file.id);
     }
     const first = await files.list('acct_a', { limit: 2000, order: 'asc' });
-    assert.deepEqual(first.data.map((f) => f.id), ids.slice(0, 2000));
+    assert.deepEqual(
+      first.data.map((f) => f.id),
+      ids.slice(0, 2000),
+    );
     assert.equal(first.has_more, true);
     const rest = await files.list('acct_a', { limit: 2000, order: 'asc', after: ids[1999] });
-    assert.deepEqual(rest.data.map((f) => f.id), ids.slice(2000));
+    assert.deepEqual(
+      rest.data.map((f) => f.id),
+      ids.slice(2000),
+    );
     assert.equal(rest.has_more, false);
     const newest = await files.list('acct_a', { limit: 1500, order: 'desc' });
-    assert.deepEqual(newest.data.map((f) => f.id), ids.slice(-1500).reverse());
+    assert.deepEqual(
+      newest.data.map((f) => f.id),
+      ids.slice(-1500).reverse(),
+    );
   });
 });

@@ -9,7 +9,12 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { usesLegacyFunctions } from '../../workers/answers/chat-encoder.js';
 import type { AnswerEvent, StartEvent } from '../../workers/answers/events.js';
-import { anthropicAdapter, buildAnthropicRequest, JSON_OBJECT_INSTRUCTION, mapAnthropicStopReason } from '../../workers/vendors/anthropic/index.js';
+import {
+  anthropicAdapter,
+  buildAnthropicRequest,
+  JSON_OBJECT_INSTRUCTION,
+  mapAnthropicStopReason,
+} from '../../workers/vendors/anthropic/index.js';
 import { adapterMethod } from '../../workers/vendors/registry.js';
 import { convertAnthropicUsage } from '../../workers/vendors/anthropic/convert-anthropic-usage.js';
 import { Meter, meter } from '../../workers/settlement.js';
@@ -70,7 +75,10 @@ const chat = (extra: Record<string, unknown> = {}): ChatCompletionRequest =>
 const userText = (text: string) => ({ type: 'text', text });
 
 /** The encoder options the worker uses for this request: the client's model id, and its legacy `functions` use. */
-const encoding = (request: ChatCompletionRequest) => ({ model: request.model, legacyFunctions: usesLegacyFunctions(request) });
+const encoding = (request: ChatCompletionRequest) => ({
+  model: request.model,
+  legacyFunctions: usesLegacyFunctions(request),
+});
 
 /** A plain call: the adapter's answer, and the body the client gets for it. */
 async function answer(request: ChatCompletionRequest, ctx: CallContext = context()) {
@@ -78,8 +86,14 @@ async function answer(request: ChatCompletionRequest, ctx: CallContext = context
   return { answer: result, ...encodeAnswer(result, encoding(request)) };
 }
 
-/** A stream as the client gets it (usage chunk included unless told otherwise), with the batches the adapter yielded. */
-const stream = (request: ChatCompletionRequest, ctx: CallContext = context(), includeUsage = true): Promise<EncodedStream> =>
+/**
+ * A stream as the client gets it (usage chunk included unless told otherwise), with the batches the adapter yielded.
+ */
+const stream = (
+  request: ChatCompletionRequest,
+  ctx: CallContext = context(),
+  includeUsage = true,
+): Promise<EncodedStream> =>
   encodeStream(anthropicAdapter.streamChat!(request, ctx), { ...encoding(request), includeUsage });
 
 async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
@@ -131,7 +145,11 @@ function reassemble({ parsed }: EncodedStream) {
     const choice = chunk.choices[0];
     if (choice === undefined) continue;
     if (typeof choice.delta.content === 'string') text += choice.delta.content;
-    for (const call of (choice.delta.tool_calls ?? []) as { index: number; id?: string; function: { name?: string; arguments?: string } }[]) {
+    for (const call of (choice.delta.tool_calls ?? []) as {
+      index: number;
+      id?: string;
+      function: { name?: string; arguments?: string };
+    }[]) {
       const slot = (calls[call.index] ??= { arguments: '' });
       if (call.id !== undefined) slot.id = call.id;
       if (call.function.name !== undefined) slot.name = call.function.name;
@@ -153,8 +171,23 @@ beforeEach(() => fake.reset());
 
 describe('anthropic adapter: outgoing request', () => {
   it('adds Anthropic’s web search tool for web_search_options, with the user’s place', () => {
-    const body = buildAnthropicRequest(chat({ web_search_options: { search_context_size: 'low', user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } } } }), context(), false);
-    assert.deepEqual(body.tools, [{ type: 'web_search_20250305', name: 'web_search', user_location: { type: 'approximate', city: 'Oslo', country: 'NO' } }]);
+    const body = buildAnthropicRequest(
+      chat({
+        web_search_options: {
+          search_context_size: 'low',
+          user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } },
+        },
+      }),
+      context(),
+      false,
+    );
+    assert.deepEqual(body.tools, [
+      {
+        type: 'web_search_20250305',
+        name: 'web_search',
+        user_location: { type: 'approximate', city: 'Oslo', country: 'NO' },
+      },
+    ]);
   });
 
   it('posts to <base>/v1/messages with x-api-key, anthropic-version and the upstream model', async () => {
@@ -167,10 +200,17 @@ describe('anthropic adapter: outgoing request', () => {
     assert.equal(request.headers.authorization, undefined);
   });
 
-  it('never sends service_tier (Anthropic sells no OpenAI tiers): not the request\'s, not the job\'s band', async () => {
+  it("never sends service_tier (Anthropic sells no OpenAI tiers): not the request's, not the job's band", async () => {
     for (const tier of ['flex', 'priority', 'auto', 'scale'] as const) {
       fake.reset();
-      assert.deepEqual(await sent(chat({ service_tier: tier }), context({ serviceTier: tier === 'auto' || tier === 'scale' ? 'default' : tier })), bodyWith({}), tier);
+      assert.deepEqual(
+        await sent(
+          chat({ service_tier: tier }),
+          context({ serviceTier: tier === 'auto' || tier === 'scale' ? 'default' : tier }),
+        ),
+        bodyWith({}),
+        tier,
+      );
       fake.reset();
       await collect(anthropicAdapter.streamChat!(chat({ service_tier: tier, stream: true }), context()));
       assert.equal('service_tier' in (fake.requests[0]!.body as object), false, `${tier}, streamed`);
@@ -191,28 +231,35 @@ describe('anthropic adapter: outgoing request', () => {
     }
   });
 
-  it('lifts system and developer messages from anywhere into `system`: a string for one text, blocks in order otherwise', async () => {
-    const one = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
-    assert.deepEqual(await sent(chat({ messages: one })), bodyWith({ system: 'Be brief.' }));
+  it(
+    'lifts system and developer messages from anywhere into `system`: a string for one text, blocks in order ' +
+      'otherwise',
+    async () => {
+      const one = [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hi' },
+      ];
+      assert.deepEqual(await sent(chat({ messages: one })), bodyWith({ system: 'Be brief.' }));
 
-    fake.reset();
-    const several = [
-      { role: 'system', content: 'Be brief.' },
-      { role: 'user', content: 'Hi' },
-      { role: 'assistant', content: 'Hello.' },
-      { role: 'developer', content: [userText('Use metric units.'), userText('Cite sources.')] },
-      { role: 'user', content: 'Weather?' },
-    ];
-    assert.deepEqual(await sent(chat({ messages: several })), {
-      ...bodyWith({}),
-      system: [userText('Be brief.'), userText('Use metric units.'), userText('Cite sources.')],
-      messages: [
-        { role: 'user', content: [userText('Hi')] },
-        { role: 'assistant', content: [userText('Hello.')] },
-        { role: 'user', content: [userText('Weather?')] },
-      ],
-    });
-  });
+      fake.reset();
+      const several = [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hi' },
+        { role: 'assistant', content: 'Hello.' },
+        { role: 'developer', content: [userText('Use metric units.'), userText('Cite sources.')] },
+        { role: 'user', content: 'Weather?' },
+      ];
+      assert.deepEqual(await sent(chat({ messages: several })), {
+        ...bodyWith({}),
+        system: [userText('Be brief.'), userText('Use metric units.'), userText('Cite sources.')],
+        messages: [
+          { role: 'user', content: [userText('Hi')] },
+          { role: 'assistant', content: [userText('Hello.')] },
+          { role: 'user', content: [userText('Weather?')] },
+        ],
+      });
+    },
+  );
 
   it('merges consecutive same-role turns (also across a lifted system message) into one turn', async () => {
     const messages = [
@@ -233,33 +280,38 @@ describe('anthropic adapter: outgoing request', () => {
     });
   });
 
-  it('maps image parts: data URLs to base64 sources (PDF to a document), http(s) URLs to url sources, dropping detail', async () => {
-    const content = [
-      userText('Compare.'),
-      { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'high' } },
-      { type: 'image_url', image_url: { url: 'data:image/jpg;base64,/9j/4AAQ' } },
-      { type: 'image_url', image_url: { url: 'https://example.com/cat.webp', detail: 'low' } },
-      { type: 'image_url', image_url: { url: 'data:application/pdf;base64,JVBERi0x' } },
-    ];
-    assert.deepEqual(await sent(chat({ messages: [{ role: 'user', content }] })), {
-      ...bodyWith({}),
-      messages: [
-        {
-          role: 'user',
-          content: [
-            userText('Compare.'),
-            { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
-            { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/4AAQ' } },
-            { type: 'image', source: { type: 'url', url: 'https://example.com/cat.webp' } },
-            { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0x' } },
-          ],
-        },
-      ],
-    });
-  });
+  it(
+    'maps image parts: data URLs to base64 sources (PDF to a document), http(s) URLs to url sources, dropping ' +
+      'detail',
+    async () => {
+      const content = [
+        userText('Compare.'),
+        { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'high' } },
+        { type: 'image_url', image_url: { url: 'data:image/jpg;base64,/9j/4AAQ' } },
+        { type: 'image_url', image_url: { url: 'https://example.com/cat.webp', detail: 'low' } },
+        { type: 'image_url', image_url: { url: 'data:application/pdf;base64,JVBERi0x' } },
+      ];
+      assert.deepEqual(await sent(chat({ messages: [{ role: 'user', content }] })), {
+        ...bodyWith({}),
+        messages: [
+          {
+            role: 'user',
+            content: [
+              userText('Compare.'),
+              { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } },
+              { type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/4AAQ' } },
+              { type: 'image', source: { type: 'url', url: 'https://example.com/cat.webp' } },
+              { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0x' } },
+            ],
+          },
+        ],
+      });
+    },
+  );
 
   it('refuses images Anthropic cannot take, naming the part', async () => {
-    const image = (url: string) => chat({ messages: [{ role: 'user', content: [userText('x'), { type: 'image_url', image_url: { url } }] }] });
+    const image = (url: string) =>
+      chat({ messages: [{ role: 'user', content: [userText('x'), { type: 'image_url', image_url: { url } }] }] });
     await refused(image('data:image/bmp;base64,Qk0='), 'messages[0].content[1].image_url.url');
     await refused(image('data:image/png,rawbytes'), 'messages[0].content[1].image_url.url');
     await refused(image('ftp://example.com/a.png'), 'messages[0].content[1].image_url.url');
@@ -269,56 +321,72 @@ describe('anthropic adapter: outgoing request', () => {
     const audio = { type: 'input_audio', input_audio: { data: 'UklGRg==', format: 'wav' } };
     const file = { type: 'file', file: { file_id: 'file-1' } };
     await refused(chat({ messages: [{ role: 'user', content: [userText('x'), audio] }] }), 'messages[0].content[1]');
-    await refused(chat({ messages: [{ role: 'system', content: 's' }, { role: 'user', content: [file] }] }), 'messages[1].content[0]');
+    await refused(
+      chat({
+        messages: [
+          { role: 'system', content: 's' },
+          { role: 'user', content: [file] },
+        ],
+      }),
+      'messages[1].content[0]',
+    );
   });
 
-  it('maps tool calls to tool_use after text, and tool results plus the next user message to one user turn, results first', async () => {
-    const messages = [
-      { role: 'user', content: 'Weather in Oslo and Bergen?' },
-      {
-        role: 'assistant',
-        content: 'Checking.',
-        tool_calls: [
-          { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
-          { id: 'call_b', type: 'function', function: { name: 'get_weather', arguments: '' } },
-        ],
-      },
-      { role: 'tool', tool_call_id: 'call_a', content: '12C' },
-      { role: 'tool', tool_call_id: 'call_b', content: [userText('9C'), userText(' rain')] },
-      { role: 'user', content: 'Thanks, summarise.' },
-    ];
-    const result = await answer(chat({ messages }));
-    assert.deepEqual(fake.requests[0]!.body, {
-      ...bodyWith({}),
-      messages: [
-        { role: 'user', content: [userText('Weather in Oslo and Bergen?')] },
+  it(
+    'maps tool calls to tool_use after text, and tool results plus the next user message to one user turn, results ' +
+      'first',
+    async () => {
+      const messages = [
+        { role: 'user', content: 'Weather in Oslo and Bergen?' },
         {
           role: 'assistant',
-          content: [
-            userText('Checking.'),
-            { type: 'tool_use', id: 'call_a', name: 'get_weather', input: { city: 'Oslo' } },
-            { type: 'tool_use', id: 'call_b', name: 'get_weather', input: {} },
+          content: 'Checking.',
+          tool_calls: [
+            { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+            { id: 'call_b', type: 'function', function: { name: 'get_weather', arguments: '' } },
           ],
         },
-        {
-          role: 'user',
-          content: [
-            { type: 'tool_result', tool_use_id: 'call_a', content: '12C' },
-            { type: 'tool_result', tool_use_id: 'call_b', content: [userText('9C'), userText(' rain')] },
-            userText('Thanks, summarise.'),
-          ],
-        },
-      ],
-    });
-    assert.equal(result.parsed.choices[0].message.content, 'Tool said: 12C; 9C rain');
-  });
+        { role: 'tool', tool_call_id: 'call_a', content: '12C' },
+        { role: 'tool', tool_call_id: 'call_b', content: [userText('9C'), userText(' rain')] },
+        { role: 'user', content: 'Thanks, summarise.' },
+      ];
+      const result = await answer(chat({ messages }));
+      assert.deepEqual(fake.requests[0]!.body, {
+        ...bodyWith({}),
+        messages: [
+          { role: 'user', content: [userText('Weather in Oslo and Bergen?')] },
+          {
+            role: 'assistant',
+            content: [
+              userText('Checking.'),
+              { type: 'tool_use', id: 'call_a', name: 'get_weather', input: { city: 'Oslo' } },
+              { type: 'tool_use', id: 'call_b', name: 'get_weather', input: {} },
+            ],
+          },
+          {
+            role: 'user',
+            content: [
+              { type: 'tool_result', tool_use_id: 'call_a', content: '12C' },
+              { type: 'tool_result', tool_use_id: 'call_b', content: [userText('9C'), userText(' rain')] },
+              userText('Thanks, summarise.'),
+            ],
+          },
+        ],
+      });
+      assert.equal(result.parsed.choices[0].message.content, 'Tool said: 12C; 9C rain');
+    },
+  );
 
   it('refuses tool call arguments that are not a JSON object, naming them', async () => {
     const history = (args: string) =>
       chat({
         messages: [
           { role: 'user', content: 'Hi' },
-          { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: 'c1', type: 'function', function: { name: 'f', arguments: args } }],
+          },
           { role: 'tool', tool_call_id: 'c1', content: 'ok' },
         ],
       });
@@ -352,15 +420,26 @@ describe('anthropic adapter: outgoing request', () => {
       [{ tool_choice: 'none' }, { type: 'none' }],
       [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, { type: 'tool', name: 'get_weather' }],
       [{ parallel_tool_calls: false }, { type: 'auto', disable_parallel_tool_use: true }],
-      [{ tool_choice: 'required', parallel_tool_calls: false }, { type: 'any', disable_parallel_tool_use: true }],
+      [
+        { tool_choice: 'required', parallel_tool_calls: false },
+        { type: 'any', disable_parallel_tool_use: true },
+      ],
       [{ tool_choice: 'none', parallel_tool_calls: false }, { type: 'none' }],
     ];
     for (const [extra, toolChoice] of cases) {
       fake.reset();
-      assert.deepEqual(await sent(chat({ tools, ...extra })), bodyWith({ tools: mapped, tool_choice: toolChoice }), JSON.stringify(extra));
+      assert.deepEqual(
+        await sent(chat({ tools, ...extra })),
+        bodyWith({ tools: mapped, tool_choice: toolChoice }),
+        JSON.stringify(extra),
+      );
     }
     fake.reset();
-    assert.deepEqual(await sent(chat({ tool_choice: 'auto', parallel_tool_calls: false })), bodyWith({}), 'no tools: no tool choice');
+    assert.deepEqual(
+      await sent(chat({ tool_choice: 'auto', parallel_tool_calls: false })),
+      bodyWith({}),
+      'no tools: no tool choice',
+    );
     fake.reset();
     await refused(chat({ tools: [{ type: 'custom', custom: { name: 'grammar' } }] }), 'tools[0]');
   });
@@ -378,8 +457,14 @@ describe('anthropic adapter: outgoing request', () => {
       ...bodyWith({}),
       messages: [
         { role: 'user', content: [userText('Weather?')] },
-        { role: 'assistant', content: [{ type: 'tool_use', id: 'call_function_1', name: 'get_weather', input: { city: 'Oslo' } }] },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_function_1', content: '12C' }, userText('And Bergen?')] },
+        {
+          role: 'assistant',
+          content: [{ type: 'tool_use', id: 'call_function_1', name: 'get_weather', input: { city: 'Oslo' } }],
+        },
+        {
+          role: 'user',
+          content: [{ type: 'tool_result', tool_use_id: 'call_function_1', content: '12C' }, userText('And Bergen?')],
+        },
       ],
       tools: [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }],
       tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
@@ -391,7 +476,10 @@ describe('anthropic adapter: outgoing request', () => {
     assert.deepEqual(call.message.function_call, { name: 'get_weather', arguments: '{"city":"Oslo"}' });
     assert.equal(call.message.tool_calls, undefined);
     assert.equal(call.finish_reason, 'function_call');
-    assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, { type: 'auto', disable_parallel_tool_use: true });
+    assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, {
+      type: 'auto',
+      disable_parallel_tool_use: true,
+    });
 
     fake.reset();
     const streamed = reassemble(await stream(chat({ functions, stream: true })));
@@ -417,16 +505,27 @@ describe('anthropic adapter: outgoing request', () => {
   });
 
   it('maps response_format: json_schema to output_config.format, json_object to a system instruction', async () => {
-    const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false };
+    const schema = {
+      type: 'object',
+      properties: { a: { type: 'string' } },
+      required: ['a'],
+      additionalProperties: false,
+    };
     const jsonSchema = { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } };
     assert.deepEqual(
       await sent(chat({ response_format: jsonSchema })),
       bodyWith({ output_config: { format: { type: 'json_schema', schema } } }),
     );
     fake.reset();
-    assert.deepEqual(await sent(chat({ response_format: { type: 'json_object' } })), bodyWith({ system: JSON_OBJECT_INSTRUCTION }));
+    assert.deepEqual(
+      await sent(chat({ response_format: { type: 'json_object' } })),
+      bodyWith({ system: JSON_OBJECT_INSTRUCTION }),
+    );
     fake.reset();
-    const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }];
+    const messages = [
+      { role: 'system', content: 'Be brief.' },
+      { role: 'user', content: 'Hi' },
+    ];
     assert.deepEqual(
       await sent(chat({ messages, response_format: { type: 'json_object' } })),
       bodyWith({ system: [userText('Be brief.'), userText(JSON_OBJECT_INSTRUCTION)] }),
@@ -459,7 +558,13 @@ describe('anthropic adapter: outgoing request', () => {
     assert.equal(entry.level, 40);
     assert.equal(entry.reqId, 'req_test');
     assert.deepEqual(entry.dropped, [
-      'seed', 'logit_bias', 'presence_penalty', 'frequency_penalty', 'logprobs', 'top_logprobs', 'messages[].name',
+      'seed',
+      'logit_bias',
+      'presence_penalty',
+      'frequency_penalty',
+      'logprobs',
+      'top_logprobs',
+      'messages[].name',
     ]);
 
     lines.length = 0;
@@ -494,30 +599,55 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
     }
   });
 
-  it('fits thinking inside a client max_tokens (it counts reasoning, and was reserved so); raises only the default, within the catalog limit; gives up below 1024', async () => {
-    const cases: [Record<string, unknown>, CatalogModel, Record<string, unknown>][] = [
-      // The client's max counts the thinking too, as OpenAI's max_completion_tokens counts reasoning.
-      [{ reasoning_effort: 'medium', max_completion_tokens: 100 }, MODEL, { max_tokens: 100 }],
-      [{ reasoning_effort: 'high', max_tokens: 60000 }, MODEL, { max_tokens: 60000, thinking: thinking(16384) }],
-      [{ reasoning_effort: 'medium', max_tokens: 3000 }, MODEL, { max_tokens: 3000, thinking: thinking(2999) }],
-      // The gateway's default output gets the budget added.
-      [{ reasoning_effort: 'medium' }, { ...MODEL, default_max_tokens: 2000 }, { max_tokens: 6096, thinking: thinking(4096) }],
-      // The budget does not fit under the limit: it shrinks to max_tokens - 1.
-      [{ reasoning_effort: 'high' }, { ...MODEL, max_output_tokens: 8192 }, { max_tokens: 8192, thinking: thinking(8191) }],
-      [{ reasoning_effort: 'xhigh', max_tokens: 8192 }, { ...MODEL, max_output_tokens: 8192 }, { max_tokens: 8192, thinking: thinking(8191) }],
-      // Unknown limit: nothing to cap at.
-      [{ reasoning_effort: 'xhigh' }, { ...MODEL, max_output_tokens: 0 }, { max_tokens: 36096, thinking: thinking(32000) }],
-      // A client max_tokens above the catalog limit is never lowered: refusing it is the vendor's call, as without thinking.
-      [{ reasoning_effort: 'low', max_tokens: 70000 }, MODEL, { max_tokens: 70000, thinking: thinking(2048) }],
-      // 1024 max tokens leave at most 1023 for thinking: below Anthropic's minimum, so no thinking.
-      [{ reasoning_effort: 'minimal' }, { ...MODEL, max_output_tokens: 1024 }, { max_tokens: 1024 }],
-      [{ reasoning_effort: 'high', max_tokens: 500 }, { ...MODEL, max_output_tokens: 1000 }, { max_tokens: 500 }],
-    ];
-    for (const [extra, model, expected] of cases) {
-      fake.reset();
-      assert.deepEqual(await sent(chat(extra), context({ model })), bodyWith(expected), JSON.stringify([extra, model.max_output_tokens]));
-    }
-  });
+  it(
+    'fits thinking inside a client max_tokens (it counts reasoning, and was reserved so); raises only the default, ' +
+      'within the catalog limit; gives up below 1024',
+    async () => {
+      const cases: [Record<string, unknown>, CatalogModel, Record<string, unknown>][] = [
+        // The client's max counts the thinking too, as OpenAI's max_completion_tokens counts reasoning.
+        [{ reasoning_effort: 'medium', max_completion_tokens: 100 }, MODEL, { max_tokens: 100 }],
+        [{ reasoning_effort: 'high', max_tokens: 60000 }, MODEL, { max_tokens: 60000, thinking: thinking(16384) }],
+        [{ reasoning_effort: 'medium', max_tokens: 3000 }, MODEL, { max_tokens: 3000, thinking: thinking(2999) }],
+        // The gateway's default output gets the budget added.
+        [
+          { reasoning_effort: 'medium' },
+          { ...MODEL, default_max_tokens: 2000 },
+          { max_tokens: 6096, thinking: thinking(4096) },
+        ],
+        // The budget does not fit under the limit: it shrinks to max_tokens - 1.
+        [
+          { reasoning_effort: 'high' },
+          { ...MODEL, max_output_tokens: 8192 },
+          { max_tokens: 8192, thinking: thinking(8191) },
+        ],
+        [
+          { reasoning_effort: 'xhigh', max_tokens: 8192 },
+          { ...MODEL, max_output_tokens: 8192 },
+          { max_tokens: 8192, thinking: thinking(8191) },
+        ],
+        // Unknown limit: nothing to cap at.
+        [
+          { reasoning_effort: 'xhigh' },
+          { ...MODEL, max_output_tokens: 0 },
+          { max_tokens: 36096, thinking: thinking(32000) },
+        ],
+        // A client max_tokens above the catalog limit is never lowered: refusing it is the vendor's call, as without
+        // thinking.
+        [{ reasoning_effort: 'low', max_tokens: 70000 }, MODEL, { max_tokens: 70000, thinking: thinking(2048) }],
+        // 1024 max tokens leave at most 1023 for thinking: below Anthropic's minimum, so no thinking.
+        [{ reasoning_effort: 'minimal' }, { ...MODEL, max_output_tokens: 1024 }, { max_tokens: 1024 }],
+        [{ reasoning_effort: 'high', max_tokens: 500 }, { ...MODEL, max_output_tokens: 1000 }, { max_tokens: 500 }],
+      ];
+      for (const [extra, model, expected] of cases) {
+        fake.reset();
+        assert.deepEqual(
+          await sent(chat(extra), context({ model })),
+          bodyWith(expected),
+          JSON.stringify([extra, model.max_output_tokens]),
+        );
+      }
+    },
+  );
 
   it('logs an effort it could not fit as dropped, with the reason', async () => {
     const { lines, log } = warnings();
@@ -528,23 +658,36 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
     assert.match(entry.thinkingSkipped, /minimum thinking budget of 1024/);
   });
 
-  it('drops temperature and top_p when thinking is on (Anthropic accepts only its default sampling then), keeps them otherwise', async () => {
-    const { lines, log } = warnings();
-    const request = chat({ reasoning_effort: 'low', temperature: 0.2, top_p: 0.5, stop: 'END' });
-    assert.deepEqual(await sent(request, context({ log })), bodyWith({ max_tokens: 6144, thinking: thinking(2048), stop_sequences: ['END'] }));
-    assert.equal(lines.length, 1);
-    assert.deepEqual(JSON.parse(lines[0]!).dropped, ['temperature', 'top_p']);
+  it(
+    'drops temperature and top_p when thinking is on (Anthropic accepts only its default sampling then), keeps ' +
+      'them otherwise',
+    async () => {
+      const { lines, log } = warnings();
+      const request = chat({ reasoning_effort: 'low', temperature: 0.2, top_p: 0.5, stop: 'END' });
+      assert.deepEqual(
+        await sent(request, context({ log })),
+        bodyWith({ max_tokens: 6144, thinking: thinking(2048), stop_sequences: ['END'] }),
+      );
+      assert.equal(lines.length, 1);
+      assert.deepEqual(JSON.parse(lines[0]!).dropped, ['temperature', 'top_p']);
 
-    fake.reset();
-    assert.deepEqual(await sent(chat({ reasoning_effort: 'none', temperature: 0.2, top_p: 0.5 })), bodyWith({ temperature: 0.2, top_p: 0.5 }));
-  });
+      fake.reset();
+      assert.deepEqual(
+        await sent(chat({ reasoning_effort: 'none', temperature: 0.2, top_p: 0.5 })),
+        bodyWith({ temperature: 0.2, top_p: 0.5 }),
+      );
+    },
+  );
 
   it('keeps a forced tool choice and leaves thinking off (Anthropic allows only auto/none with thinking)', async () => {
     const tools = [{ type: 'function', function: { name: 'get_weather' } }];
     const mapped = [{ name: 'get_weather', input_schema: { type: 'object', properties: {} } }];
     const cases: [Record<string, unknown>, Record<string, unknown>][] = [
       [{ tool_choice: 'required' }, { tool_choice: { type: 'any' } }],
-      [{ tool_choice: { type: 'function', function: { name: 'get_weather' } } }, { tool_choice: { type: 'tool', name: 'get_weather' } }],
+      [
+        { tool_choice: { type: 'function', function: { name: 'get_weather' } } },
+        { tool_choice: { type: 'tool', name: 'get_weather' } },
+      ],
       [{ tool_choice: 'auto' }, { tool_choice: { type: 'auto' }, max_tokens: 20480, thinking: thinking(16384) }],
       [{ tool_choice: 'none' }, { tool_choice: { type: 'none' }, max_tokens: 20480, thinking: thinking(16384) }],
       [{}, { max_tokens: 20480, thinking: thinking(16384) }],
@@ -552,32 +695,56 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
     for (const [extra, expected] of cases) {
       fake.reset();
       const { lines, log } = warnings();
-      assert.deepEqual(await sent(chat({ tools, reasoning_effort: 'high', ...extra }), context({ log })), bodyWith({ tools: mapped, ...expected }), JSON.stringify(extra));
-      assert.deepEqual(lines.map((line) => JSON.parse(line).dropped), expected.thinking === undefined ? [['reasoning_effort']] : []);
+      assert.deepEqual(
+        await sent(chat({ tools, reasoning_effort: 'high', ...extra }), context({ log })),
+        bodyWith({ tools: mapped, ...expected }),
+        JSON.stringify(extra),
+      );
+      assert.deepEqual(
+        lines.map((line) => JSON.parse(line).dropped),
+        expected.thinking === undefined ? [['reasoning_effort']] : [],
+      );
     }
   });
 
-  it('leaves thinking off while answering tool calls (their thinking blocks cannot be replayed) and for a prefilled reply', async () => {
-    const tools = [{ type: 'function', function: { name: 'get_weather' } }];
-    const toolCall = { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{}' } };
-    const inLoop = [
-      { role: 'user', content: 'Weather?' },
-      { role: 'assistant', content: null, tool_calls: [toolCall] },
-      { role: 'tool', tool_call_id: 'call_a', content: '12C' },
-    ];
-    const body = (await sent(chat({ tools, messages: inLoop, reasoning_effort: 'high' }))) as Record<string, unknown>;
-    assert.equal(body.thinking, undefined);
-    assert.equal(body.max_tokens, 4096);
+  it(
+    'leaves thinking off while answering tool calls (their thinking blocks cannot be replayed) and for a prefilled ' +
+      'reply',
+    async () => {
+      const tools = [{ type: 'function', function: { name: 'get_weather' } }];
+      const toolCall = { id: 'call_a', type: 'function', function: { name: 'get_weather', arguments: '{}' } };
+      const inLoop = [
+        { role: 'user', content: 'Weather?' },
+        { role: 'assistant', content: null, tool_calls: [toolCall] },
+        { role: 'tool', tool_call_id: 'call_a', content: '12C' },
+      ];
+      const body = (await sent(chat({ tools, messages: inLoop, reasoning_effort: 'high' }))) as Record<string, unknown>;
+      assert.equal(body.thinking, undefined);
+      assert.equal(body.max_tokens, 4096);
 
-    // Once the loop is over (a text answer, then a new question), thinking comes back.
-    fake.reset();
-    const after = [...inLoop, { role: 'assistant', content: 'It is 12C.' }, { role: 'user', content: 'And tomorrow?' }];
-    assert.deepEqual(((await sent(chat({ tools, messages: after, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking, thinking(16384));
+      // Once the loop is over (a text answer, then a new question), thinking comes back.
+      fake.reset();
+      const after = [
+        ...inLoop,
+        { role: 'assistant', content: 'It is 12C.' },
+        { role: 'user', content: 'And tomorrow?' },
+      ];
+      assert.deepEqual(
+        ((await sent(chat({ tools, messages: after, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking,
+        thinking(16384),
+      );
 
-    fake.reset();
-    const prefill = [{ role: 'user', content: 'Hi' }, { role: 'assistant', content: 'Well,' }];
-    assert.equal(((await sent(chat({ messages: prefill, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking, undefined);
-  });
+      fake.reset();
+      const prefill = [
+        { role: 'user', content: 'Hi' },
+        { role: 'assistant', content: 'Well,' },
+      ];
+      assert.equal(
+        ((await sent(chat({ messages: prefill, reasoning_effort: 'high' }))) as Record<string, unknown>).thinking,
+        undefined,
+      );
+    },
+  );
 
   it('sends thinking on stream requests too', async () => {
     await stream(chat({ stream: true, reasoning_effort: 'medium' }));
@@ -592,25 +759,46 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
     assert.deepEqual(await sent(chat({ reasoning_effort: null })), bodyWith({}));
   });
 
-  it('keeps thinking and redacted_thinking blocks out of a plain answer; reasoning tokens stay unset (Anthropic reports none apart)', async () => {
-    fake.enqueue({
-      json: {
-        id: 'msg_t', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'end_turn', stop_sequence: null,
-        content: [
-          { type: 'thinking', thinking: 'The user greets me. I should greet back.', signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds' },
-          { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj' },
-          userText('Hello!'),
-        ],
-        usage: { input_tokens: 10, output_tokens: 95 },
-      },
-    });
-    const result = await answer(chat({ reasoning_effort: 'low' }));
-    assert.deepEqual(result.answer.choices, [{ index: 0, text: 'Hello!', toolCalls: [], finishReason: 'stop' }]);
-    assert.equal(result.parsed.choices[0].message.content, 'Hello!');
-    const usage = { prompt_tokens: 10, completion_tokens: 95, total_tokens: 105, prompt_tokens_details: { cached_tokens: 0 } };
-    assert.deepEqual(result.parsed.usage, usage);
-    assert.deepEqual(result.answer.usage, usage);
-  });
+  it(
+    'keeps thinking and redacted_thinking blocks out of a plain answer; reasoning tokens stay unset (Anthropic ' +
+      'reports none apart)',
+    async () => {
+      fake.enqueue({
+        json: {
+          id: 'msg_t',
+          type: 'message',
+          role: 'assistant',
+          model: UPSTREAM_MODEL,
+          stop_reason: 'end_turn',
+          stop_sequence: null,
+          content: [
+            {
+              type: 'thinking',
+              thinking: 'The user greets me. I should greet back.',
+              signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds',
+            },
+            {
+              type: 'redacted_thinking',
+              data: 'EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj',
+            },
+            userText('Hello!'),
+          ],
+          usage: { input_tokens: 10, output_tokens: 95 },
+        },
+      });
+      const result = await answer(chat({ reasoning_effort: 'low' }));
+      assert.deepEqual(result.answer.choices, [{ index: 0, text: 'Hello!', toolCalls: [], finishReason: 'stop' }]);
+      assert.equal(result.parsed.choices[0].message.content, 'Hello!');
+      const usage = {
+        prompt_tokens: 10,
+        completion_tokens: 95,
+        total_tokens: 105,
+        prompt_tokens_details: { cached_tokens: 0 },
+      };
+      assert.deepEqual(result.parsed.usage, usage);
+      assert.deepEqual(result.answer.usage, usage);
+    },
+  );
 
   it('keeps thinking, signature and redacted blocks out of a stream', async () => {
     fake.enqueue({
@@ -619,15 +807,27 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
         { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } },
         { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'The user greets me.' } },
         { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: ' Greet back.' } },
-        { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3h' } },
+        {
+          type: 'content_block_delta',
+          index: 0,
+          delta: { type: 'signature_delta', signature: 'EqQBCgIYAhIM1gbcDa9GJwZA2b3h' },
+        },
         { type: 'content_block_stop', index: 0 },
-        { type: 'content_block_start', index: 1, content_block: { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix' } },
+        {
+          type: 'content_block_start',
+          index: 1,
+          content_block: { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix' },
+        },
         { type: 'content_block_stop', index: 1 },
         { type: 'content_block_start', index: 2, content_block: { type: 'text', text: '' } },
         { type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: 'Hello' } },
         { type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: '!' } },
         { type: 'content_block_stop', index: 2 },
-        { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 95 } },
+        {
+          type: 'message_delta',
+          delta: { stop_reason: 'end_turn', stop_sequence: null },
+          usage: { output_tokens: 95 },
+        },
         { type: 'message_stop' },
       ],
     });
@@ -635,26 +835,61 @@ describe('anthropic adapter: reasoning_effort → extended thinking', () => {
     const events = encoded.batches.flat();
     assert.deepEqual(
       events.filter((event) => event.type === 'text'),
-      [{ type: 'text', choice: 0, text: 'Hello' }, { type: 'text', choice: 0, text: '!' }],
+      [
+        { type: 'text', choice: 0, text: 'Hello' },
+        { type: 'text', choice: 0, text: '!' },
+      ],
     );
     assert.deepEqual(reassemble(encoded), { text: 'Hello!', finish: 'stop', calls: [] });
-    assert.deepEqual(encoded.usage, { prompt_tokens: 10, completion_tokens: 95, total_tokens: 105, prompt_tokens_details: { cached_tokens: 0 } });
+    assert.deepEqual(encoded.usage, {
+      prompt_tokens: 10,
+      completion_tokens: 95,
+      total_tokens: 105,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 });
 
 describe('anthropic adapter: billing what Anthropic reports', () => {
   it('bills cache writes at the write price, cache reads at the cached price, and shows both to the client', async () => {
-    const usage = convertAnthropicUsage({ input_tokens: 20, cache_creation_input_tokens: 3, cache_read_input_tokens: 5, output_tokens: 4 });
-    assert.deepEqual(usage, { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } });
+    const usage = convertAnthropicUsage({
+      input_tokens: 20,
+      cache_creation_input_tokens: 3,
+      cache_read_input_tokens: 5,
+      output_tokens: 4,
+    });
+    assert.deepEqual(usage, {
+      prompt_tokens: 28,
+      completion_tokens: 4,
+      total_tokens: 32,
+      prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 },
+    });
     const produced = new Meter();
     produced.usage = usage;
-    const request = { endpoint: 'chat.completions', payload: chatCompletionRequestSchema.parse({ model: 'claude-sonnet-4-5', messages: [{ role: 'user', content: 'hi' }] }) } as EndpointRequest;
+    const request = {
+      endpoint: 'chat.completions',
+      payload: chatCompletionRequestSchema.parse({
+        model: 'claude-sonnet-4-5',
+        messages: [{ role: 'user', content: 'hi' }],
+      }),
+    } as EndpointRequest;
     const metered = await meter(request, produced);
-    assert.deepEqual([metered.inputTokens, metered.cachedTokens, metered.cacheWriteTokens, metered.outputTokens], [28, 5, 3, 4]);
+    assert.deepEqual(
+      [metered.inputTokens, metered.cachedTokens, metered.cacheWriteTokens, metered.outputTokens],
+      [28, 5, 3, 4],
+    );
     // claude-sonnet-4-5 per 1M: $3 in, $0.30 cached, $3.75 written, $15 out; each part rounded up to a micro.
     assert.equal(new PriceList(loadCatalog().all()).costMicros('claude-sonnet-4-5', metered), 60 + 2 + 12 + 60);
     // No cache writes: the field stays out of the client's usage.
-    assert.deepEqual(convertAnthropicUsage({ input_tokens: 2, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 1 }).prompt_tokens_details, { cached_tokens: 0 });
+    assert.deepEqual(
+      convertAnthropicUsage({
+        input_tokens: 2,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+        output_tokens: 1,
+      }).prompt_tokens_details,
+      { cached_tokens: 0 },
+    );
   });
 });
 
@@ -664,14 +899,26 @@ describe('anthropic adapter: answers', () => {
     const result = await answer(chat());
     const body = result.parsed;
     assert.ok(body.created >= before && body.created <= Math.floor(Date.now() / 1000) + 1);
-    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } };
+    const usage = {
+      prompt_tokens: 28,
+      completion_tokens: 4,
+      total_tokens: 32,
+      prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 },
+    };
     assert.deepEqual(body, {
       id: `chatcmpl-${FAKE_ANTHROPIC_MESSAGE_ID}`,
       object: 'chat.completion',
       created: body.created,
       model: 'claude-sonnet',
       service_tier: 'default',
-      choices: [{ index: 0, message: { role: 'assistant', content: FAKE_ANTHROPIC_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: FAKE_ANTHROPIC_TEXT, refusal: null },
+          logprobs: null,
+          finish_reason: 'stop',
+        },
+      ],
       usage,
     });
     assert.deepEqual(result.answer.usage, usage);
@@ -685,7 +932,13 @@ describe('anthropic adapter: answers', () => {
       role: 'assistant',
       content: null,
       refusal: null,
-      tool_calls: [{ id: FAKE_ANTHROPIC_TOOL_USE_ID, type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }],
+      tool_calls: [
+        {
+          id: FAKE_ANTHROPIC_TOOL_USE_ID,
+          type: 'function',
+          function: { name: 'get_weather', arguments: '{"city":"Oslo"}' },
+        },
+      ],
     });
     assert.equal(choice.finish_reason, 'tool_calls');
   });
@@ -693,7 +946,12 @@ describe('anthropic adapter: answers', () => {
   it('concatenates text blocks and ignores thinking blocks', async () => {
     fake.enqueue({
       json: {
-        id: 'msg_2', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'max_tokens', stop_sequence: null,
+        id: 'msg_2',
+        type: 'message',
+        role: 'assistant',
+        model: UPSTREAM_MODEL,
+        stop_reason: 'max_tokens',
+        stop_sequence: null,
         content: [{ type: 'thinking', thinking: 'hmm', signature: 's' }, userText('Part one, '), userText('part two.')],
         usage: { input_tokens: 5, output_tokens: 7 },
       },
@@ -701,13 +959,24 @@ describe('anthropic adapter: answers', () => {
     const body = (await answer(chat())).parsed;
     assert.equal(body.choices[0].message.content, 'Part one, part two.');
     assert.equal(body.choices[0].finish_reason, 'length');
-    assert.deepEqual(body.usage, { prompt_tokens: 5, completion_tokens: 7, total_tokens: 12, prompt_tokens_details: { cached_tokens: 0 } });
+    assert.deepEqual(body.usage, {
+      prompt_tokens: 5,
+      completion_tokens: 7,
+      total_tokens: 12,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 
   it('maps every stop reason', () => {
     const table: [unknown, string][] = [
-      ['end_turn', 'stop'], ['stop_sequence', 'stop'], ['pause_turn', 'stop'], ['max_tokens', 'length'],
-      ['model_context_window_exceeded', 'length'], ['tool_use', 'tool_calls'], ['refusal', 'content_filter'], [null, 'stop'],
+      ['end_turn', 'stop'],
+      ['stop_sequence', 'stop'],
+      ['pause_turn', 'stop'],
+      ['max_tokens', 'length'],
+      ['model_context_window_exceeded', 'length'],
+      ['tool_use', 'tool_calls'],
+      ['refusal', 'content_filter'],
+      [null, 'stop'],
     ];
     for (const [reason, expected] of table) assert.equal(mapAnthropicStopReason(reason), expected, String(reason));
   });
@@ -724,7 +993,9 @@ describe('anthropic adapter: answers', () => {
       assert.equal(chunk.object, 'chat.completion.chunk');
       assert.equal(chunk.model, 'claude-sonnet');
     }
-    const choice = (delta: unknown, finish: string | null = null) => [{ index: 0, delta, logprobs: null, finish_reason: finish }];
+    const choice = (delta: unknown, finish: string | null = null) => [
+      { index: 0, delta, logprobs: null, finish_reason: finish },
+    ];
     assert.deepEqual(
       chunks.map((chunk) => chunk.choices),
       [
@@ -734,7 +1005,12 @@ describe('anthropic adapter: answers', () => {
         [],
       ],
     );
-    const usage = { prompt_tokens: 28, completion_tokens: 4, total_tokens: 32, prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 } };
+    const usage = {
+      prompt_tokens: 28,
+      completion_tokens: 4,
+      total_tokens: 32,
+      prompt_tokens_details: { cached_tokens: 5, cache_write_tokens: 3 },
+    };
     assert.deepEqual(chunks.at(-1)!.usage, usage);
     assert.deepEqual(encoded.usage, usage);
     const events = encoded.batches.flat();
@@ -745,18 +1021,32 @@ describe('anthropic adapter: answers', () => {
     // A client that did not ask for usage gets the same chunks without the usage-only one; billing still reads it.
     fake.reset();
     const quiet = await stream(chat({ stream: true }), context(), false);
-    assert.deepEqual(quiet.parsed.map((chunk) => chunk.choices), chunks.slice(0, -1).map((chunk) => chunk.choices));
+    assert.deepEqual(
+      quiet.parsed.map((chunk) => chunk.choices),
+      chunks.slice(0, -1).map((chunk) => chunk.choices),
+    );
     assert.ok(quiet.parsed.every((chunk) => chunk.usage === undefined));
     assert.deepEqual(quiet.usage, usage);
   });
 
   it('streams a default tool call with OpenAI tool-call fragments', async () => {
-    const encoded = await stream(chat({ stream: true, tools: [{ type: 'function', function: { name: 'get_weather' } }] }));
+    const encoded = await stream(
+      chat({ stream: true, tools: [{ type: 'function', function: { name: 'get_weather' } }] }),
+    );
     const result = reassemble(encoded);
-    assert.deepEqual(result.calls, [{ id: FAKE_ANTHROPIC_TOOL_USE_ID, name: 'get_weather', arguments: '{"city": "Oslo"}' }]);
+    assert.deepEqual(result.calls, [
+      { id: FAKE_ANTHROPIC_TOOL_USE_ID, name: 'get_weather', arguments: '{"city": "Oslo"}' },
+    ]);
     assert.equal(result.finish, 'tool_calls');
     assert.deepEqual(encoded.parsed[1]!.choices[0].delta, {
-      tool_calls: [{ index: 0, id: FAKE_ANTHROPIC_TOOL_USE_ID, type: 'function', function: { name: 'get_weather', arguments: '' } }],
+      tool_calls: [
+        {
+          index: 0,
+          id: FAKE_ANTHROPIC_TOOL_USE_ID,
+          type: 'function',
+          function: { name: 'get_weather', arguments: '' },
+        },
+      ],
     });
   });
 
@@ -765,10 +1055,17 @@ describe('anthropic adapter: answers', () => {
     const encoded = await stream(chat({ stream: true }));
     const result = reassemble(encoded);
     assert.equal(result.text, "I'll update the issue list for you.");
-    assert.deepEqual(result.calls, [{ id: 'toolu_01QE1WLsSVp5hy5Q3GmGTmjP', name: 'updateIssueList', arguments: '{}' }]);
+    assert.deepEqual(result.calls, [
+      { id: 'toolu_01QE1WLsSVp5hy5Q3GmGTmjP', name: 'updateIssueList', arguments: '{}' },
+    ]);
     assert.equal(result.finish, 'tool_calls');
     assert.equal(encoded.parsed[0]!.id, 'chatcmpl-msg_01GE2RKp1VYsPzdFs3sS9z5S');
-    const usage = { prompt_tokens: 565, completion_tokens: 48, total_tokens: 613, prompt_tokens_details: { cached_tokens: 0 } };
+    const usage = {
+      prompt_tokens: 565,
+      completion_tokens: 48,
+      total_tokens: 613,
+      prompt_tokens_details: { cached_tokens: 0 },
+    };
     assert.deepEqual(encoded.usage, usage);
     assert.deepEqual(encoded.parsed.at(-1)!.usage, usage);
     assert.equal(encoded.batches.flat().filter((event) => event.type === 'usage').length, 1);
@@ -788,11 +1085,20 @@ describe('anthropic adapter: answers', () => {
       .map((line) => JSON.parse(line) as { delta?: { partial_json?: string } })
       .map((event) => event.delta?.partial_json ?? '')
       .join('');
-    assert.deepEqual(result.calls, [{ id: 'toolu_01KFbKqPYSuAKujiL6mTfzYA', name: 'json', arguments: expectedArguments }]);
-    assert.deepEqual(JSON.parse(result.calls[0]!.arguments), { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] });
+    assert.deepEqual(result.calls, [
+      { id: 'toolu_01KFbKqPYSuAKujiL6mTfzYA', name: 'json', arguments: expectedArguments },
+    ]);
+    assert.deepEqual(JSON.parse(result.calls[0]!.arguments), {
+      elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }],
+    });
     assert.equal(result.text, '');
     assert.equal(result.finish, 'tool_calls');
-    const usage = { prompt_tokens: 849, completion_tokens: 47, total_tokens: 896, prompt_tokens_details: { cached_tokens: 0 } };
+    const usage = {
+      prompt_tokens: 849,
+      completion_tokens: 47,
+      total_tokens: 896,
+      prompt_tokens_details: { cached_tokens: 0 },
+    };
     assert.deepEqual(encoded.usage, usage);
     assert.deepEqual(encoded.parsed.at(-1)!.usage, usage);
   });
@@ -809,7 +1115,12 @@ describe('anthropic adapter: answer events', () => {
     { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 2 } },
     { type: 'message_stop' },
   ];
-  const textUsage = { prompt_tokens: 3, completion_tokens: 2, total_tokens: 5, prompt_tokens_details: { cached_tokens: 0 } };
+  const textUsage = {
+    prompt_tokens: 3,
+    completion_tokens: 2,
+    total_tokens: 5,
+    prompt_tokens_details: { cached_tokens: 0 },
+  };
   const textAnswer = (created: number): AnswerEvent[] => [
     { type: 'start', id: 'chatcmpl-msg_b', created },
     { type: 'role', choice: 0 },
@@ -837,17 +1148,30 @@ describe('anthropic adapter: answer events', () => {
 
   const twoCalls = [
     { type: 'message_start', message: { id: 'msg_l', usage: { input_tokens: 3, output_tokens: 1 } } },
-    { type: 'content_block_start', index: 0, content_block: { type: 'tool_use', id: 'toolu_a', name: 'get_weather', input: {} } },
+    {
+      type: 'content_block_start',
+      index: 0,
+      content_block: { type: 'tool_use', id: 'toolu_a', name: 'get_weather', input: {} },
+    },
     { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '' } },
     { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{"city":"Oslo"}' } },
     { type: 'content_block_stop', index: 0 },
-    { type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: 'toolu_b', name: 'get_time', input: {} } },
+    {
+      type: 'content_block_start',
+      index: 1,
+      content_block: { type: 'tool_use', id: 'toolu_b', name: 'get_time', input: {} },
+    },
     { type: 'content_block_stop', index: 1 },
     { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: 9 } },
     { type: 'message_stop' },
   ];
   const twoCallsMessage = {
-    id: 'msg_l', type: 'message', role: 'assistant', model: UPSTREAM_MODEL, stop_reason: 'tool_use', stop_sequence: null,
+    id: 'msg_l',
+    type: 'message',
+    role: 'assistant',
+    model: UPSTREAM_MODEL,
+    stop_reason: 'tool_use',
+    stop_sequence: null,
     content: [
       { type: 'tool_use', id: 'toolu_a', name: 'get_weather', input: { city: 'Oslo' } },
       { type: 'tool_use', id: 'toolu_b', name: 'get_time', input: {} },
@@ -856,7 +1180,9 @@ describe('anthropic adapter: answer events', () => {
   };
   const functions = [{ name: 'get_weather' }, { name: 'get_time' }];
   const tools = functions.map((definition) => ({ type: 'function', function: definition }));
-  const delta = (value: unknown, finish: string | null = null) => [{ index: 0, delta: value, logprobs: null, finish_reason: finish }];
+  const delta = (value: unknown, finish: string | null = null) => [
+    { index: 0, delta: value, logprobs: null, finish_reason: finish },
+  ];
 
   it('streams every tool call as an event; the encoder gives a legacy functions client one function_call', async () => {
     fake.enqueue({ events: twoCalls });
@@ -887,39 +1213,62 @@ describe('anthropic adapter: answer events', () => {
     assert.deepEqual(events(current), events(legacy));
   });
 
-  it('answers every tool call in a plain answer; the encoder gives a legacy functions client the first as function_call', async () => {
-    fake.enqueue({ json: twoCallsMessage });
-    const legacy = await answer(chat({ functions }));
-    assert.deepEqual(legacy.answer.choices, [
-      {
-        index: 0,
-        text: null,
-        toolCalls: [
-          { id: 'toolu_a', name: 'get_weather', arguments: '{"city":"Oslo"}' },
-          { id: 'toolu_b', name: 'get_time', arguments: '{}' },
-        ],
-        finishReason: 'tool_calls',
-      },
-    ]);
-    assert.deepEqual(legacy.parsed.choices, [
-      {
-        index: 0,
-        message: { role: 'assistant', content: null, refusal: null, function_call: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
-        logprobs: null,
-        finish_reason: 'function_call',
-      },
-    ]);
-    assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, { type: 'auto', disable_parallel_tool_use: true });
-  });
+  it(
+    'answers every tool call in a plain answer; the encoder gives a legacy functions client the first as ' +
+      'function_call',
+    async () => {
+      fake.enqueue({ json: twoCallsMessage });
+      const legacy = await answer(chat({ functions }));
+      assert.deepEqual(legacy.answer.choices, [
+        {
+          index: 0,
+          text: null,
+          toolCalls: [
+            { id: 'toolu_a', name: 'get_weather', arguments: '{"city":"Oslo"}' },
+            { id: 'toolu_b', name: 'get_time', arguments: '{}' },
+          ],
+          finishReason: 'tool_calls',
+        },
+      ]);
+      assert.deepEqual(legacy.parsed.choices, [
+        {
+          index: 0,
+          message: {
+            role: 'assistant',
+            content: null,
+            refusal: null,
+            function_call: { name: 'get_weather', arguments: '{"city":"Oslo"}' },
+          },
+          logprobs: null,
+          finish_reason: 'function_call',
+        },
+      ]);
+      assert.deepEqual((fake.requests[0]!.body as { tool_choice: unknown }).tool_choice, {
+        type: 'auto',
+        disable_parallel_tool_use: true,
+      });
+    },
+  );
 });
 
 describe('anthropic adapter: vendor errors', () => {
-  const cases: { name: string; status: number; body: unknown; headers?: Record<string, string>; expect: Partial<GatewayError> }[] = [
+  const cases: {
+    name: string;
+    status: number;
+    body: unknown;
+    headers?: Record<string, string>;
+    expect: Partial<GatewayError>;
+  }[] = [
     {
       name: '400 keeps its status and the scrubbed vendor message',
       status: 400,
       body: anthropicError('invalid_request_error', `messages.0: bad input for key ${KEY}`),
-      expect: { status: 400, type: 'invalid_request_error', message: 'messages.0: bad input for key [redacted]', retryable: false },
+      expect: {
+        status: 400,
+        type: 'invalid_request_error',
+        message: 'messages.0: bad input for key [redacted]',
+        retryable: false,
+      },
     },
     {
       name: '404 is model_not_found',
@@ -938,7 +1287,13 @@ describe('anthropic adapter: vendor errors', () => {
       status: 429,
       headers: { 'retry-after': '3' },
       body: anthropicError('rate_limit_error', 'Number of request tokens has exceeded your per-minute rate limit'),
-      expect: { status: 429, type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', retryable: true, retryAfterMs: 3000 },
+      expect: {
+        status: 429,
+        type: 'rate_limit_exceeded',
+        code: 'rate_limit_exceeded',
+        retryable: true,
+        retryAfterMs: 3000,
+      },
     },
     {
       name: '429 spend limit is quota, not retried',
@@ -971,7 +1326,8 @@ describe('anthropic adapter: vendor errors', () => {
     it(name, async () => {
       fake.enqueue({ status, json: body, ...(headers ? { headers } : {}) });
       const error = await gatewayError(anthropicAdapter.chat!(chat(), context()));
-      for (const [field, value] of Object.entries(expect)) assert.deepEqual(error[field as keyof GatewayError], value, field);
+      for (const [field, value] of Object.entries(expect))
+        assert.deepEqual(error[field as keyof GatewayError], value, field);
       assert.doesNotMatch(JSON.stringify(error.toBody()), /sk-ant/);
     });
   }
@@ -1027,26 +1383,43 @@ describe('anthropic adapter: vendor errors', () => {
 
   it('aborts the vendor request when the caller aborts mid-stream', async () => {
     fake.enqueue({
-      events: [{ type: 'message_start', message: { id: 'msg_h', usage: { input_tokens: 3, output_tokens: 1 } } }, { type: 'ping' }],
+      events: [
+        { type: 'message_start', message: { id: 'msg_h', usage: { input_tokens: 3, output_tokens: 1 } } },
+        { type: 'ping' },
+      ],
       hang: true,
     });
     const controller = new AbortController();
-    const iterator = anthropicAdapter.streamChat!(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
+    const iterator = anthropicAdapter.streamChat!(chat({ stream: true }), context({ signal: controller.signal }))[
+      Symbol.asyncIterator
+    ]();
     assert.equal((await iterator.next()).done, false);
     const pending = iterator.next();
     controller.abort();
-    await assert.rejects(pending, (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError');
+    await assert.rejects(
+      pending,
+      (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError',
+    );
     for (let attempt = 0; attempt < 50 && fake.abortedRequests === 0; attempt += 1) await sleep(10);
     assert.equal(fake.abortedRequests, 1);
     assert.equal(fake.requests[0]!.aborted, true);
   });
 
   it('has chat and the Messages API only: the registry refuses the endpoints Anthropic does not have', () => {
-    assert.deepEqual(Object.keys(anthropicAdapter).sort(), ['chat', 'countMessageTokens', 'nativeMessages', 'streamChat']);
+    assert.deepEqual(Object.keys(anthropicAdapter).sort(), [
+      'chat',
+      'countMessageTokens',
+      'nativeMessages',
+      'streamChat',
+    ]);
     for (const method of ['complete', 'streamCompletion', 'embed'] as const) {
       assert.throws(
         () => adapterMethod('anthropic', method),
-        (error: unknown) => error instanceof GatewayError && error.status === 400 && error.code === 'unsupported_endpoint' && /anthropic/.test(error.message),
+        (error: unknown) =>
+          error instanceof GatewayError &&
+          error.status === 400 &&
+          error.code === 'unsupported_endpoint' &&
+          /anthropic/.test(error.message),
         method,
       );
     }
@@ -1068,11 +1441,40 @@ describe('fake anthropic: refuses what the real API refuses', () => {
     ['a system role', { ...valid, messages: [{ role: 'system', content: 'x' }, ...valid.messages] }, {}, 400],
     ['an assistant first', { ...valid, messages: [{ role: 'assistant', content: 'x' }, ...valid.messages] }, {}, 400],
     ['two user turns in a row', { ...valid, messages: [...valid.messages, ...valid.messages] }, {}, 400],
-    ['a tool_result for an unknown tool_use', { ...valid, messages: [...toolTurns, { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_2', content: 'x' }] }] }, {}, 400],
+    [
+      'a tool_result for an unknown tool_use',
+      {
+        ...valid,
+        messages: [
+          ...toolTurns,
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_2', content: 'x' }] },
+        ],
+      },
+      {},
+      400,
+    ],
     ['a tool_use left unanswered', { ...valid, messages: [...toolTurns, { role: 'user', content: 'next' }] }, {}, 400],
     ['temperature above 1', { ...valid, temperature: 1.2 }, {}, 400],
-    ['a bmp image', { ...valid, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'Qk0=' } }] }] }, {}, 400],
-    ['a file image source', { ...valid, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'f' } }] }] }, {}, 400],
+    [
+      'a bmp image',
+      {
+        ...valid,
+        messages: [
+          {
+            role: 'user',
+            content: [{ type: 'image', source: { type: 'base64', media_type: 'image/bmp', data: 'Qk0=' } }],
+          },
+        ],
+      },
+      {},
+      400,
+    ],
+    [
+      'a file image source',
+      { ...valid, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'file', file_id: 'f' } }] }] },
+      {},
+      400,
+    ],
     ['n', { ...valid, n: 1 }, {}, 400],
     ['stream_options', { ...valid, stream_options: { include_usage: true } }, {}, 400],
     ['response_format', { ...valid, response_format: { type: 'json_object' } }, {}, 400],
@@ -1080,7 +1482,11 @@ describe('fake anthropic: refuses what the real API refuses', () => {
   ];
   for (const [name, body, headerOverrides, status] of cases) {
     it(`refuses ${name} with ${status}`, async () => {
-      const response = await httpRequest(`${fake.url}/v1/messages`, { method: 'POST', headers: { ...headers, ...headerOverrides }, body: JSON.stringify(body) });
+      const response = await httpRequest(`${fake.url}/v1/messages`, {
+        method: 'POST',
+        headers: { ...headers, ...headerOverrides },
+        body: JSON.stringify(body),
+      });
       const answer = (await response.body.json()) as { type: string; error: { type: string; message: string } };
       assert.equal(response.statusCode, status);
       assert.equal(answer.type, 'error');

@@ -3,7 +3,13 @@ import assert from 'node:assert/strict';
 import { GatewayError } from '../../shared/errors.js';
 import { mostSpeechSeconds, type SpeechJob } from '../../shared/schemas/speech.js';
 import { PcmFormatter, wavHeader, writableFormats } from '../../workers/audio/encode.js';
-import { MOCK_SECONDS_PER_CHARACTER, MOCK_SPEECH_SAMPLE_RATE, planMockSpeech, renderMockSpeech, speakMock } from '../../workers/vendors/mock/speech.js';
+import {
+  MOCK_SECONDS_PER_CHARACTER,
+  MOCK_SPEECH_SAMPLE_RATE,
+  planMockSpeech,
+  renderMockSpeech,
+  speakMock,
+} from '../../workers/vendors/mock/speech.js';
 import type { CallContext, SpeechEvent } from '../../workers/vendors/types.js';
 import { decodeMp3, durationOf, pitchOf, readPcm, readWav, rmsOf } from '../support/speech-audio.js';
 
@@ -17,7 +23,8 @@ const rate = 24_000;
 /** `seconds` of a tone at `hertz`, 16-bit mono PCM at half scale. */
 function tone(seconds: number, hertz: number): Buffer {
   const pcm = Buffer.alloc(Math.round(seconds * rate) * 2);
-  for (let n = 0; n < pcm.length / 2; n++) pcm.writeInt16LE(Math.round(16_000 * Math.sin((2 * Math.PI * hertz * n) / rate)), n * 2);
+  for (let n = 0; n < pcm.length / 2; n++)
+    pcm.writeInt16LE(Math.round(16_000 * Math.sin((2 * Math.PI * hertz * n) / rate)), n * 2);
   return pcm;
 }
 
@@ -47,7 +54,10 @@ describe('audio writers', () => {
   it('writes wav with a header naming its length when known, and the streaming header when not', async () => {
     const pcm = tone(0.75, 330);
     const known = readWav(await format(new PcmFormatter('wav', rate, pcm.length), pcm));
-    assert.deepEqual([known.streamed, known.sampleRate, known.channels, known.samples.length], [false, rate, 1, pcm.length / 2]);
+    assert.deepEqual(
+      [known.streamed, known.sampleRate, known.channels, known.samples.length],
+      [false, rate, 1, pcm.length / 2],
+    );
     const streamed = readWav(await format(new PcmFormatter('wav', rate), pcm));
     assert.deepEqual([streamed.streamed, streamed.sampleRate, streamed.samples.length], [true, rate, pcm.length / 2]);
     assert.ok(Math.abs(pitchOf(streamed.samples, rate) - 330) < 5);
@@ -64,7 +74,10 @@ describe('audio writers', () => {
     // mpg123 hands back two channels whatever it decodes: the frame header says what was written (mode 3, mono).
     assert.equal(mp3[3]! >> 6, 3, 'a mono frame');
     // LAME adds its encoder delay and pads the last frame: at most two frames (1,152 samples each) more.
-    assert.ok(audio.samples.length >= rate && audio.samples.length <= rate + 2 * 1152 + 576, `decoded ${audio.samples.length} samples`);
+    assert.ok(
+      audio.samples.length >= rate && audio.samples.length <= rate + 2 * 1152 + 576,
+      `decoded ${audio.samples.length} samples`,
+    );
     const middle = audio.samples.subarray(2400, 21_600);
     assert.ok(Math.abs(rmsOf(middle) - 16_000 / 32768 / Math.SQRT2) < 0.05, `rms ${rmsOf(middle)}`);
     assert.ok(Math.abs(pitchOf(middle, rate) - 440) < 10, `pitch ${pitchOf(middle, rate)}`);
@@ -74,14 +87,24 @@ describe('audio writers', () => {
     for (const format of ['opus', 'aac', 'flac'] as const) {
       assert.throws(
         () => new PcmFormatter(format, rate),
-        (error: unknown) => error instanceof GatewayError && error.status === 400 && error.param === 'response_format' && error.message.includes(writableFormats.join(', ')),
+        (error: unknown) =>
+          error instanceof GatewayError &&
+          error.status === 400 &&
+          error.param === 'response_format' &&
+          error.message.includes(writableFormats.join(', ')),
       );
     }
   });
 });
 
 describe("the mock's speech", () => {
-  const job = (fields: Partial<SpeechJob> = {}): SpeechJob => ({ input: 'The quick brown fox jumps over the lazy dog.', voice: 'alloy', response_format: 'wav', stream_format: 'audio', ...fields });
+  const job = (fields: Partial<SpeechJob> = {}): SpeechJob => ({
+    input: 'The quick brown fox jumps over the lazy dog.',
+    voice: 'alloy',
+    response_format: 'wav',
+    stream_format: 'audio',
+    ...fields,
+  });
   const ctx = { signal: new AbortController().signal, http: { mock: { streamDelayMs: 0 } } } as unknown as CallContext;
   const collect = async (input: SpeechJob) => {
     const batches: SpeechEvent[][] = [];
@@ -96,14 +119,25 @@ describe("the mock's speech", () => {
     const fast = planMockSpeech(job({ speed: 2 }));
     assert.equal(normal.samples, Math.round(text.length * MOCK_SECONDS_PER_CHARACTER * MOCK_SPEECH_SAMPLE_RATE));
     assert.equal(fast.samples, Math.round(normal.samples / 2));
-    for (const speed of [0.25, 1, 4]) assert.ok(planMockSpeech(job({ speed })).samples / MOCK_SPEECH_SAMPLE_RATE <= mostSpeechSeconds(text.length, speed));
+    for (const speed of [0.25, 1, 4])
+      assert.ok(
+        planMockSpeech(job({ speed })).samples / MOCK_SPEECH_SAMPLE_RATE <= mostSpeechSeconds(text.length, speed),
+      );
     // Each word a tone, the tones end to end.
     assert.equal(normal.tones.length, 9);
     assert.equal(normal.tones.at(-1)!.start + normal.tones.at(-1)!.length, normal.samples);
     // Sound, then a gap of silence after each word.
     const first = normal.tones[0]!;
-    assert.ok(rmsOf(readPcm(renderMockSpeech(normal, first.start, first.start + Math.floor(first.length * 0.7))).samples) > 0.1);
-    assert.equal(rmsOf(readPcm(renderMockSpeech(normal, first.start + Math.ceil(first.length * 0.8), first.start + first.length)).samples), 0);
+    assert.ok(
+      rmsOf(readPcm(renderMockSpeech(normal, first.start, first.start + Math.floor(first.length * 0.7))).samples) > 0.1,
+    );
+    assert.equal(
+      rmsOf(
+        readPcm(renderMockSpeech(normal, first.start + Math.ceil(first.length * 0.8), first.start + first.length))
+          .samples,
+      ),
+      0,
+    );
   });
 
   it('streams real audio in several chunks, the same bytes for the same request, others for another voice', async () => {
@@ -115,20 +149,33 @@ describe("the mock's speech", () => {
     const usage = wav.events.find((event) => event.type === 'usage');
     const duration = wav.events.find((event) => event.type === 'duration');
     assert.deepEqual(duration, { type: 'duration', seconds: audio.samples.length / MOCK_SPEECH_SAMPLE_RATE });
-    assert.deepEqual(usage, { type: 'usage', inputTokens: 10, outputTokens: Math.ceil((audio.samples.length / MOCK_SPEECH_SAMPLE_RATE) * 20) });
+    assert.deepEqual(usage, {
+      type: 'usage',
+      inputTokens: 10,
+      outputTokens: Math.ceil((audio.samples.length / MOCK_SPEECH_SAMPLE_RATE) * 20),
+    });
     assert.deepEqual((await collect(job())).audio, wav.audio);
     assert.notDeepEqual((await collect(job({ voice: 'nova' }))).audio, wav.audio);
 
     const mp3 = await decodeMp3((await collect(job({ response_format: 'mp3' }))).audio);
     assert.equal(mp3.sampleRate, MOCK_SPEECH_SAMPLE_RATE);
-    assert.ok(Math.abs(durationOf(mp3) - durationOf(audio)) < 0.15, `${durationOf(mp3)} s against ${durationOf(audio)} s`);
+    assert.ok(
+      Math.abs(durationOf(mp3) - durationOf(audio)) < 0.15,
+      `${durationOf(mp3)} s against ${durationOf(audio)} s`,
+    );
     assert.ok(rmsOf(mp3.samples) > 0.05, 'audible');
     const pcm = readPcm((await collect(job({ response_format: 'pcm' }))).audio);
     assert.deepEqual(pcm.samples, audio.samples);
   });
 
   it('refuses a format it cannot write, and fails on its error marker, before any audio', async () => {
-    await assert.rejects(collect(job({ response_format: 'flac' })), (error: unknown) => error instanceof GatewayError && error.status === 400 && error.param === 'response_format');
-    await assert.rejects(collect(job({ input: 'fail [mock:error:503]' })), (error: unknown) => error instanceof GatewayError && error.status === 503 && error.retryable);
+    await assert.rejects(
+      collect(job({ response_format: 'flac' })),
+      (error: unknown) => error instanceof GatewayError && error.status === 400 && error.param === 'response_format',
+    );
+    await assert.rejects(
+      collect(job({ input: 'fail [mock:error:503]' })),
+      (error: unknown) => error instanceof GatewayError && error.status === 503 && error.retryable,
+    );
   });
 });

@@ -1,7 +1,15 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { createBatch, cursorText, deleteBatch, listEveryBatch, newBatchId, parseCursor, type AllBatchesCursor } from '../../shared/batches/index.js';
+import {
+  createBatch,
+  cursorText,
+  deleteBatch,
+  listEveryBatch,
+  newBatchId,
+  parseCursor,
+  type AllBatchesCursor,
+} from '../../shared/batches/index.js';
 import { accountBatchesKey, batchKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -29,7 +37,11 @@ describe('every account’s batches, newest first', () => {
     ];
     for (const [account, created] of plan) {
       const id = newBatchId();
-      await createBatch(redis, { id, accountId: account, keyId: 'key_1', created, expires: Date.now() + day, total: 1 }, day);
+      await createBatch(
+        redis,
+        { id, accountId: account, keyId: 'key_1', created, expires: Date.now() + day, total: 1 },
+        day,
+      );
       made.push({ account, id, created });
     }
   });
@@ -61,7 +73,8 @@ describe('every account’s batches, newest first', () => {
   }
 
   it('lists them all once, newest first, whatever the page size, ties in the same millisecond included', async () => {
-    for (const limit of [1, 2, 3, 4, 20]) assert.deepEqual(await walk(['acct_a', 'acct_b', 'acct_c'], limit), expected(), `pages of ${limit}`);
+    for (const limit of [1, 2, 3, 4, 20])
+      assert.deepEqual(await walk(['acct_a', 'acct_b', 'acct_c'], limit), expected(), `pages of ${limit}`);
     const first = await listEveryBatch(redis, ['acct_a', 'acct_b', 'acct_c'], { limit: 20 });
     assert.equal(first.next, undefined, 'one page holds them all: no next');
   });
@@ -79,8 +92,13 @@ describe('every account’s batches, newest first', () => {
     await deleteBatch(redis, deleted.id, deleted.account);
     await redis.del(batchKey(expired.id));
     const gone = new Set([deleted.id, expired.id]);
-    for (const limit of [1, 2, 5]) assert.deepEqual(await walk(['acct_a', 'acct_b', 'acct_c'], limit), expected(gone), `pages of ${limit}`);
-    assert.equal(await redis.zscore(accountBatchesKey(expired.account), expired.id), null, 'the expired one dropped from its list');
+    for (const limit of [1, 2, 5])
+      assert.deepEqual(await walk(['acct_a', 'acct_b', 'acct_c'], limit), expected(gone), `pages of ${limit}`);
+    assert.equal(
+      await redis.zscore(accountBatchesKey(expired.account), expired.id),
+      null,
+      'the expired one dropped from its list',
+    );
   });
 
   it('reads no cursor from text that is not one', () => {

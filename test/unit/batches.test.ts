@@ -1,7 +1,28 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type { Redis } from 'ioredis';
-import { batchRequestJobId, batchRequestState, batchView, cancelAbandonedIntake, cancelBatch, createBatch, deleteBatch, listBatches, newBatchId, openBatchCount, pendingEntries, queuedIndices, readBatch, readBatchResults, recordBatchResult, recordInBatch, releaseBatchRequests, releasedCount, seesBatch, storeBatchEntries } from '../../shared/batches/index.js';
+import {
+  batchRequestJobId,
+  batchRequestState,
+  batchView,
+  cancelAbandonedIntake,
+  cancelBatch,
+  createBatch,
+  deleteBatch,
+  listBatches,
+  newBatchId,
+  openBatchCount,
+  pendingEntries,
+  queuedIndices,
+  readBatch,
+  readBatchResults,
+  recordBatchResult,
+  recordInBatch,
+  releaseBatchRequests,
+  releasedCount,
+  seesBatch,
+  storeBatchEntries,
+} from '../../shared/batches/index.js';
 import { accountBatchesKey, batchKey, batchPendingKey, batchQueuedKey } from '../../shared/redis-keys.js';
 import { freshRedis } from '../support/gateway.js';
 
@@ -22,10 +43,17 @@ describe('a Message Batch’s record', () => {
   const made = async (total: number) => {
     const id = newBatchId();
     const now = Date.now();
-    await createBatch(redis, { id, accountId: 'acct_1', keyId: 'key_1', created: now, expires: now + day, total }, keepMs);
+    await createBatch(
+      redis,
+      { id, accountId: 'acct_1', keyId: 'key_1', created: now, expires: now + day, total },
+      keepMs,
+    );
     return id;
   };
-  const succeeded = (text: string) => ({ type: 'succeeded' as const, message: { id: `msg_${text}`, type: 'message', role: 'assistant', content: [{ type: 'text', text }] } });
+  const succeeded = (text: string) => ({
+    type: 'succeeded' as const,
+    message: { id: `msg_${text}`, type: 'message', role: 'assistant', content: [{ type: 'text', text }] },
+  });
 
   it('has Anthropic’s id form, a job id per request, and is listed under its account', async () => {
     const id = await made(2);
@@ -46,7 +74,17 @@ describe('a Message Batch’s record', () => {
     const outcomes = await Promise.all(
       Array.from({ length: total * 3 }, (_, n) => {
         const index = n % total;
-        const result = index % 10 === 0 ? { type: 'errored' as const, error: { type: 'error' as const, error: { type: 'api_error', message: 'upstream failed' }, request_id: null } } : succeeded(`answer ${index}`);
+        const result =
+          index % 10 === 0
+            ? {
+                type: 'errored' as const,
+                error: {
+                  type: 'error' as const,
+                  error: { type: 'api_error', message: 'upstream failed' },
+                  request_id: null,
+                },
+              }
+            : succeeded(`answer ${index}`);
         return recordBatchResult(redis, id, index, `req-${index}`, result, keepMs);
       }),
     );
@@ -94,7 +132,14 @@ describe('a Message Batch’s record', () => {
 
   it('is canceled as abandoned only when its intake’s lease ran out with requests not stored', async () => {
     const now = Date.now();
-    const batch = (total: number) => ({ id: newBatchId(), accountId: 'acct_1', keyId: 'key_1', created: now, expires: now + day, total });
+    const batch = (total: number) => ({
+      id: newBatchId(),
+      accountId: 'acct_1',
+      keyId: 'key_1',
+      created: now,
+      expires: now + day,
+      total,
+    });
     const entry = (i: number) => JSON.stringify({ queue: '{chat}', attempts: 1, data: { i } });
     const leaseMs = 1_000;
     const wait = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -106,7 +151,11 @@ describe('a Message Batch’s record', () => {
     await wait(600);
     await storeBatchEntries(redis, partial.id, 3, [3, 4].map(entry), keepMs, leaseMs);
     await wait(600);
-    assert.equal(await cancelAbandonedIntake(redis, partial.id), false, 'the lease renewed by the last round holds (the first has run out)');
+    assert.equal(
+      await cancelAbandonedIntake(redis, partial.id),
+      false,
+      'the lease renewed by the last round holds (the first has run out)',
+    );
     await wait(leaseMs + 20);
     assert.equal(await cancelAbandonedIntake(redis, partial.id), true);
     const canceled = (await readBatch(redis, partial.id))!;
@@ -146,54 +195,116 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     redis?.disconnect();
   });
 
-  it('queues a window of its requests and lets the next in as each is recorded, until it is canceled; adds each result’s cost once', async () => {
-    const id = newBatchId();
-    const now = Date.now();
-    await createBatch(redis, { id, accountId: 'acct_q', keyId: 'key_q', created: now, expires: now + keepMs, total: 6 }, keepMs, { window: 2 });
-    // Only what is stored is let in.
-    await storeBatchEntries(redis, id, 0, ['e0'], keepMs);
-    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 0, entry: 'e0' }]);
-    await storeBatchEntries(redis, id, 1, ['e1', 'e2'], keepMs);
-    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 1, entry: 'e1' }]);
-    assert.deepEqual(await releaseBatchRequests(redis, id), [], 'the window is full');
-    await storeBatchEntries(redis, id, 3, ['e3', 'e4', 'e5'], keepMs);
-    assert.deepEqual(await queuedIndices(redis, id), [0, 1]);
-    assert.equal(await openBatchCount(redis, 'acct_q'), 1);
-    assert.deepEqual(await batchRequestState(redis, id, 1), { status: 'in_progress', recorded: false });
-    // A result that frees the window's refill asks for it, once until it is done, however often it is recorded.
-    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } }, keepMs, 100), { state: 'recorded', refill: true, ended: false });
-    assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), { state: 'already', refill: false, ended: false });
-    assert.deepEqual(await recordInBatch(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101), { state: 'recorded', refill: false, ended: false }, 'asked already');
-    assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 2, entry: 'e2' }, { index: 3, entry: 'e3' }]);
-    assert.deepEqual(await queuedIndices(redis, id), [2, 3]);
-    assert.deepEqual(await pendingEntries(redis, id, [0, 1, 2, 5]), ['', '', 'e2', 'e5'], 'a recorded request’s entry is dropped');
-    assert.equal(await releasedCount(redis, id), 4);
-    // Canceled: nothing more is let in; what is left is recorded by the sweep.
-    assert.equal(await cancelBatch(redis, id), 'canceling');
-    assert.deepEqual(await recordInBatch(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), { state: 'recorded', refill: false, ended: false });
-    assert.deepEqual(await releaseBatchRequests(redis, id), []);
-    for (const index of [3, 4, 5]) assert.equal(await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, index === 3 ? 103 : 0), 'recorded');
-    const batch = (await readBatch(redis, id))!;
-    assert.equal(batch.costMicros, 100 + 101 + 102 + 103);
-    assert.equal(batch.status, 'ended');
-    assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'ended', recorded: true });
-    assert.equal(await redis.exists(batchPendingKey(id), batchQueuedKey(id)), 0, 'its pending and queued keys go with the end');
-    assert.equal(await openBatchCount(redis, 'acct_q'), 0);
-  });
+  it(
+    'queues a window of its requests and lets the next in as each is recorded, until it is canceled; adds each ' +
+      'result’s cost once',
+    async () => {
+      const id = newBatchId();
+      const now = Date.now();
+      await createBatch(
+        redis,
+        { id, accountId: 'acct_q', keyId: 'key_q', created: now, expires: now + keepMs, total: 6 },
+        keepMs,
+        { window: 2 },
+      );
+      // Only what is stored is let in.
+      await storeBatchEntries(redis, id, 0, ['e0'], keepMs);
+      assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 0, entry: 'e0' }]);
+      await storeBatchEntries(redis, id, 1, ['e1', 'e2'], keepMs);
+      assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 1, entry: 'e1' }]);
+      assert.deepEqual(await releaseBatchRequests(redis, id), [], 'the window is full');
+      await storeBatchEntries(redis, id, 3, ['e3', 'e4', 'e5'], keepMs);
+      assert.deepEqual(await queuedIndices(redis, id), [0, 1]);
+      assert.equal(await openBatchCount(redis, 'acct_q'), 1);
+      assert.deepEqual(await batchRequestState(redis, id, 1), { status: 'in_progress', recorded: false });
+      // A result that frees the window's refill asks for it, once until it is done, however often it is recorded.
+      assert.deepEqual(
+        await recordInBatch(
+          redis,
+          id,
+          1,
+          'c1',
+          { type: 'errored', error: { type: 'error', error: { type: 'api_error', message: 'x' }, request_id: null } },
+          keepMs,
+          100,
+        ),
+        { state: 'recorded', refill: true, ended: false },
+      );
+      assert.deepEqual(await recordInBatch(redis, id, 1, 'c1', { type: 'canceled' }, keepMs, 1_000), {
+        state: 'already',
+        refill: false,
+        ended: false,
+      });
+      assert.deepEqual(
+        await recordInBatch(redis, id, 0, 'c0', { type: 'canceled' }, keepMs, 101),
+        { state: 'recorded', refill: false, ended: false },
+        'asked already',
+      );
+      assert.deepEqual(await releaseBatchRequests(redis, id), [
+        { index: 2, entry: 'e2' },
+        { index: 3, entry: 'e3' },
+      ]);
+      assert.deepEqual(await queuedIndices(redis, id), [2, 3]);
+      assert.deepEqual(
+        await pendingEntries(redis, id, [0, 1, 2, 5]),
+        ['', '', 'e2', 'e5'],
+        'a recorded request’s entry is dropped',
+      );
+      assert.equal(await releasedCount(redis, id), 4);
+      // Canceled: nothing more is let in; what is left is recorded by the sweep.
+      assert.equal(await cancelBatch(redis, id), 'canceling');
+      assert.deepEqual(await recordInBatch(redis, id, 2, 'c2', { type: 'canceled' }, keepMs, 102), {
+        state: 'recorded',
+        refill: false,
+        ended: false,
+      });
+      assert.deepEqual(await releaseBatchRequests(redis, id), []);
+      for (const index of [3, 4, 5])
+        assert.equal(
+          await recordBatchResult(redis, id, index, `c${index}`, { type: 'canceled' }, keepMs, index === 3 ? 103 : 0),
+          'recorded',
+        );
+      const batch = (await readBatch(redis, id))!;
+      assert.equal(batch.costMicros, 100 + 101 + 102 + 103);
+      assert.equal(batch.status, 'ended');
+      assert.deepEqual(await batchRequestState(redis, id, 2), { status: 'ended', recorded: true });
+      assert.equal(
+        await redis.exists(batchPendingKey(id), batchQueuedKey(id)),
+        0,
+        'its pending and queued keys go with the end',
+      );
+      assert.equal(await openBatchCount(redis, 'acct_q'), 0);
+    },
+  );
 
   it('asks for a wide window to be refilled an eighth at a time, and for the last ones however few', async () => {
     const id = newBatchId();
     const now = Date.now();
-    await createBatch(redis, { id, accountId: 'acct_r', keyId: 'key_r', created: now, expires: now + keepMs, total: 20 }, keepMs, { window: 16 });
-    await storeBatchEntries(redis, id, 0, Array.from({ length: 20 }, (_, i) => `r${i}`), keepMs);
+    await createBatch(
+      redis,
+      { id, accountId: 'acct_r', keyId: 'key_r', created: now, expires: now + keepMs, total: 20 },
+      keepMs,
+      { window: 16 },
+    );
+    await storeBatchEntries(
+      redis,
+      id,
+      0,
+      Array.from({ length: 20 }, (_, i) => `r${i}`),
+      keepMs,
+    );
     assert.equal((await releaseBatchRequests(redis, id)).length, 16);
     const canceled = { type: 'canceled' as const };
-    const refill = async (index: number) => (await recordInBatch(redis, id, index, `r${index}`, canceled, keepMs)).refill;
+    const refill = async (index: number) =>
+      (await recordInBatch(redis, id, index, `r${index}`, canceled, keepMs)).refill;
     // An eighth of 16 is two.
     assert.equal(await refill(0), false);
     assert.equal(await refill(1), true);
     assert.equal(await refill(2), false, 'asked, not yet done');
-    assert.deepEqual((await releaseBatchRequests(redis, id)).map(({ index }) => index), [16, 17, 18]);
+    assert.deepEqual(
+      (await releaseBatchRequests(redis, id)).map(({ index }) => index),
+      [16, 17, 18],
+    );
     // One left: one free is enough.
     assert.equal(await refill(3), true);
     assert.deepEqual(await releaseBatchRequests(redis, id), [{ index: 19, entry: 'r19' }]);
@@ -204,13 +315,26 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
   it('lets nothing in past its deadline, nor from a batch recorded alone', async () => {
     const id = newBatchId();
     const now = Date.now();
-    await createBatch(redis, { id, accountId: 'acct_d', keyId: 'key_d', created: now - 10, expires: now - 1, total: 3 }, keepMs, { window: 3 });
+    await createBatch(
+      redis,
+      { id, accountId: 'acct_d', keyId: 'key_d', created: now - 10, expires: now - 1, total: 3 },
+      keepMs,
+      { window: 3 },
+    );
     await storeBatchEntries(redis, id, 0, ['a', 'b', 'c'], keepMs);
     assert.deepEqual(await releaseBatchRequests(redis, id), []);
     const alone = newBatchId();
-    await createBatch(redis, { id: alone, accountId: 'acct_d', keyId: 'key_d', created: now, expires: now + keepMs, total: 3 }, keepMs);
+    await createBatch(
+      redis,
+      { id: alone, accountId: 'acct_d', keyId: 'key_d', created: now, expires: now + keepMs, total: 3 },
+      keepMs,
+    );
     assert.deepEqual(await releaseBatchRequests(redis, alone), []);
-    assert.deepEqual(await recordInBatch(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), { state: 'recorded', refill: false, ended: false });
+    assert.deepEqual(await recordInBatch(redis, alone, 0, 'a', { type: 'canceled' }, keepMs), {
+      state: 'recorded',
+      refill: false,
+      ended: false,
+    });
   });
 
   it('lists an account’s batches newest first, paged both ways, and drops deleted ones', async () => {
@@ -218,56 +342,124 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     for (let n = 0; n < 5; n++) {
       const id = newBatchId();
       ids.push(id);
-      await createBatch(redis, { id, accountId: 'acct_list', keyId: 'k', created: 1_000 + n, expires: Date.now() + keepMs, total: 1 }, keepMs);
+      await createBatch(
+        redis,
+        { id, accountId: 'acct_list', keyId: 'k', created: 1_000 + n, expires: Date.now() + keepMs, total: 1 },
+        keepMs,
+      );
     }
     const newest = [...ids].reverse();
     const first = await listBatches(redis, 'acct_list', { limit: 2 });
-    assert.deepEqual(first.batches.map((b) => b.id), newest.slice(0, 2));
+    assert.deepEqual(
+      first.batches.map((b) => b.id),
+      newest.slice(0, 2),
+    );
     assert.equal(first.hasMore, true);
     const next = await listBatches(redis, 'acct_list', { limit: 2, afterId: newest[1] });
-    assert.deepEqual(next.batches.map((b) => b.id), newest.slice(2, 4));
+    assert.deepEqual(
+      next.batches.map((b) => b.id),
+      newest.slice(2, 4),
+    );
     const back = await listBatches(redis, 'acct_list', { limit: 2, beforeId: newest[2] });
-    assert.deepEqual(back.batches.map((b) => b.id), newest.slice(0, 2));
+    assert.deepEqual(
+      back.batches.map((b) => b.id),
+      newest.slice(0, 2),
+    );
     assert.equal(back.hasMore, false);
     const last = await listBatches(redis, 'acct_list', { limit: 2, afterId: newest[3] });
-    assert.deepEqual(last.batches.map((b) => b.id), newest.slice(4));
+    assert.deepEqual(
+      last.batches.map((b) => b.id),
+      newest.slice(4),
+    );
     assert.equal(last.hasMore, false);
-    assert.deepEqual(await listBatches(redis, 'acct_list', { limit: 2, afterId: 'msgbatch_notlisted' }), { batches: [], hasMore: false });
+    assert.deepEqual(await listBatches(redis, 'acct_list', { limit: 2, afterId: 'msgbatch_notlisted' }), {
+      batches: [],
+      hasMore: false,
+    });
     // Only the batches made since a time are asked (one older is past its deadline).
     assert.equal(await openBatchCount(redis, 'acct_list'), 5);
     assert.equal(await openBatchCount(redis, 'acct_list', 1_003), 2);
     await deleteBatch(redis, newest[0]!, 'acct_list');
     assert.equal(await readBatch(redis, newest[0]!), undefined);
-    assert.deepEqual((await listBatches(redis, 'acct_list', { limit: 10 })).batches.map((b) => b.id), newest.slice(1));
+    assert.deepEqual(
+      (await listBatches(redis, 'acct_list', { limit: 10 })).batches.map((b) => b.id),
+      newest.slice(1),
+    );
   });
 
-  it('keeps the models a batch uses, each once, and shows a key limited to models only the batches whose every model it may use', async () => {
-    const id = newBatchId();
-    await createBatch(redis, { id, accountId: 'acct_m', keyId: 'k', created: 1, expires: Date.now() + keepMs, total: 3, models: ['y', 'x', 'y'] }, keepMs);
-    assert.deepEqual((await readBatch(redis, id))!.models, ['x', 'y']);
-    assert.equal(seesBatch(undefined, { models: ['x', 'y'] }), true, 'a key with no model limit sees every batch');
-    assert.equal(seesBatch(['x', 'y', 'z'], { models: ['x', 'y'] }), true);
-    assert.equal(seesBatch(['x'], { models: ['x', 'y'] }), false, 'one model it may not use hides the batch');
-    assert.equal(seesBatch([], { models: ['x'] }), false);
-    // A batch made before its models were recorded.
-    assert.equal(seesBatch(undefined, {}), true);
-    assert.equal(seesBatch(['x'], {}), false);
-  });
+  it(
+    'keeps the models a batch uses, each once, and shows a key limited to models only the batches whose every ' +
+      'model it may use',
+    async () => {
+      const id = newBatchId();
+      await createBatch(
+        redis,
+        {
+          id,
+          accountId: 'acct_m',
+          keyId: 'k',
+          created: 1,
+          expires: Date.now() + keepMs,
+          total: 3,
+          models: ['y', 'x', 'y'],
+        },
+        keepMs,
+      );
+      assert.deepEqual((await readBatch(redis, id))!.models, ['x', 'y']);
+      assert.equal(seesBatch(undefined, { models: ['x', 'y'] }), true, 'a key with no model limit sees every batch');
+      assert.equal(seesBatch(['x', 'y', 'z'], { models: ['x', 'y'] }), true);
+      assert.equal(seesBatch(['x'], { models: ['x', 'y'] }), false, 'one model it may not use hides the batch');
+      assert.equal(seesBatch([], { models: ['x'] }), false);
+      // A batch made before its models were recorded.
+      assert.equal(seesBatch(undefined, {}), true);
+      assert.equal(seesBatch(['x'], {}), false);
+    },
+  );
 
   it('pages a key’s batches as if those it may not see (and gone ones) were not listed', async () => {
     const account = 'acct_seen';
     // Newest first: what a key limited to `x` sees among them, by the model each uses.
-    const uses: Array<string[] | undefined> = [['x'], ['y'], ['y'], ['x'], ['x', 'y'], undefined, ['x'], ['y'], ['y'], ['y'], ['x'], ['x'], ['y']];
+    const uses: Array<string[] | undefined> = [
+      ['x'],
+      ['y'],
+      ['y'],
+      ['x'],
+      ['x', 'y'],
+      undefined,
+      ['x'],
+      ['y'],
+      ['y'],
+      ['y'],
+      ['x'],
+      ['x'],
+      ['y'],
+    ];
     const ids: string[] = [];
     for (const [n, models] of uses.entries()) {
       const id = newBatchId();
       ids.push(id);
-      await createBatch(redis, { id, accountId: account, keyId: 'k', created: 10_000 - n, expires: Date.now() + keepMs, total: 1, ...(models ? { models } : {}) }, keepMs);
+      await createBatch(
+        redis,
+        {
+          id,
+          accountId: account,
+          keyId: 'k',
+          created: 10_000 - n,
+          expires: Date.now() + keepMs,
+          total: 1,
+          ...(models ? { models } : {}),
+        },
+        keepMs,
+      );
     }
     const seen = ids.filter((_, n) => uses[n]?.every((model) => model === 'x'));
     assert.equal(seen.length, 5);
     // `models` null: a key with no model limit.
-    const page = async (cursor: { afterId?: string; beforeId?: string }, limit = 2, models: readonly string[] | null = ['x']) => {
+    const page = async (
+      cursor: { afterId?: string; beforeId?: string },
+      limit = 2,
+      models: readonly string[] | null = ['x'],
+    ) => {
       const listed = await listBatches(redis, account, { limit, ...cursor }, models ?? undefined);
       return { ids: listed.batches.map((b) => b.id), hasMore: listed.hasMore };
     };
@@ -275,13 +467,21 @@ describe('a Message Batch’s queues, cost, listing and deletion', () => {
     // Forward, page by page on the last id, as the SDK pages.
     assert.deepEqual(await page({}), { ids: seen.slice(0, 2), hasMore: true });
     assert.deepEqual(await page({ afterId: seen[1] }), { ids: seen.slice(2, 4), hasMore: true });
-    assert.deepEqual(await page({ afterId: seen[3] }), { ids: seen.slice(4), hasMore: false }, 'nothing it sees is left, though other batches are');
+    assert.deepEqual(
+      await page({ afterId: seen[3] }),
+      { ids: seen.slice(4), hasMore: false },
+      'nothing it sees is left, though other batches are',
+    );
     assert.deepEqual(await page({ afterId: seen[4] }), { ids: [], hasMore: false });
     assert.deepEqual(await page({}, 5), { ids: seen, hasMore: false }, 'a page exactly as long as what it sees');
     assert.deepEqual(await page({}, 1000), { ids: seen, hasMore: false });
     // Backward, on the first id, newest first within a page.
     assert.deepEqual(await page({ beforeId: seen[4] }), { ids: seen.slice(2, 4), hasMore: true });
-    assert.deepEqual(await page({ beforeId: seen[2] }), { ids: seen.slice(0, 2), hasMore: false }, 'only batches it may not see are newer');
+    assert.deepEqual(
+      await page({ beforeId: seen[2] }),
+      { ids: seen.slice(0, 2), hasMore: false },
+      'only batches it may not see are newer',
+    );
     assert.deepEqual(await page({ beforeId: seen[0] }), { ids: [], hasMore: false });
     // A cursor on a batch the key may not see still places the page (it learns nothing of that batch from it).
     assert.deepEqual(await page({ afterId: ids[1] }), { ids: seen.slice(1, 3), hasMore: true });

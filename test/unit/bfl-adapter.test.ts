@@ -24,7 +24,14 @@ import {
 } from '../../workers/vendors/bfl/index.js';
 import type { BlobRef, ImageGenerationInput, ImageResult, MediaContext } from '../../workers/vendors/types.js';
 import type { ImageEditInput } from '../../shared/schemas/media-inputs.js';
-import { createFakePng, encodeTestPng, FAKE_BFL_PNG, startFakeBfl, type FakeBfl, type TestPngOptions } from '../support/fake-bfl.js';
+import {
+  createFakePng,
+  encodeTestPng,
+  FAKE_BFL_PNG,
+  startFakeBfl,
+  type FakeBfl,
+  type TestPngOptions,
+} from '../support/fake-bfl.js';
 import { gatewayError } from '../support/assertions.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
 
@@ -48,7 +55,16 @@ interface Harness {
   store: { state: Json | undefined };
 }
 
-function harness(options: { model?: string; signal?: AbortSignal; store?: Harness['store']; apiKey?: string; baseUrl?: string; onWrite?: () => void } = {}): Harness {
+function harness(
+  options: {
+    model?: string;
+    signal?: AbortSignal;
+    store?: Harness['store'];
+    apiKey?: string;
+    baseUrl?: string;
+    onWrite?: () => void;
+  } = {},
+): Harness {
   const model = options.model ?? 'flux-pro-1.1';
   const store = options.store ?? { state: undefined };
   const progress: number[] = [];
@@ -64,7 +80,8 @@ function harness(options: { model?: string; signal?: AbortSignal; store?: Harnes
     blobs: new LocalBlobStore(blobDir),
     progress: async (percent) => void progress.push(percent),
     checkpoint: {
-      read: <T extends Record<string, unknown>>() => (store.state === undefined ? undefined : (structuredClone(store.state) as T)),
+      read: <T extends Record<string, unknown>>() =>
+        store.state === undefined ? undefined : (structuredClone(store.state) as T),
       write: async (state) => {
         writes.push({ state: structuredClone(state), pollsAtWrite: fake.polls });
         store.state = structuredClone(state);
@@ -75,17 +92,24 @@ function harness(options: { model?: string; signal?: AbortSignal; store?: Harnes
   return { ctx, progress, writes, store };
 }
 
-const image = (extra: Json = {}): ImageGenerationInput => ({ model: 'flux-pro-1.1', prompt: 'A lighthouse at dusk', ...extra }) as ImageGenerationInput;
+const image = (extra: Json = {}): ImageGenerationInput =>
+  ({ model: 'flux-pro-1.1', prompt: 'A lighthouse at dusk', ...extra }) as ImageGenerationInput;
 const posts = () => fake.requests.filter((request) => request.method === 'POST');
 const edit = (extra: Json, images: BlobRef[], mask?: BlobRef): ImageEditInput =>
-  ({ model: 'flux-kontext-pro', prompt: 'Make it night', ...extra, images, ...(mask ? { mask } : {}) }) as ImageEditInput;
+  ({
+    model: 'flux-kontext-pro',
+    prompt: 'Make it night',
+    ...extra,
+    images,
+    ...(mask ? { mask } : {}),
+  }) as ImageEditInput;
 let uploads = 0;
 /** Stores an upload as the api does, under a fresh key. */
-const upload = (bytes: Buffer, contentType = 'image/png') => blobs.put(`uploads/bfl${++uploads}/image-0`, bytes, contentType);
+const upload = (bytes: Buffer, contentType = 'image/png') =>
+  blobs.put(`uploads/bfl${++uploads}/image-0`, bytes, contentType);
 /** A reference to an upload that is not in the store: reading it would fail. */
 const absent = (): BlobRef => ({ key: `uploads/absent${++uploads}/image-0`, contentType: 'image/png', size: 1 });
 const b64 = (bytes: Buffer) => bytes.toString('base64');
-
 
 before(async () => {
   fake = await startFakeBfl({ apiKey: KEY });
@@ -113,11 +137,22 @@ describe('bfl adapter: outgoing requests', () => {
   });
 
   it('sends aspect ratios to ultra (with raw for quality hd) and Kontext, and honours jpeg', async () => {
-    await generate(image({ model: 'flux-pro-1.1-ultra', size: '2752x1536', quality: 'hd' }), harness({ model: 'flux-pro-1.1-ultra' }).ctx);
-    const result = await generate(image({ model: 'flux-kontext-pro', size: '1184x880', output_format: 'jpeg' }), harness({ model: 'flux-kontext-pro' }).ctx);
+    await generate(
+      image({ model: 'flux-pro-1.1-ultra', size: '2752x1536', quality: 'hd' }),
+      harness({ model: 'flux-pro-1.1-ultra' }).ctx,
+    );
+    const result = await generate(
+      image({ model: 'flux-kontext-pro', size: '1184x880', output_format: 'jpeg' }),
+      harness({ model: 'flux-kontext-pro' }).ctx,
+    );
     const [ultra, kontext] = posts();
     assert.equal(ultra!.path, '/v1/flux-pro-1.1-ultra');
-    assert.deepEqual(ultra!.body, { prompt: 'A lighthouse at dusk', aspect_ratio: '16:9', output_format: 'png', raw: true });
+    assert.deepEqual(ultra!.body, {
+      prompt: 'A lighthouse at dusk',
+      aspect_ratio: '16:9',
+      output_format: 'png',
+      raw: true,
+    });
     assert.equal(kontext!.path, '/v1/flux-kontext-pro');
     assert.deepEqual(kontext!.body, { prompt: 'A lighthouse at dusk', aspect_ratio: '4:3', output_format: 'jpeg' });
     assert.equal(result.images[0]!.contentType, 'image/jpeg');
@@ -153,17 +188,35 @@ describe('bfl adapter: outgoing requests', () => {
     assert.equal(convertSizeToAspectRatio(1392, 752), '16:9');
     assert.equal(convertSizeToAspectRatio(1568, 672), '21:9');
     assert.equal(convertSizeToAspectRatio(1000, 1900), '10:19');
-    assert.deepEqual(buildBflRequest(image({ model: 'flux-2-pro', size: '1040x1040', output_format: 'webp' }), 'flux-2-pro'), {
-      prompt: 'A lighthouse at dusk', width: 1040, height: 1040, output_format: 'webp',
-    });
+    assert.deepEqual(
+      buildBflRequest(image({ model: 'flux-2-pro', size: '1040x1040', output_format: 'webp' }), 'flux-2-pro'),
+      {
+        prompt: 'A lighthouse at dusk',
+        width: 1040,
+        height: 1040,
+        output_format: 'webp',
+      },
+    );
   });
 
   it('sends the key only to polling URLs on the channel origin or on BFL hosts over https', () => {
     const base = 'https://api.bfl.ai';
     const task = (pollingUrl?: string) => ({ id: 'abc', polling_url: pollingUrl });
-    assert.equal(bflPollUrl(base, task('https://api.eu.bfl.ai/v1/get_result?id=abc')), 'https://api.eu.bfl.ai/v1/get_result?id=abc');
-    assert.equal(bflPollUrl(base, task('https://api.bfl.ai/v1/get_result?id=abc')), 'https://api.bfl.ai/v1/get_result?id=abc');
-    for (const foreign of ['http://api.eu.bfl.ai/v1/get_result?id=abc', 'https://evilbfl.ai/x', 'https://api.bfl.ai.evil.example/x', 'not a url', undefined]) {
+    assert.equal(
+      bflPollUrl(base, task('https://api.eu.bfl.ai/v1/get_result?id=abc')),
+      'https://api.eu.bfl.ai/v1/get_result?id=abc',
+    );
+    assert.equal(
+      bflPollUrl(base, task('https://api.bfl.ai/v1/get_result?id=abc')),
+      'https://api.bfl.ai/v1/get_result?id=abc',
+    );
+    for (const foreign of [
+      'http://api.eu.bfl.ai/v1/get_result?id=abc',
+      'https://evilbfl.ai/x',
+      'https://api.bfl.ai.evil.example/x',
+      'not a url',
+      undefined,
+    ]) {
       assert.equal(bflPollUrl(base, task(foreign)), 'https://api.bfl.ai/v1/get_result?id=abc', String(foreign));
     }
   });
@@ -203,7 +256,9 @@ describe('bfl adapter: polling and the checkpoint', () => {
     assert.equal(writes.length, 1);
     assert.equal(writes[0]!.pollsAtWrite, 0);
     const [id] = [...fake.tasks.keys()];
-    assert.deepEqual(writes[0]!.state, { [BFL_CHECKPOINT_KEY]: [{ id, polling_url: `${fake.url}/v1/get_result?id=${id}` }] });
+    assert.deepEqual(writes[0]!.state, {
+      [BFL_CHECKPOINT_KEY]: [{ id, polling_url: `${fake.url}/v1/get_result?id=${id}` }],
+    });
   });
 
   it('a restarted worker resumes the recorded task: no second submission, same image', async () => {
@@ -227,7 +282,10 @@ describe('bfl adapter: polling and the checkpoint', () => {
     const { ctx, writes } = harness();
     const result = await generate(image({ n: 2 }), ctx);
     assert.equal(fake.submissions, 2);
-    assert.deepEqual(writes.map((write) => write.state[BFL_CHECKPOINT_KEY].length), [1, 2]);
+    assert.deepEqual(
+      writes.map((write) => write.state[BFL_CHECKPOINT_KEY].length),
+      [1, 2],
+    );
     assert.equal(result.images.length, 2);
   });
 
@@ -308,7 +366,9 @@ describe('bfl adapter: failures', () => {
   });
 
   it('a task the vendor no longer knows is a 500, with no silent resubmit', async () => {
-    const store = { state: { [BFL_CHECKPOINT_KEY]: [{ id: 'gone', polling_url: `${fake.url}/v1/get_result?id=gone` }] } };
+    const store = {
+      state: { [BFL_CHECKPOINT_KEY]: [{ id: 'gone', polling_url: `${fake.url}/v1/get_result?id=gone` }] },
+    };
     const error = await gatewayError(generate(image(), harness({ store }).ctx));
     assert.equal(error.status, 500);
     assert.equal(error.code, 'vendor_task_lost');
@@ -324,7 +384,11 @@ describe('bfl adapter: failures', () => {
   });
 
   it('429 on submit is retryable with the vendor wait, and records no task', async () => {
-    fake.failSubmits({ status: 429, json: { detail: 'You have exceeded the number of active tasks.' }, headers: { 'retry-after': '3' } });
+    fake.failSubmits({
+      status: 429,
+      json: { detail: 'You have exceeded the number of active tasks.' },
+      headers: { 'retry-after': '3' },
+    });
     const { ctx, writes } = harness();
     const error = await gatewayError(generate(image(), ctx));
     assert.equal(error.status, 429);
@@ -378,7 +442,9 @@ describe('bfl adapter: failures', () => {
     const mapped = mapBflError({
       status: 422,
       headers: {},
-      bodyText: JSON.stringify({ detail: [{ loc: ['body', 'width'], msg: 'Input should be a multiple of 32', type: 'multiple_of' }] }),
+      bodyText: JSON.stringify({
+        detail: [{ loc: ['body', 'width'], msg: 'Input should be a multiple of 32', type: 'multiple_of' }],
+      }),
     });
     assert.equal(mapped.status, 400);
     assert.equal(mapped.param, 'size');
@@ -406,10 +472,18 @@ describe('bfl adapter: edits', () => {
   });
 
   it('Kontext: further uploads go as input_image_2…, in order, and size as aspect_ratio', async () => {
-    const photos = [createFakePng([1, 2, 3]), createFakePng([4, 5, 6]), createFakePng([7, 8, 9]), createFakePng([10, 11, 12])];
+    const photos = [
+      createFakePng([1, 2, 3]),
+      createFakePng([4, 5, 6]),
+      createFakePng([7, 8, 9]),
+      createFakePng([10, 11, 12]),
+    ];
     const refs = await Promise.all(photos.map((photo) => upload(photo)));
     const ctx = harness({ model: 'flux-kontext-max' }).ctx;
-    const result = await editImages(edit({ model: 'flux-kontext-max', size: '1392x752', output_format: 'jpeg' }, refs), ctx);
+    const result = await editImages(
+      edit({ model: 'flux-kontext-max', size: '1392x752', output_format: 'jpeg' }, refs),
+      ctx,
+    );
     const [submit] = posts();
     assert.equal(submit!.path, '/v1/flux-kontext-max');
     assert.deepEqual(submit!.body, {
@@ -436,20 +510,38 @@ describe('bfl adapter: edits', () => {
     assert.equal(submit!.path, '/v1/flux-pro-1.0-fill');
     const body = submit!.body as Json;
     assert.deepEqual(Object.keys(body).sort(), ['image', 'mask', 'output_format', 'prompt']);
-    assert.deepEqual({ ...body, mask: '…' }, { prompt: 'A red door', image: b64(photo), mask: '…', output_format: 'png' });
-    assert.deepEqual(readGreyPng(Buffer.from(body.mask, 'base64')), { width: 4, height: 4, pixels: Array.from({ length: 16 }, (_, i) => (i % 4 < 2 ? 255 : 0)) });
+    assert.deepEqual(
+      { ...body, mask: '…' },
+      { prompt: 'A red door', image: b64(photo), mask: '…', output_format: 'png' },
+    );
+    assert.deepEqual(readGreyPng(Buffer.from(body.mask, 'base64')), {
+      width: 4,
+      height: 4,
+      pixels: Array.from({ length: 16 }, (_, i) => (i % 4 < 2 ? 255 : 0)),
+    });
     assert.equal(result.images.length, 1);
 
     // A mask that is black and white already (no transparency) goes as it came.
     fake.reset();
-    const blackAndWhite = encodeTestPng({ width: 4, height: 4, colourType: 0, pixel: (x) => (x < 2 ? [255, 255, 255, 255] : [0, 0, 0, 255]) });
-    await editImages(edit({ model: 'flux-pro-1.0-fill' }, [await upload(photo)], await upload(blackAndWhite)), harness({ model: 'flux-pro-1.0-fill' }).ctx);
+    const blackAndWhite = encodeTestPng({
+      width: 4,
+      height: 4,
+      colourType: 0,
+      pixel: (x) => (x < 2 ? [255, 255, 255, 255] : [0, 0, 0, 255]),
+    });
+    await editImages(
+      edit({ model: 'flux-pro-1.0-fill' }, [await upload(photo)], await upload(blackAndWhite)),
+      harness({ model: 'flux-pro-1.0-fill' }).ctx,
+    );
     assert.equal((posts()[0]!.body as Json).mask, b64(blackAndWhite));
   });
 
   it('maps the short endpoint names BFL also lists', () => {
     const fields = (endpoint: string, images: number, mask: boolean) =>
-      buildBflEditRequest(edit({}, Array.from({ length: images }, absent), mask ? absent() : undefined), endpoint).uploads.map((item) => item.field);
+      buildBflEditRequest(
+        edit({}, Array.from({ length: images }, absent), mask ? absent() : undefined),
+        endpoint,
+      ).uploads.map((item) => item.field);
     assert.deepEqual(fields('flux-fill', 1, true), ['image', 'mask']);
     assert.deepEqual(fields('flux-kontext', 2, false), ['input_image', 'input_image_2']);
   });
@@ -475,10 +567,14 @@ describe('bfl adapter: edits', () => {
       assert.equal(error.type, 'invalid_request_error', label);
       assert.equal(error.param, param, label);
     }
-    const fill = await gatewayError(editImages(edit({ model: 'flux-pro-1.0-fill' }, [absent()]), harness({ model: 'flux-pro-1.0-fill' }).ctx));
+    const fill = await gatewayError(
+      editImages(edit({ model: 'flux-pro-1.0-fill' }, [absent()]), harness({ model: 'flux-pro-1.0-fill' }).ctx),
+    );
     assert.match(fill.message, /mask/);
     assert.equal(fill.code, 'missing_required_parameter');
-    const kontext = await gatewayError(editImages(edit({}, [absent()], absent()), harness({ model: 'flux-kontext-pro' }).ctx));
+    const kontext = await gatewayError(
+      editImages(edit({}, [absent()], absent()), harness({ model: 'flux-kontext-pro' }).ctx),
+    );
     assert.match(kontext.message, /no mask/);
     assert.equal(fake.requests.length, 0);
   });
@@ -486,43 +582,60 @@ describe('bfl adapter: edits', () => {
   it('refuses a mask that claims to be a PNG but cannot be read, submitting nothing', async () => {
     const broken = encodeTestPng({ width: 4, height: 4, colourType: 6, pixel: () => [0, 0, 0, 0] }).subarray(0, 40);
     const error = await gatewayError(
-      editImages(edit({ model: 'flux-pro-1.0-fill' }, [await upload(createFakePng())], await upload(broken)), harness({ model: 'flux-pro-1.0-fill' }).ctx),
+      editImages(
+        edit({ model: 'flux-pro-1.0-fill' }, [await upload(createFakePng())], await upload(broken)),
+        harness({ model: 'flux-pro-1.0-fill' }).ctx,
+      ),
     );
     assert.equal(error.status, 400);
     assert.equal(error.param, 'mask');
     assert.equal(fake.requests.length, 0);
   });
 
-  it('checkpoints the edit task before the first poll; a restarted attempt polls it without submitting or reading the uploads again', async () => {
-    fake.pollsUntilReady = 4;
-    const photo = createFakePng([5, 6, 7], 4);
-    const ref = await upload(photo);
-    const crashed = new AbortController();
-    const store: Harness['store'] = { state: undefined };
-    const first = harness({ model: 'flux-kontext-pro', store, signal: crashed.signal, onWrite: () => crashed.abort(new Error('worker died')) });
-    await assert.rejects(editImages(edit({}, [ref]), first.ctx), /worker died/);
-    assert.equal(fake.submissions, 1);
-    assert.equal(first.writes.length, 1);
-    assert.equal(first.writes[0]!.pollsAtWrite, 0);
-    const [id] = [...fake.tasks.keys()];
-    assert.deepEqual(first.writes[0]!.state, { [BFL_CHECKPOINT_KEY]: [{ id, polling_url: `${fake.url}/v1/get_result?id=${id}` }] });
+  it(
+    'checkpoints the edit task before the first poll; a restarted attempt polls it without submitting or reading ' +
+      'the uploads again',
+    async () => {
+      fake.pollsUntilReady = 4;
+      const photo = createFakePng([5, 6, 7], 4);
+      const ref = await upload(photo);
+      const crashed = new AbortController();
+      const store: Harness['store'] = { state: undefined };
+      const first = harness({
+        model: 'flux-kontext-pro',
+        store,
+        signal: crashed.signal,
+        onWrite: () => crashed.abort(new Error('worker died')),
+      });
+      await assert.rejects(editImages(edit({}, [ref]), first.ctx), /worker died/);
+      assert.equal(fake.submissions, 1);
+      assert.equal(first.writes.length, 1);
+      assert.equal(first.writes[0]!.pollsAtWrite, 0);
+      const [id] = [...fake.tasks.keys()];
+      assert.deepEqual(first.writes[0]!.state, {
+        [BFL_CHECKPOINT_KEY]: [{ id, polling_url: `${fake.url}/v1/get_result?id=${id}` }],
+      });
 
-    // The upload is gone: the resumed attempt needs only its checkpoint.
-    await blobs.delete(ref.key);
-    const second = harness({ model: 'flux-kontext-pro', store });
-    const result = await editImages(edit({}, [ref]), second.ctx);
-    assert.equal(fake.submissions, 1);
-    assert.equal(posts().length, 1);
-    assert.equal(second.writes.length, 0);
-    assert.ok(fake.requests.some((request) => request.path === `/v1/get_result?id=${id}`));
-    assert.deepEqual(result.images[0]!.bytes, FAKE_BFL_PNG);
-  });
+      // The upload is gone: the resumed attempt needs only its checkpoint.
+      await blobs.delete(ref.key);
+      const second = harness({ model: 'flux-kontext-pro', store });
+      const result = await editImages(edit({}, [ref]), second.ctx);
+      assert.equal(fake.submissions, 1);
+      assert.equal(posts().length, 1);
+      assert.equal(second.writes.length, 0);
+      assert.ok(fake.requests.some((request) => request.path === `/v1/get_result?id=${id}`));
+      assert.deepEqual(result.images[0]!.bytes, FAKE_BFL_PNG);
+    },
+  );
 
   it('n=2 submits two tasks with the same body, checkpointing each', async () => {
     const { ctx, writes } = harness({ model: 'flux-kontext-pro' });
     const result = await editImages(edit({ n: 2 }, [await upload(createFakePng())]), ctx);
     assert.equal(fake.submissions, 2);
-    assert.deepEqual(writes.map((write) => write.state[BFL_CHECKPOINT_KEY].length), [1, 2]);
+    assert.deepEqual(
+      writes.map((write) => write.state[BFL_CHECKPOINT_KEY].length),
+      [1, 2],
+    );
     const [a, b] = posts();
     assert.deepEqual(a!.body, b!.body);
     assert.equal(result.images.length, 2);
@@ -542,10 +655,25 @@ describe('bfl adapter: edits', () => {
       ['flux-pro-1.0-fill', { prompt: 'x', image }, ['body', 'mask'], 'mask'],
       ['flux-pro-1.0-fill', { prompt: 'x', mask: image }, ['body', 'image'], 'image'],
       ['flux-pro-1.0-fill', { prompt: 'x', image, mask: 7 }, ['body', 'mask'], 'mask'],
-      ['flux-kontext-pro', { prompt: 'x', input_image: `data:image/png;base64,${image}` }, ['body', 'input_image'], 'image'],
-      ['flux-kontext-pro', { prompt: 'x', input_image: image, input_image_2: null }, ['body', 'input_image_2'], 'image'],
+      [
+        'flux-kontext-pro',
+        { prompt: 'x', input_image: `data:image/png;base64,${image}` },
+        ['body', 'input_image'],
+        'image',
+      ],
+      [
+        'flux-kontext-pro',
+        { prompt: 'x', input_image: image, input_image_2: null },
+        ['body', 'input_image_2'],
+        'image',
+      ],
       ['flux-kontext-pro', { input_image: image }, ['body', 'prompt'], 'prompt'],
-      ['flux-kontext-pro', { prompt: 'x', input_image: image, input_image_5: image }, ['body', 'input_image_5'], 'image'],
+      [
+        'flux-kontext-pro',
+        { prompt: 'x', input_image: image, input_image_5: image },
+        ['body', 'input_image_5'],
+        'image',
+      ],
     ];
     for (const [endpoint, body, loc, param] of cases) {
       const answer = await submit(endpoint, body);
@@ -573,7 +701,11 @@ describe('OpenAI masks to BFL masks', () => {
   const width = 13;
   const height = 11;
   const hole = (x: number, y: number) => (x * 3 + y * 5) % 7 < 3;
-  const expected = { width, height, pixels: Array.from({ length: width * height }, (_, i) => (hole(i % width, Math.floor(i / width)) ? 255 : 0)) };
+  const expected = {
+    width,
+    height,
+    pixels: Array.from({ length: width * height }, (_, i) => (hole(i % width, Math.floor(i / width)) ? 255 : 0)),
+  };
   const shape = { width, height };
 
   const variants: Array<[string, TestPngOptions]> = [

@@ -5,8 +5,24 @@ import { fileURLToPath } from 'node:url';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import { utcDay } from '../../shared/accounts.js';
-import { billingBucket, billKey, reservationDeadlinesKey, settledKey, usageDayKey, usageStreamKey } from '../../shared/redis-keys.js';
-import { charge, readBill, readKeySpend, releaseExpiredReservations, releaseReservation, reserve, settle, type Reservation } from '../../shared/money/billing.js';
+import {
+  billingBucket,
+  billKey,
+  reservationDeadlinesKey,
+  settledKey,
+  usageDayKey,
+  usageStreamKey,
+} from '../../shared/redis-keys.js';
+import {
+  charge,
+  readBill,
+  readKeySpend,
+  releaseExpiredReservations,
+  releaseReservation,
+  reserve,
+  settle,
+  type Reservation,
+} from '../../shared/money/billing.js';
 import { freshRedis } from '../support/gateway.js';
 import { usageEntry } from '../support/usage-entry.js';
 
@@ -21,7 +37,11 @@ after(() => redis.disconnect());
 beforeEach(() => redis.flushdb());
 
 async function account(id: string, balanceMicros: number | 'unlimited'): Promise<void> {
-  await redis.hset(billKey(id), { id, reserved: 0, ...(balanceMicros === 'unlimited' ? { unlimited: '1' } : { balance: balanceMicros }) });
+  await redis.hset(billKey(id), {
+    id,
+    reserved: 0,
+    ...(balanceMicros === 'unlimited' ? { unlimited: '1' } : { balance: balanceMicros }),
+  });
 }
 
 async function key(id: string, accountId = 'a1'): Promise<void> {
@@ -47,7 +67,6 @@ const resv = (requestId: string, micros: number, extra: Partial<Reservation> = {
 
 const usage = usageEntry;
 
-
 describe('billing: reserve and settle', () => {
   it('reserves against the key limit and the account balance, then settles the actual cost once', async () => {
     await account('a1', 1_000_000);
@@ -62,7 +81,11 @@ describe('billing: reserve and settle', () => {
     assert.equal(!refused.ok && refused.reason, 'key_limit');
 
     assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, true);
-    assert.equal((await settle(redis, usage('r1', 123_456), policy)).applied, false, 'a second settlement of the same request does nothing');
+    assert.equal(
+      (await settle(redis, usage('r1', 123_456), policy)).applied,
+      false,
+      'a second settlement of the same request does nothing',
+    );
     assert.equal(await keyReserved(), 0);
     assert.equal(await spent(), 123_456);
     assert.equal(await accountReserved(), 0);
@@ -76,23 +99,31 @@ describe('billing: reserve and settle', () => {
     assert.equal(written.cost_micros, 123_456);
     assert.equal(written.request_id, 'r1');
     assert.equal(written.account_id, 'a1');
-    assert.equal(await redis.exists(usageDayKey(utcDay(Date.now()))), 0, 'day totals are summed in the record, not in Redis');
+    assert.equal(
+      await redis.exists(usageDayKey(utcDay(Date.now()))),
+      0,
+      'day totals are summed in the record, not in Redis',
+    );
   });
 
-  it('holds one reservation per request id, and makes none for a request settled already (a job run again after its worker died)', async () => {
-    await account('a1', 1_000_000);
-    await key('k1');
-    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
-    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
-    assert.equal(await accountReserved(), 300_000, 'reserved once');
-    assert.equal((await settle(redis, usage('again', 1_000), policy)).applied, true);
-    assert.equal(await accountReserved(), 0);
-    // Its worker died after the settlement: the run again reserves nothing that no settlement would take back.
-    assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
-    assert.equal(await accountReserved(), 0);
-    assert.equal(await keyReserved(), 0);
-    assert.equal(await redis.hexists(billKey('a1'), 'r:again'), 0);
-  });
+  it(
+    'holds one reservation per request id, and makes none for a request settled already (a job run again after its ' +
+      'worker died)',
+    async () => {
+      await account('a1', 1_000_000);
+      await key('k1');
+      assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+      assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+      assert.equal(await accountReserved(), 300_000, 'reserved once');
+      assert.equal((await settle(redis, usage('again', 1_000), policy)).applied, true);
+      assert.equal(await accountReserved(), 0);
+      // Its worker died after the settlement: the run again reserves nothing that no settlement would take back.
+      assert.deepEqual(await reserve(redis, resv('again', 300_000), {}), { ok: true });
+      assert.equal(await accountReserved(), 0);
+      assert.equal(await keyReserved(), 0);
+      assert.equal(await redis.hexists(billKey('a1'), 'r:again'), 0);
+    },
+  );
 
   it('settles and releases a free model (a reservation of 0 micros) like any other', async () => {
     await account('a1', 0);
@@ -119,7 +150,11 @@ describe('billing: reserve and settle', () => {
     assert.equal((await reserve(redis, resv('r2', 10 ** 12, { accountId: 'free' }), {})).ok, true);
     await settle(redis, usage('r2', 10 ** 12, { account_id: 'free' }), policy);
     assert.equal(await redis.hget(billKey('free'), 'balance'), null);
-    assert.equal((await readKeySpend(redis, 'free', 'k1'))?.spentMicros, 10 ** 12, 'its key still counts what it spent');
+    assert.equal(
+      (await readKeySpend(redis, 'free', 'k1'))?.spentMicros,
+      10 ** 12,
+      'its key still counts what it spent',
+    );
   });
 
   it('refuses a key or account that does not exist or was deleted', async () => {
@@ -160,7 +195,11 @@ describe('billing: reserve and settle', () => {
     const refused = outcomes[3]!;
     assert.equal(!refused.ok && refused.reason, 'rpm');
     assert.equal(!refused.ok && refused.retryAfterMs, 20_000);
-    assert.equal((await reserve(redis, resv('later', 1), { rpm: 3 }, now + 20_000)).ok, true, 'one more fits once a slot has passed');
+    assert.equal(
+      (await reserve(redis, resv('later', 1), { rpm: 3 }, now + 20_000)).ok,
+      true,
+      'one more fits once a slot has passed',
+    );
   });
 
   it('limits tokens per minute by the estimate and gives back what settlement shows unused', async () => {
@@ -171,7 +210,11 @@ describe('billing: reserve and settle', () => {
     const refused = await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now);
     assert.equal(!refused.ok && refused.reason, 'tpm');
     await settle(redis, usage('r1', 1, { input_tokens: 50, output_tokens: 50 }), policy, now);
-    assert.equal((await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok, true, '500 unused tokens came back');
+    assert.equal(
+      (await reserve(redis, resv('r2', 1, { tokens: 600 }), { tpm: 1000 }, now)).ok,
+      true,
+      '500 unused tokens came back',
+    );
   });
 
   it('releases a reservation nothing will settle, and one past its deadline, once', async () => {
@@ -202,44 +245,61 @@ describe('billing: reserve and settle', () => {
 });
 
 describe('billing: a cache hit, admitted and billed in one step', () => {
-  const hit = (requestId: string, micros: number, keyId = 'k1') => usage(requestId, micros, { key_id: keyId, vendor: 'cache', cache: 'hit', input_tokens: 0, output_tokens: 0 });
+  const hit = (requestId: string, micros: number, keyId = 'k1') =>
+    usage(requestId, micros, { key_id: keyId, vendor: 'cache', cache: 'hit', input_tokens: 0, output_tokens: 0 });
 
-  it('takes the price once, with its usage entry, and refuses what the key limit or the balance (less what is reserved) cannot pay, writing nothing', async () => {
-    await account('a1', 10_000);
-    await key('k1');
-    assert.deepEqual(await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy), { ok: true });
-    assert.deepEqual(await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy), { ok: true }, 'sent again (a reconnect’s resend): charged once');
-    assert.equal(await spent(), 3000);
-    assert.equal(await balance(), 7000);
-    assert.equal(await redis.xlen(stream), 1);
-    assert.equal(await keyReserved(), 0, 'nothing held: there is nothing between admission and settlement');
-    const overKey = await charge(redis, hit('h2', 4001), { limitMicros: 7000 }, policy);
-    assert.equal(!overKey.ok && overKey.reason, 'key_limit');
-    // Another request's reservation holds part of the balance: a hit may not take it.
-    assert.deepEqual(await reserve(redis, resv('r1', 5000), {}), { ok: true });
-    const overBalance = await charge(redis, hit('h3', 2001), {}, policy);
-    assert.equal(!overBalance.ok && overBalance.reason, 'account_balance');
-    assert.equal(await balance(), 7000, 'a refusal takes nothing');
-    assert.equal(await spent(), 3000);
-    assert.equal(await redis.xlen(stream), 1, 'and records nothing');
-    assert.equal(await redis.exists(settledKey('a1', 'h3')), 0, 'nor marks the request charged');
-    assert.deepEqual(await charge(redis, hit('h4', 2000), {}, policy), { ok: true }, 'exactly what is left fits');
-    assert.equal(await balance(), 5000);
-    assert.equal((await readBill(redis, 'a1'))!.reservedMicros, 5000);
-  });
+  it(
+    'takes the price once, with its usage entry, and refuses what the key limit or the balance (less what is ' +
+      'reserved) cannot pay, writing nothing',
+    async () => {
+      await account('a1', 10_000);
+      await key('k1');
+      assert.deepEqual(await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy), { ok: true });
+      assert.deepEqual(
+        await charge(redis, hit('h1', 3000), { limitMicros: 7000 }, policy),
+        { ok: true },
+        'sent again (a reconnect’s resend): charged once',
+      );
+      assert.equal(await spent(), 3000);
+      assert.equal(await balance(), 7000);
+      assert.equal(await redis.xlen(stream), 1);
+      assert.equal(await keyReserved(), 0, 'nothing held: there is nothing between admission and settlement');
+      const overKey = await charge(redis, hit('h2', 4001), { limitMicros: 7000 }, policy);
+      assert.equal(!overKey.ok && overKey.reason, 'key_limit');
+      // Another request's reservation holds part of the balance: a hit may not take it.
+      assert.deepEqual(await reserve(redis, resv('r1', 5000), {}), { ok: true });
+      const overBalance = await charge(redis, hit('h3', 2001), {}, policy);
+      assert.equal(!overBalance.ok && overBalance.reason, 'account_balance');
+      assert.equal(await balance(), 7000, 'a refusal takes nothing');
+      assert.equal(await spent(), 3000);
+      assert.equal(await redis.xlen(stream), 1, 'and records nothing');
+      assert.equal(await redis.exists(settledKey('a1', 'h3')), 0, 'nor marks the request charged');
+      assert.deepEqual(await charge(redis, hit('h4', 2000), {}, policy), { ok: true }, 'exactly what is left fits');
+      assert.equal(await balance(), 5000);
+      assert.equal((await readBill(redis, 'a1'))!.reservedMicros, 5000);
+    },
+  );
 
-  it('counts against the key’s requests per minute, not its tokens per minute; a free hit passes where its price fits', async () => {
-    await account('a1', 0);
-    await key('k1');
-    const first = await charge(redis, hit('h1', 0), { rpm: 2 }, policy);
-    assert.equal(first.ok, true);
-    assert.equal(first.requests?.remaining, 1);
-    assert.equal((await charge(redis, hit('h2', 0), { rpm: 2 }, policy)).ok, true, 'free: an empty balance covers it');
-    const third = await charge(redis, hit('h3', 0), { rpm: 2 }, policy);
-    assert.equal(!third.ok && third.reason, 'rpm');
-    assert.ok(!third.ok && third.retryAfterMs > 0);
-    assert.equal(await redis.hget(billKey('a1'), 'k1.tpm'), null, 'no tokens counted');
-  });
+  it(
+    'counts against the key’s requests per minute, not its tokens per minute; a free hit passes where its price ' +
+      'fits',
+    async () => {
+      await account('a1', 0);
+      await key('k1');
+      const first = await charge(redis, hit('h1', 0), { rpm: 2 }, policy);
+      assert.equal(first.ok, true);
+      assert.equal(first.requests?.remaining, 1);
+      assert.equal(
+        (await charge(redis, hit('h2', 0), { rpm: 2 }, policy)).ok,
+        true,
+        'free: an empty balance covers it',
+      );
+      const third = await charge(redis, hit('h3', 0), { rpm: 2 }, policy);
+      assert.equal(!third.ok && third.reason, 'rpm');
+      assert.ok(!third.ok && third.retryAfterMs > 0);
+      assert.equal(await redis.hget(billKey('a1'), 'k1.tpm'), null, 'no tokens counted');
+    },
+  );
 
   it('refuses a key or account that does not exist', async () => {
     const outcome = await charge(redis, hit('h1', 0), {}, policy);
@@ -253,7 +313,10 @@ describe('billing: concurrency across processes', () => {
   /** 1,000 reservations of 1,000 micros each, 250 from each of four processes, all fired at once. */
   async function race(keys: string, limit = '', mode = ''): Promise<{ k1: number; k2: number }> {
     const children = [0, 1, 2, 3].map((index) =>
-      fork(worker, [url, String(index), '250', keys, limit, mode], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'ignore', 'inherit', 'ipc'] }),
+      fork(worker, [url, String(index), '250', keys, limit, mode], {
+        execArgv: ['--import', 'tsx'],
+        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+      }),
     );
     const results = await Promise.all(
       children.map(async (child) => {

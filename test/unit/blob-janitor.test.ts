@@ -20,7 +20,10 @@ const day = 24 * hour;
 /** A logger whose lines the test reads. */
 function capturingLogger() {
   const lines: Array<Record<string, unknown>> = [];
-  const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+  const log = pino(
+    { level: 'info' },
+    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+  );
   return { log, lines, sweeps: () => lines.filter((line) => line.msg === 'blob sweep') };
 }
 
@@ -93,11 +96,26 @@ describe('BlobJanitor', () => {
 
     const report = await janitor().sweep();
     assert.ok(report, 'swept');
-    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 2, 'videos/': 2, 'results/': 1, 'responses/': 1, 'batch-parts/': 1 });
+    assert.deepEqual(report.deleted, {
+      'uploads/': 1,
+      'images/': 2,
+      'videos/': 2,
+      'results/': 1,
+      'responses/': 1,
+      'batch-parts/': 1,
+    });
     assert.equal(report.failed, 0);
     assert.equal(report.directories, 1);
 
-    for (const gone of ['uploads/req_old', 'images/req_old', 'videos/video_old', 'results/req_old.json', 'uploads/req_gone', 'responses/resp_old/input.json', 'batch-parts/batch_old/0-output.jsonl']) {
+    for (const gone of [
+      'uploads/req_old',
+      'images/req_old',
+      'videos/video_old',
+      'results/req_old.json',
+      'uploads/req_gone',
+      'responses/resp_old/input.json',
+      'batch-parts/batch_old/0-output.jsonl',
+    ]) {
       assert.ok(!exists(gone), `${gone} is gone`);
     }
     for (const kept of [
@@ -127,7 +145,10 @@ describe('BlobJanitor', () => {
     // A large stored response's input lives as long as the response.
     assert.equal(rules.find((rule) => rule.prefix === 'responses/')!.maxAgeMs, 30 * 86_400_000 + 600_000);
     // An OpenAI batch's parts outlive the batch's run (BATCH_DEADLINE_S) and the sweep that finalizes it after.
-    assert.equal(retentionRules(loadConfig({ BATCH_DEADLINE_S: '7200' })).find((rule) => rule.prefix === 'batch-parts/')!.maxAgeMs, 7_200_000 + 3_600_000 + 600_000);
+    assert.equal(
+      retentionRules(loadConfig({ BATCH_DEADLINE_S: '7200' })).find((rule) => rule.prefix === 'batch-parts/')!.maxAgeMs,
+      7_200_000 + 3_600_000 + 600_000,
+    );
   });
 
   it('sweeps once per interval when two processes race for it', async () => {
@@ -162,7 +183,14 @@ describe('BlobJanitor', () => {
     const sweeps = [...first.sweeps(), ...second.sweeps()];
     assert.equal(sweeps.length, 1);
     assert.equal(sweeps[0]!.level, 30, 'logged at info');
-    assert.deepEqual(sweeps[0]!.deleted, { 'uploads/': 0, 'images/': 0, 'videos/': 1, 'results/': 0, 'responses/': 0, 'batch-parts/': 0 });
+    assert.deepEqual(sweeps[0]!.deleted, {
+      'uploads/': 0,
+      'images/': 0,
+      'videos/': 1,
+      'results/': 0,
+      'responses/': 0,
+      'batch-parts/': 0,
+    });
     assert.ok(!exists('videos/video_old'));
   });
 
@@ -200,9 +228,18 @@ describe('BlobJanitor', () => {
     const report = await janitor({}, { blobs: failing, log }).sweep();
     assert.ok(report);
     assert.equal(report.failed, 2);
-    assert.deepEqual(report.deleted, { 'uploads/': 1, 'images/': 1, 'videos/': 0, 'results/': 0, 'responses/': 0, 'batch-parts/': 0 });
+    assert.deepEqual(report.deleted, {
+      'uploads/': 1,
+      'images/': 1,
+      'videos/': 0,
+      'results/': 0,
+      'responses/': 0,
+      'batch-parts/': 0,
+    });
     assert.ok(lines.some((line) => line.msg === 'could not sweep blobs' && line.prefix === 'results/'));
-    assert.ok(lines.some((line) => line.msg === 'could not delete an expired blob' && line.key === 'images/req_old/1.png'));
+    assert.ok(
+      lines.some((line) => line.msg === 'could not delete an expired blob' && line.key === 'images/req_old/1.png'),
+    );
   });
 
   it('survives Redis refusing the lock: the error is logged, the process goes on', async () => {
@@ -220,7 +257,11 @@ describe('uploadKeys', () => {
   it('finds every upload a media payload references, and nothing else', () => {
     const ref = (key: string) => ({ key, contentType: 'image/png', size: 1 });
     assert.deepEqual(
-      uploadKeys({ prompt: 'x', images: [ref('uploads/r/0-a.png'), ref('uploads/r/1-b.png')], mask: ref('uploads/r/2-m.png') }),
+      uploadKeys({
+        prompt: 'x',
+        images: [ref('uploads/r/0-a.png'), ref('uploads/r/1-b.png')],
+        mask: ref('uploads/r/2-m.png'),
+      }),
       ['uploads/r/0-a.png', 'uploads/r/1-b.png', 'uploads/r/2-m.png'],
     );
     assert.deepEqual(uploadKeys({ file: ref('uploads/r/0-a.wav'), response_format: 'json' }), ['uploads/r/0-a.wav']);

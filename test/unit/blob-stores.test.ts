@@ -43,7 +43,12 @@ for (const kind of ['local', 's3'] as const) {
     it('stores bytes exactly, with their type and name, and streams them back', async () => {
       const bytes = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
       const ref = await store.put('uploads/req_1/0-photo.png', bytes, 'image/png', 'photo ü.png');
-      assert.deepEqual(ref, { key: 'uploads/req_1/0-photo.png', contentType: 'image/png', size: 256, filename: 'photo ü.png' });
+      assert.deepEqual(ref, {
+        key: 'uploads/req_1/0-photo.png',
+        contentType: 'image/png',
+        size: 256,
+        filename: 'photo ü.png',
+      });
       assert.deepEqual(await store.get(ref.key), bytes);
       const chunks: Buffer[] = [];
       for await (const chunk of await store.stream(ref.key)) chunks.push(chunk as Buffer);
@@ -60,12 +65,16 @@ for (const kind of ['local', 's3'] as const) {
 
     it('lists every blob under a prefix, nested keys included, with when it was written', async () => {
       const keys = ['list/a/1.bin', 'list/a/2/deep.bin', 'list/ab.bin', 'list/b/3.bin'];
-      for (const key of [...keys, 'other/x.bin']) await store.put(key, Buffer.from(key), 'application/octet-stream', 'name.bin');
+      for (const key of [...keys, 'other/x.bin'])
+        await store.put(key, Buffer.from(key), 'application/octet-stream', 'name.bin');
       const all = await listed(store, 'list/');
       assert.deepEqual(keysOf(all), keys);
       for (const blob of all) {
         assert.ok(blob.modified instanceof Date);
-        assert.ok(Math.abs(blob.modified.getTime() - Date.now()) < 60_000, `${blob.key} written just now: ${blob.modified.toISOString()}`);
+        assert.ok(
+          Math.abs(blob.modified.getTime() - Date.now()) < 60_000,
+          `${blob.key} written just now: ${blob.modified.toISOString()}`,
+        );
         // The listed key is the key `put` returned: get and meta take it as it is.
         assert.deepEqual(await store.get(blob.key), Buffer.from(blob.key));
         assert.equal((await store.meta(blob.key)).key, blob.key);
@@ -110,16 +119,28 @@ describe('local blob store directories', () => {
  */
 async function startPagingS3(bucket = 'paging') {
   const port = await freePort();
-  const options = { port, address: '127.0.0.1', silent: true, directory: mkdtempSync(join(tmpdir(), 'sy-s3-')), configureBuckets: [{ name: bucket }] };
+  const options = {
+    port,
+    address: '127.0.0.1',
+    silent: true,
+    directory: mkdtempSync(join(tmpdir(), 'sy-s3-')),
+    configureBuckets: [{ name: bucket }],
+  };
   const script = `new (require('s3rver'))(${JSON.stringify(options)}).run().then(() => console.log('ready'))`;
   const child = spawn(process.execPath, ['--openssl-legacy-provider', '-e', script], {
     cwd: fileURLToPath(new URL('../..', import.meta.url)),
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   const [data] = (await Promise.race([once(child.stdout!, 'data'), once(child, 'exit')])) as [Buffer | number | null];
-  if (!Buffer.isBuffer(data) || !data.toString().includes('ready')) throw new Error(`s3rver did not start (${String(data)})`);
+  if (!Buffer.isBuffer(data) || !data.toString().includes('ready'))
+    throw new Error(`s3rver did not start (${String(data)})`);
   return {
-    env: { S3_BUCKET: bucket, S3_ENDPOINT: `http://127.0.0.1:${port}`, S3_ACCESS_KEY_ID: 'S3RVER', S3_SECRET_ACCESS_KEY: 'S3RVER' },
+    env: {
+      S3_BUCKET: bucket,
+      S3_ENDPOINT: `http://127.0.0.1:${port}`,
+      S3_ACCESS_KEY_ID: 'S3RVER',
+      S3_SECRET_ACCESS_KEY: 'S3RVER',
+    },
     async close() {
       child.kill();
       if (child.exitCode === null && child.signalCode === null) await once(child, 'exit');
@@ -161,7 +182,10 @@ describe('local blob store and what it trusts', () => {
     await assert.rejects(store.put('images/secret.txt', Buffer.from('overwritten'), 'text/plain'));
     assert.deepEqual(readdirSync(elsewhere), ['secret.txt'], 'nothing written through the folder link');
     await assert.rejects(store.get('images/secret.txt'), (error: Error & { status?: number }) => error.status === 404);
-    await assert.rejects(store.stream('images/secret.txt'), (error: Error & { status?: number }) => error.status === 404);
+    await assert.rejects(
+      store.stream('images/secret.txt'),
+      (error: Error & { status?: number }) => error.status === 404,
+    );
     assert.equal((await store.get('images/kept.png')).toString(), 'png');
   });
 });
@@ -187,11 +211,20 @@ describe('S3 blob store listing', () => {
     const store = new S3BlobStore({ ...settings, prefix: 'tenant/', listPageSize: 2 });
     const keys = ['images/r1/0.png', 'images/r1/1.png', 'images/r2/0.png', 'images/r3/0.png', 'images/r4/0.png'];
     for (const key of keys) await store.put(key, Buffer.from(key), 'image/png');
-    await new S3BlobStore({ ...settings, prefix: '' }).put('images/outside-the-prefix.png', Buffer.from('x'), 'image/png');
+    await new S3BlobStore({ ...settings, prefix: '' }).put(
+      'images/outside-the-prefix.png',
+      Buffer.from('x'),
+      'image/png',
+    );
 
     // The server really splits this listing into pages of two.
-    const client = new S3Client({ ...settings, credentials: { accessKeyId: settings.accessKeyId, secretAccessKey: settings.secretAccessKey } });
-    const first = await client.send(new ListObjectsV2Command({ Bucket: settings.bucket, Prefix: 'tenant/images/', MaxKeys: 2 }));
+    const client = new S3Client({
+      ...settings,
+      credentials: { accessKeyId: settings.accessKeyId, secretAccessKey: settings.secretAccessKey },
+    });
+    const first = await client.send(
+      new ListObjectsV2Command({ Bucket: settings.bucket, Prefix: 'tenant/images/', MaxKeys: 2 }),
+    );
     assert.equal(first.Contents?.length, 2);
     assert.equal(first.IsTruncated, true);
     client.destroy();
@@ -213,6 +246,9 @@ describe('signed blob URLs', () => {
     assert.equal(checkBlobSignature('secret', 'images/a/1.png', expires, signature), 'invalid');
     assert.equal(checkBlobSignature('secret', 'images/a/0.png', String(Number(expires) + 1), signature), 'invalid');
     const old = new URL(signBlobUrl('http://gw.example', 'secret', 'k', -10));
-    assert.equal(checkBlobSignature('secret', 'k', old.searchParams.get('expires')!, old.searchParams.get('signature')!), 'expired');
+    assert.equal(
+      checkBlobSignature('secret', 'k', old.searchParams.get('expires')!, old.searchParams.get('signature')!),
+      'expired',
+    );
   });
 });

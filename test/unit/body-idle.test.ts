@@ -64,7 +64,7 @@ describe('the body idle deadline', () => {
 
   before(() => setBodyIdleTimeout(idleMs));
   after(() => {
-    for (const server of servers) server.closeAllConnections(), server.close();
+    for (const server of servers) (server.closeAllConnections(), server.close());
     setBodyIdleTimeout(30_000);
   });
 

@@ -52,7 +52,12 @@ describe('canonicalPath: one rule for what a request path is', () => {
       for (const name of readdirSync(dir)) {
         const path = join(dir, name);
         if (statSync(path).isDirectory()) walk(path);
-        else if (name.endsWith('.ts') && name !== 'canonical-path.ts' && /new Router\b/.test(readFileSync(path, 'utf8'))) offenders.push(path);
+        else if (
+          name.endsWith('.ts') &&
+          name !== 'canonical-path.ts' &&
+          /new Router\b/.test(readFileSync(path, 'utf8'))
+        )
+          offenders.push(path);
       }
     };
     walk(apiDir);

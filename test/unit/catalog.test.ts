@@ -10,7 +10,9 @@ import { ModelResolver, toOpenAIModel } from '../../api/requests/model-resolver.
 import { resolveChannels } from '../../shared/vendors.js';
 import { vendorDefinitions } from '../../shared/vendor-definitions.js';
 
-const raw = JSON.parse(readFileSync(new URL('../../shared/catalog.json', import.meta.url), 'utf8')) as { models: { id: string }[] };
+const raw = JSON.parse(readFileSync(new URL('../../shared/catalog.json', import.meta.url), 'utf8')) as {
+  models: { id: string }[];
+};
 const catalog = loadCatalog();
 const models = catalog.all();
 
@@ -37,39 +39,163 @@ describe('catalog file', () => {
   it('has the models the gateway is expected to serve', () => {
     const expected = [
       // the starting catalog
-      'gpt-4o', 'gpt-4o-2024-08-06', 'gpt-4o-2024-11-20', 'gpt-4o-mini', 'gpt-4o-mini-2024-07-18', 'gpt-4.1', 'gpt-4.1-2025-04-14',
-      'gpt-4.1-mini', 'gpt-4.1-nano', 'gpt-4-turbo', 'gpt-3.5-turbo', 'o1', 'o3', 'o3-mini', 'o4-mini', 'gpt-3.5-turbo-instruct',
-      'davinci-002', 'babbage-002', 'text-embedding-3-small', 'text-embedding-3-large', 'text-embedding-ada-002', 'deepseek-chat',
-      'deepseek-reasoner', 'grok-4', 'grok-3', 'grok-3-mini', 'grok-2-vision-1212', 'mock-chat', 'mock-instruct', 'mock-embedding',
+      'gpt-4o',
+      'gpt-4o-2024-08-06',
+      'gpt-4o-2024-11-20',
+      'gpt-4o-mini',
+      'gpt-4o-mini-2024-07-18',
+      'gpt-4.1',
+      'gpt-4.1-2025-04-14',
+      'gpt-4.1-mini',
+      'gpt-4.1-nano',
+      'gpt-4-turbo',
+      'gpt-3.5-turbo',
+      'o1',
+      'o3',
+      'o3-mini',
+      'o4-mini',
+      'gpt-3.5-turbo-instruct',
+      'davinci-002',
+      'babbage-002',
+      'text-embedding-3-small',
+      'text-embedding-3-large',
+      'text-embedding-ada-002',
+      'deepseek-chat',
+      'deepseek-reasoner',
+      'grok-4',
+      'grok-3',
+      'grok-3-mini',
+      'grok-2-vision-1212',
+      'mock-chat',
+      'mock-instruct',
+      'mock-embedding',
       // OpenAI
-      'gpt-4o-2024-05-13', 'chatgpt-4o-latest', 'gpt-4.1-mini-2025-04-14', 'gpt-4.1-nano-2025-04-14', 'gpt-4.5-preview',
-      'gpt-4-turbo-2024-04-09', 'gpt-4', 'gpt-4-0613', 'gpt-3.5-turbo-0125', 'gpt-3.5-turbo-1106', 'gpt-5', 'gpt-5-2025-08-07',
-      'gpt-5-mini', 'gpt-5-mini-2025-08-07', 'gpt-5-nano', 'gpt-5-nano-2025-08-07', 'gpt-5-chat-latest', 'o1-2024-12-17', 'o1-mini',
-      'o3-2025-04-16', 'o3-mini-2025-01-31', 'o4-mini-2025-04-16', 'gpt-4o-audio-preview', 'gpt-4o-search-preview',
-      'gpt-4o-mini-search-preview', 'dall-e-2', 'dall-e-3', 'gpt-image-1', 'gpt-image-1-mini', 'whisper-1', 'gpt-4o-transcribe',
-      'gpt-4o-mini-transcribe', 'sora-2', 'sora-2-pro', 'sora-2-portrait', 'sora-2-landscape', 'sora-2-pro-portrait', 'sora-2-pro-landscape',
+      'gpt-4o-2024-05-13',
+      'chatgpt-4o-latest',
+      'gpt-4.1-mini-2025-04-14',
+      'gpt-4.1-nano-2025-04-14',
+      'gpt-4.5-preview',
+      'gpt-4-turbo-2024-04-09',
+      'gpt-4',
+      'gpt-4-0613',
+      'gpt-3.5-turbo-0125',
+      'gpt-3.5-turbo-1106',
+      'gpt-5',
+      'gpt-5-2025-08-07',
+      'gpt-5-mini',
+      'gpt-5-mini-2025-08-07',
+      'gpt-5-nano',
+      'gpt-5-nano-2025-08-07',
+      'gpt-5-chat-latest',
+      'o1-2024-12-17',
+      'o1-mini',
+      'o3-2025-04-16',
+      'o3-mini-2025-01-31',
+      'o4-mini-2025-04-16',
+      'gpt-4o-audio-preview',
+      'gpt-4o-search-preview',
+      'gpt-4o-mini-search-preview',
+      'dall-e-2',
+      'dall-e-3',
+      'gpt-image-1',
+      'gpt-image-1-mini',
+      'whisper-1',
+      'gpt-4o-transcribe',
+      'gpt-4o-mini-transcribe',
+      'sora-2',
+      'sora-2-pro',
+      'sora-2-portrait',
+      'sora-2-landscape',
+      'sora-2-pro-portrait',
+      'sora-2-pro-landscape',
       // Anthropic
-      'claude-opus-4-1', 'claude-opus-4-1-20250805', 'claude-opus-4-0', 'claude-opus-4-20250514', 'claude-sonnet-4-5',
-      'claude-sonnet-4-5-20250929', 'claude-sonnet-4-0', 'claude-sonnet-4-20250514', 'claude-haiku-4-5', 'claude-haiku-4-5-20251001',
-      'claude-3-7-sonnet-latest', 'claude-3-7-sonnet-20250219', 'claude-3-5-sonnet-latest', 'claude-3-5-sonnet-20241022',
-      'claude-3-5-sonnet-20240620', 'claude-3-5-haiku-latest', 'claude-3-5-haiku-20241022', 'claude-3-opus-latest', 'claude-3-opus-20240229',
-      'claude-3-haiku-20240307', 'claude-3-sonnet-20240229',
+      'claude-opus-4-1',
+      'claude-opus-4-1-20250805',
+      'claude-opus-4-0',
+      'claude-opus-4-20250514',
+      'claude-sonnet-4-5',
+      'claude-sonnet-4-5-20250929',
+      'claude-sonnet-4-0',
+      'claude-sonnet-4-20250514',
+      'claude-haiku-4-5',
+      'claude-haiku-4-5-20251001',
+      'claude-3-7-sonnet-latest',
+      'claude-3-7-sonnet-20250219',
+      'claude-3-5-sonnet-latest',
+      'claude-3-5-sonnet-20241022',
+      'claude-3-5-sonnet-20240620',
+      'claude-3-5-haiku-latest',
+      'claude-3-5-haiku-20241022',
+      'claude-3-opus-latest',
+      'claude-3-opus-20240229',
+      'claude-3-haiku-20240307',
+      'claude-3-sonnet-20240229',
       // Google
-      'gemini-3-pro-preview', 'gemini-2.5-pro', 'gemini-2.5-flash', 'gemini-2.5-flash-lite', 'gemini-2.5-flash-preview-05-20',
-      'gemini-2.5-flash-lite-preview-06-17', 'gemini-2.0-flash', 'gemini-2.0-flash-001', 'gemini-2.0-flash-lite', 'gemini-2.0-flash-lite-001',
-      'gemini-1.5-pro', 'gemini-1.5-pro-002', 'gemini-1.5-flash', 'gemini-1.5-flash-002', 'gemini-1.5-flash-8b', 'gemini-embedding-001',
-      'text-embedding-004', 'gemini-2.5-flash-image', 'gemini-2.5-flash-image-preview', 'gemini-2.0-flash-preview-image-generation',
+      'gemini-3-pro-preview',
+      'gemini-2.5-pro',
+      'gemini-2.5-flash',
+      'gemini-2.5-flash-lite',
+      'gemini-2.5-flash-preview-05-20',
+      'gemini-2.5-flash-lite-preview-06-17',
+      'gemini-2.0-flash',
+      'gemini-2.0-flash-001',
+      'gemini-2.0-flash-lite',
+      'gemini-2.0-flash-lite-001',
+      'gemini-1.5-pro',
+      'gemini-1.5-pro-002',
+      'gemini-1.5-flash',
+      'gemini-1.5-flash-002',
+      'gemini-1.5-flash-8b',
+      'gemini-embedding-001',
+      'text-embedding-004',
+      'gemini-2.5-flash-image',
+      'gemini-2.5-flash-image-preview',
+      'gemini-2.0-flash-preview-image-generation',
       // xAI
-      'grok-4-0709', 'grok-4-fast-reasoning', 'grok-4-fast-non-reasoning', 'grok-code-fast-1', 'grok-3-fast', 'grok-3-mini-fast',
-      'grok-2-1212', 'grok-2-image-1212',
+      'grok-4-0709',
+      'grok-4-fast-reasoning',
+      'grok-4-fast-non-reasoning',
+      'grok-code-fast-1',
+      'grok-3-fast',
+      'grok-3-mini-fast',
+      'grok-2-1212',
+      'grok-2-image-1212',
       // Black Forest Labs
-      'flux-pro-1.1', 'flux-pro-1.1-ultra', 'flux-pro', 'flux-dev', 'flux-kontext-pro', 'flux-kontext-max', 'flux-pro-1.0-fill',
+      'flux-pro-1.1',
+      'flux-pro-1.1-ultra',
+      'flux-pro',
+      'flux-dev',
+      'flux-kontext-pro',
+      'flux-kontext-max',
+      'flux-pro-1.0-fill',
       // 2026 releases
-      'gpt-5.2', 'gpt-5.2-2025-12-11', 'gpt-5.2-chat-latest', 'gpt-5.3-chat-latest', 'gpt-5.4', 'gpt-5.4-2026-03-05', 'gpt-5.4-mini',
-      'gpt-5.4-mini-2026-03-17', 'gpt-5.4-nano', 'gpt-5.4-nano-2026-03-17', 'gpt-5.5', 'gpt-5.5-2026-04-23', 'claude-opus-4-6',
-      'claude-sonnet-4-6', 'claude-opus-4-7', 'claude-opus-4-8', 'claude-sonnet-5', 'claude-opus-5', 'gemini-3.1-pro-preview',
-      'gemini-3.5-flash', 'gemini-3.1-flash-lite', 'deepseek-v4-flash', 'deepseek-v4-pro', 'grok-4.20-0309-reasoning',
-      'grok-4.20-0309-non-reasoning', 'grok-4.20', 'grok-4.3',
+      'gpt-5.2',
+      'gpt-5.2-2025-12-11',
+      'gpt-5.2-chat-latest',
+      'gpt-5.3-chat-latest',
+      'gpt-5.4',
+      'gpt-5.4-2026-03-05',
+      'gpt-5.4-mini',
+      'gpt-5.4-mini-2026-03-17',
+      'gpt-5.4-nano',
+      'gpt-5.4-nano-2026-03-17',
+      'gpt-5.5',
+      'gpt-5.5-2026-04-23',
+      'claude-opus-4-6',
+      'claude-sonnet-4-6',
+      'claude-opus-4-7',
+      'claude-opus-4-8',
+      'claude-sonnet-5',
+      'claude-opus-5',
+      'gemini-3.1-pro-preview',
+      'gemini-3.5-flash',
+      'gemini-3.1-flash-lite',
+      'deepseek-v4-flash',
+      'deepseek-v4-pro',
+      'grok-4.20-0309-reasoning',
+      'grok-4.20-0309-non-reasoning',
+      'grok-4.20',
+      'grok-4.3',
     ];
     for (const id of expected) assert.ok(catalog.get(id), id);
   });
@@ -83,8 +209,18 @@ describe('catalog file', () => {
         if (route.model !== undefined) assert.ok(route.model.trim().length > 0, m.id);
       }
     }
-    for (const m of of('black-forest-labs')) assert.deepEqual(m.routes.map((r) => r.vendor), ['bfl'], m.id);
-    for (const m of of('google')) assert.deepEqual(m.routes.map((r) => r.vendor), ['google'], m.id);
+    for (const m of of('black-forest-labs'))
+      assert.deepEqual(
+        m.routes.map((r) => r.vendor),
+        ['bfl'],
+        m.id,
+      );
+    for (const m of of('google'))
+      assert.deepEqual(
+        m.routes.map((r) => r.vendor),
+        ['google'],
+        m.id,
+      );
   });
 
   it('has plausible release dates', () => {
@@ -96,7 +232,8 @@ describe('catalog file', () => {
 
 describe('catalog limits', () => {
   it('never promises more output than the context holds', () => {
-    for (const m of models) assert.ok(m.max_output_tokens <= m.context_window, `${m.id}: ${m.max_output_tokens} > ${m.context_window}`);
+    for (const m of models)
+      assert.ok(m.max_output_tokens <= m.context_window, `${m.id}: ${m.max_output_tokens} > ${m.context_window}`);
   });
 
   it('gives OpenAI chat models their real context windows', () => {
@@ -107,24 +244,30 @@ describe('catalog limits', () => {
       if (m.id.startsWith('gpt-4.1')) assert.equal(m.context_window, 1047576, m.id);
       // GPT-5.4 and GPT-5.5 took the window to 1.05M; the rest of the GPT-5 family, minis and nanos included, has 400K.
       if (/^gpt-5\.[45](-\d{4}-\d\d-\d\d)?$/.test(m.id)) assert.equal(m.context_window, 1050000, m.id);
-      else if (/^gpt-5(\.\d+)?(-mini|-nano)?(-\d{4}-\d\d-\d\d)?$/.test(m.id)) assert.equal(m.context_window, 400000, m.id);
-      if (/^o\d(-pro)?(-\d{4}-\d\d-\d\d)?$/.test(m.id) || /^o[34]-mini/.test(m.id)) assert.equal(m.context_window, 200000, m.id);
+      else if (/^gpt-5(\.\d+)?(-mini|-nano)?(-\d{4}-\d\d-\d\d)?$/.test(m.id))
+        assert.equal(m.context_window, 400000, m.id);
+      if (/^o\d(-pro)?(-\d{4}-\d\d-\d\d)?$/.test(m.id) || /^o[34]-mini/.test(m.id))
+        assert.equal(m.context_window, 200000, m.id);
     }
   });
 
-  it('gives Anthropic models 200K context (1M from the 4.6 generation on) and a default max_tokens within their output limit', () => {
-    const anthropic = of('anthropic');
-    assert.ok(anthropic.length >= 20);
-    for (const m of anthropic) {
-      // Opus/Sonnet 4.6 and later take 1M tokens without a beta header; earlier models 200K.
-      const oneMillion = /^claude-(opus|sonnet)-(4-[6-9]|5)/.test(m.id);
-      assert.equal(m.context_window, oneMillion ? 1000000 : 200000, m.id);
-      assert.ok(m.default_max_tokens, `${m.id} needs default_max_tokens`);
-      assert.ok(m.default_max_tokens! <= m.max_output_tokens, m.id);
-      assert.deepEqual(m.input_modalities, ['text', 'image'], m.id);
-      assert.equal(m.supports_tools, true, m.id);
-    }
-  });
+  it(
+    'gives Anthropic models 200K context (1M from the 4.6 generation on) and a default max_tokens within their ' +
+      'output limit',
+    () => {
+      const anthropic = of('anthropic');
+      assert.ok(anthropic.length >= 20);
+      for (const m of anthropic) {
+        // Opus/Sonnet 4.6 and later take 1M tokens without a beta header; earlier models 200K.
+        const oneMillion = /^claude-(opus|sonnet)-(4-[6-9]|5)/.test(m.id);
+        assert.equal(m.context_window, oneMillion ? 1000000 : 200000, m.id);
+        assert.ok(m.default_max_tokens, `${m.id} needs default_max_tokens`);
+        assert.ok(m.default_max_tokens! <= m.max_output_tokens, m.id);
+        assert.deepEqual(m.input_modalities, ['text', 'image'], m.id);
+        assert.equal(m.supports_tools, true, m.id);
+      }
+    },
+  );
 
   it('gives Gemini chat models at least 1M context', () => {
     const gemini = of('google').filter((m) => isChat(m) && m.id.startsWith('gemini-'));
@@ -152,7 +295,8 @@ describe('catalog pricing and capability fields', () => {
     for (const m of models.filter((m) => isChat(m) || m.capability === 'completion')) {
       assert.equal(typeof m.pricing?.input_per_1m, 'number', m.id);
       assert.equal(typeof m.pricing?.output_per_1m, 'number', m.id);
-      if (m.pricing?.cached_input_per_1m !== undefined) assert.ok(m.pricing.cached_input_per_1m <= m.pricing.input_per_1m!, m.id);
+      if (m.pricing?.cached_input_per_1m !== undefined)
+        assert.ok(m.pricing.cached_input_per_1m <= m.pricing.input_per_1m!, m.id);
     }
   });
 
@@ -164,10 +308,14 @@ describe('catalog pricing and capability fields', () => {
       for (const size of m.image_sizes!) assert.match(size, /^(\d+x\d+|auto)$/, m.id);
       const perImage = m.pricing?.per_image;
       assert.ok(perImage && Object.keys(perImage).length > 0, `${m.id} needs per_image`);
-      for (const key of Object.keys(perImage!)) assert.ok(m.image_sizes!.includes(sizeOf(key)), `${m.id}: price for unlisted size ${key}`);
+      for (const key of Object.keys(perImage!))
+        assert.ok(m.image_sizes!.includes(sizeOf(key)), `${m.id}: price for unlisted size ${key}`);
       for (const size of m.image_sizes!) {
         if (size === 'auto' && m.image_sizes!.length > 1) continue;
-        assert.ok(Object.keys(perImage!).some((key) => sizeOf(key) === size), `${m.id}: no price for ${size}`);
+        assert.ok(
+          Object.keys(perImage!).some((key) => sizeOf(key) === size),
+          `${m.id}: no price for ${size}`,
+        );
       }
     }
   });
@@ -178,9 +326,11 @@ describe('catalog pricing and capability fields', () => {
     for (const m of videos) {
       assert.equal(typeof m.pricing?.per_second, 'number', m.id);
       const defaultSize = (m as { default_size?: unknown }).default_size;
-      if (defaultSize !== undefined) assert.ok(m.image_sizes?.includes(String(defaultSize)), `${m.id}: default_size ${defaultSize}`);
+      if (defaultSize !== undefined)
+        assert.ok(m.image_sizes?.includes(String(defaultSize)), `${m.id}: default_size ${defaultSize}`);
     }
-    for (const m of models.filter((m) => m.capability === 'transcription')) assert.equal(typeof m.pricing?.per_minute, 'number', m.id);
+    for (const m of models.filter((m) => m.capability === 'transcription'))
+      assert.equal(typeof m.pricing?.per_minute, 'number', m.id);
   });
 
   it('routes the Sora orientation ids to the upstream Sora models with a default size', () => {
@@ -215,7 +365,8 @@ describe('catalog pricing and capability fields', () => {
         assert.ok(target, `${m.id}: fallback ${id} is not in the catalog`);
         assert.notEqual(id, m.id, `${m.id} falls back to itself`);
         assert.equal(target!.capability, m.capability, `${m.id} -> ${id}`);
-        for (const size of m.image_sizes ?? []) assert.ok(target!.image_sizes?.includes(size), `${m.id} -> ${id}: ${size}`);
+        for (const size of m.image_sizes ?? [])
+          assert.ok(target!.image_sizes?.includes(size), `${m.id} -> ${id}: ${size}`);
       }
     }
   });
@@ -255,9 +406,17 @@ describe('models listed with the seed vendors configured', () => {
       case 'transcription':
         return typeof p?.per_minute === 'number';
       case 'speech':
-        return typeof p?.per_1m_characters === 'number' || (typeof p?.input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number');
+        return (
+          typeof p?.per_1m_characters === 'number' ||
+          (typeof p?.input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number')
+        );
       case 'realtime':
-        return typeof p?.input_per_1m === 'number' && typeof p.output_per_1m === 'number' && typeof p.audio_input_per_1m === 'number' && typeof p.audio_output_per_1m === 'number';
+        return (
+          typeof p?.input_per_1m === 'number' &&
+          typeof p.output_per_1m === 'number' &&
+          typeof p.audio_input_per_1m === 'number' &&
+          typeof p.audio_output_per_1m === 'number'
+        );
       case 'moderation':
         // Free at OpenAI: priced 0 per 1M input tokens, still counted and logged.
         return p?.input_per_1m === 0;
@@ -278,20 +437,39 @@ describe('models listed with the seed vendors configured', () => {
     for (const m of listed) assert.equal(m.object, 'model', m.id);
   });
 
-  it('gives every listed model a price, a context window where its capability has one, and a route to a configured vendor', () => {
-    for (const m of served) {
-      assert.ok(priced(m), `${m.id} (${m.capability}) has no price`);
-      if (withContext.has(m.capability)) assert.ok(m.context_window > 0, `${m.id} has no context window`);
-      if (withContext.has(m.capability) && m.capability !== 'embedding') assert.ok(m.max_output_tokens > 0, `${m.id} has no output limit`);
-      assert.ok(m.routes.some((r) => configured.has(r.vendor)), `${m.id} has no route to a configured vendor`);
-      assert.ok(servedCapabilities.has(m.capability) || m.capability === 'realtime', `${m.id}: no endpoint (nor the Realtime API) serves ${m.capability}`);
-      assert.equal(resolver.get(m.id), m, `${m.id} resolves`);
-    }
-  });
+  it(
+    'gives every listed model a price, a context window where its capability has one, and a route to a configured ' +
+      'vendor',
+    () => {
+      for (const m of served) {
+        assert.ok(priced(m), `${m.id} (${m.capability}) has no price`);
+        if (withContext.has(m.capability)) assert.ok(m.context_window > 0, `${m.id} has no context window`);
+        if (withContext.has(m.capability) && m.capability !== 'embedding')
+          assert.ok(m.max_output_tokens > 0, `${m.id} has no output limit`);
+        assert.ok(
+          m.routes.some((r) => configured.has(r.vendor)),
+          `${m.id} has no route to a configured vendor`,
+        );
+        assert.ok(
+          servedCapabilities.has(m.capability) || m.capability === 'realtime',
+          `${m.id}: no endpoint (nor the Realtime API) serves ${m.capability}`,
+        );
+        assert.equal(resolver.get(m.id), m, `${m.id} resolves`);
+      }
+    },
+  );
 
   it('includes the 2026 releases of each seed vendor', () => {
     const ids = new Set(listed.map((m) => m.id));
-    for (const id of ['gpt-5.5', 'gpt-5.4-mini', 'claude-opus-5', 'claude-sonnet-4-6', 'gemini-3.5-flash', 'deepseek-v4-pro', 'grok-4.3']) {
+    for (const id of [
+      'gpt-5.5',
+      'gpt-5.4-mini',
+      'claude-opus-5',
+      'claude-sonnet-4-6',
+      'gemini-3.5-flash',
+      'deepseek-v4-pro',
+      'grok-4.3',
+    ]) {
       assert.ok(ids.has(id), id);
     }
   });
@@ -303,7 +481,11 @@ describe('CATALOG_FILE override', () => {
 
   it('replaces built-in entries by id and adds new ones', () => {
     const file = join(dir, 'catalog.json');
-    const changed = { ...catalog.get('gpt-4o-mini')!, context_window: 64000, routes: [{ vendor: 'azure', model: 'my-4o-mini-deployment' }] };
+    const changed = {
+      ...catalog.get('gpt-4o-mini')!,
+      context_window: 64000,
+      routes: [{ vendor: 'azure', model: 'my-4o-mini-deployment' }],
+    };
     const added = {
       id: 'my-local-llama',
       owned_by: 'meta',
@@ -328,7 +510,22 @@ describe('CATALOG_FILE override', () => {
 
   it('rejects an override file that does not match the schema', () => {
     const file = join(dir, 'bad.json');
-    writeFileSync(file, JSON.stringify({ models: [{ id: 'x', owned_by: 'y', capability: 'telepathy', created: 0, context_window: 1, max_output_tokens: 1, routes: [] }] }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        models: [
+          {
+            id: 'x',
+            owned_by: 'y',
+            capability: 'telepathy',
+            created: 0,
+            context_window: 1,
+            max_output_tokens: 1,
+            routes: [],
+          },
+        ],
+      }),
+    );
     assert.throws(() => loadCatalog(file));
   });
 });

@@ -55,7 +55,7 @@ describe('ChannelRouter', () => {
     for (let i = 0; i < 20; i++) assert.notEqual(b.route(model('gpt-4o-mini')).channel.id, first.channel.id);
   });
 
-  it("rests the whole channel, not just the model, on every channel fault the failure policy names", async () => {
+  it('rests the whole channel, not just the model, on every channel fault the failure policy names', async () => {
     for (const code of channelFaultCodes) {
       await redis.del('sy:cooldowns');
       const a = await router({ OPENAI_API_KEY: 'sk-one,sk-two' });
@@ -63,7 +63,11 @@ describe('ChannelRouter', () => {
       a.reportFailure(first, new GatewayError(502, 'key refused', { code }));
       // A sibling model on the same channel is moved off it too.
       for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o')).channel.id, first.channel.id, code);
-      await waitFor(async () => (await redis.hget('sy:cooldowns', first.channel.id)) !== null, 5000, `${code}: the channel's rest shared`);
+      await waitFor(
+        async () => (await redis.hget('sy:cooldowns', first.channel.id)) !== null,
+        5000,
+        `${code}: the channel's rest shared`,
+      );
     }
   });
 
@@ -81,7 +85,11 @@ describe('ChannelRouter', () => {
     a.reportFailure(first, rateLimit(300));
     assert.throws(
       () => a.route(model('gpt-4o-mini')),
-      (error: unknown) => error instanceof GatewayError && error.code === 'channels_cooling_down' && error.retryable && (error.retryAfterMs ?? 0) <= 1000,
+      (error: unknown) =>
+        error instanceof GatewayError &&
+        error.code === 'channels_cooling_down' &&
+        error.retryable &&
+        (error.retryAfterMs ?? 0) <= 1000,
     );
     // Per model: a sibling model on the same channel is not held back.
     assert.equal(a.route(model('gpt-4o')).channel.id, first.channel.id);
@@ -97,27 +105,39 @@ describe('ChannelRouter', () => {
     a.reportFailure(first, boom);
     assert.equal(await redis.hlen('sy:cooldowns'), 0, 'two failures are not yet a pattern');
     a.reportFailure(first, boom);
-    await waitFor(async () => (await redis.hlen('sy:cooldowns')) === 1, 5000, 'the third failure starts a shared cooldown');
+    await waitFor(
+      async () => (await redis.hlen('sy:cooldowns')) === 1,
+      5000,
+      'the third failure starts a shared cooldown',
+    );
     for (let i = 0; i < 20; i++) assert.notEqual(a.route(model('gpt-4o-mini')).channel.id, first.channel.id);
   });
 
-  it("counts a model's vendor faults on its channel where every worker reads them (the console's Channels page), not a request the vendor refused", async () => {
-    const a = await router({ OPENAI_API_KEY: 'sk-one', CHANNEL_FAILURE_THRESHOLD: '3' });
-    const route = a.route(model('gpt-4o'));
-    const field = `${route.channel.id}|${route.upstreamModel}`;
-    const before = (await readChannelFailures(redis)).get(field) ?? 0;
-    // The refusal first: its write, were there one, would land before the others' on the one connection.
-    a.reportFailure(route, new GatewayError(400, 'bad request', { code: 'invalid_request_error' }));
-    a.reportFailure(route, new GatewayError(502, 'upstream 500', { retryable: true }));
-    a.reportFailure(route, rateLimit(50));
-    await waitFor(async () => ((await readChannelFailures(redis)).get(field) ?? 0) >= before + 2, 5000, 'the two faults counted');
-    assert.equal((await readChannelFailures(redis)).get(field), before + 2);
-    // Counted over the last 15 minutes: one of 20 minutes ago is not.
-    await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 20 * 60_000);
-    assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), undefined);
-    await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 10 * 60_000);
-    assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), 1);
-  });
+  it(
+    "counts a model's vendor faults on its channel where every worker reads them (the console's Channels page), " +
+      'not a request the vendor refused',
+    async () => {
+      const a = await router({ OPENAI_API_KEY: 'sk-one', CHANNEL_FAILURE_THRESHOLD: '3' });
+      const route = a.route(model('gpt-4o'));
+      const field = `${route.channel.id}|${route.upstreamModel}`;
+      const before = (await readChannelFailures(redis)).get(field) ?? 0;
+      // The refusal first: its write, were there one, would land before the others' on the one connection.
+      a.reportFailure(route, new GatewayError(400, 'bad request', { code: 'invalid_request_error' }));
+      a.reportFailure(route, new GatewayError(502, 'upstream 500', { retryable: true }));
+      a.reportFailure(route, rateLimit(50));
+      await waitFor(
+        async () => ((await readChannelFailures(redis)).get(field) ?? 0) >= before + 2,
+        5000,
+        'the two faults counted',
+      );
+      assert.equal((await readChannelFailures(redis)).get(field), before + 2);
+      // Counted over the last 15 minutes: one of 20 minutes ago is not.
+      await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 20 * 60_000);
+      assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), undefined);
+      await recordChannelFailure(redis, route.channel.id, 'an-old-model', Date.now() - 10 * 60_000);
+      assert.equal((await readChannelFailures(redis)).get(`${route.channel.id}|an-old-model`), 1);
+    },
+  );
 
   it('says no route (not a wait) for a model no configured vendor serves', async () => {
     const a = await router({ OPENAI_API_KEY: 'sk-only' });

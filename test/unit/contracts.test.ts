@@ -17,7 +17,12 @@ import { isMockEnabled, resolveChannels } from '../../shared/vendors.js';
 describe('reply wire format', () => {
   it('round-trips kind, id, sequence and a payload with newlines and spaces', () => {
     const payload = 'data: {"a": 1}\n\ndata: [DONE]\n\n';
-    assert.deepEqual(decodeReply(encodeReply('chunk', 'req_1', 7, payload)), { kind: 'chunk', jobId: 'req_1', seq: 7, payload });
+    assert.deepEqual(decodeReply(encodeReply('chunk', 'req_1', 7, payload)), {
+      kind: 'chunk',
+      jobId: 'req_1',
+      seq: 7,
+      payload,
+    });
     assert.equal(decodeReply('garbage'), undefined);
   });
 });
@@ -25,7 +30,9 @@ describe('reply wire format', () => {
 describe('GatewayError', () => {
   it('renders the OpenAI error body and survives the trip over the reply channel', () => {
     const error = new GatewayError(429, 'slow down', { code: 'rate_limit_exceeded', headers: { 'retry-after': '2' } });
-    assert.deepEqual(error.toBody(), { error: { message: 'slow down', type: 'rate_limit_exceeded', param: null, code: 'rate_limit_exceeded' } });
+    assert.deepEqual(error.toBody(), {
+      error: { message: 'slow down', type: 'rate_limit_exceeded', param: null, code: 'rate_limit_exceeded' },
+    });
     const back = GatewayError.fromWire(JSON.parse(JSON.stringify(error.toWire())));
     assert.equal(back.status, 429);
     assert.deepEqual(back.headers, { 'retry-after': '2' });
@@ -76,8 +83,13 @@ describe('validation errors', () => {
 
 describe('config', () => {
   it('reads per-queue settings with a shared fallback', () => {
-    const config = loadConfig({ WORKER_CONCURRENCY: '8', WORKER_CONCURRENCY_EMBEDDINGS: '3', QUEUE_MAX_WAITING_CHAT: '5' });
-    // The realtime queue's concurrency is REALTIME_SESSIONS_PER_WORKER's (sessions, not calls), not WORKER_CONCURRENCY's.
+    const config = loadConfig({
+      WORKER_CONCURRENCY: '8',
+      WORKER_CONCURRENCY_EMBEDDINGS: '3',
+      QUEUE_MAX_WAITING_CHAT: '5',
+    });
+    // The realtime queue's concurrency is REALTIME_SESSIONS_PER_WORKER's (sessions, not calls), not
+    // WORKER_CONCURRENCY's.
     assert.deepEqual(config.concurrency, { chat: 8, embeddings: 3, image: 8, audio: 8, video: 8, realtime: 100 });
     assert.equal(config.maxWaiting.chat, 5);
     assert.equal(config.port, 8080);
@@ -85,7 +97,10 @@ describe('config', () => {
 
   it('refuses nonsense with a message naming the variable', () => {
     assert.throws(() => loadConfig({ PORT: 'eighty' }), /PORT must be an integer/);
-    assert.throws(() => loadConfig({ WORKER_QUEUES: 'chat,video-ish' }), /WORKER_QUEUES names an unknown queue "video-ish"/);
+    assert.throws(
+      () => loadConfig({ WORKER_QUEUES: 'chat,video-ish' }),
+      /WORKER_QUEUES names an unknown queue "video-ish"/,
+    );
     assert.throws(() => loadConfig({ WORKER_CONCURRENCY_CHAT: '0' }), /WORKER_CONCURRENCY_CHAT/);
   });
 });
@@ -118,7 +133,14 @@ describe('vendor configuration', () => {
 describe('catalog', () => {
   it('has the starting models with lower-case owners and at least one route each', () => {
     const catalog = loadCatalog();
-    for (const id of ['gpt-4o-mini', 'gpt-3.5-turbo-instruct', 'text-embedding-3-small', 'deepseek-chat', 'grok-3', 'mock-chat']) {
+    for (const id of [
+      'gpt-4o-mini',
+      'gpt-3.5-turbo-instruct',
+      'text-embedding-3-small',
+      'deepseek-chat',
+      'grok-3',
+      'mock-chat',
+    ]) {
       assert.ok(catalog.get(id), id);
     }
     for (const model of catalog.all()) assert.equal(model.owned_by, model.owned_by.toLowerCase());

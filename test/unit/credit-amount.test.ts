@@ -35,7 +35,12 @@ describe('a credit amount out of bounds is a 400 naming the bound, not a 500', (
       assert.equal(error.status, 400, amount);
       assert.equal(error.param, 'amount_usd');
     }
-    for (const amount of ['NaN', 'Infinity', '"NaN"']) assert.throws(() => parseStrict(creditSchema, JSON.parse(`{"amount_usd": ${amount}}`)), (error: Error) => error instanceof SyntaxError || (error instanceof GatewayError && error.status === 400), amount);
+    for (const amount of ['NaN', 'Infinity', '"NaN"'])
+      assert.throws(
+        () => parseStrict(creditSchema, JSON.parse(`{"amount_usd": ${amount}}`)),
+        (error: Error) => error instanceof SyntaxError || (error instanceof GatewayError && error.status === 400),
+        amount,
+      );
   });
 
   it('the amounts within the bound keep their checks', () => {

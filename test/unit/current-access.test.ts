@@ -24,25 +24,34 @@ beforeEach(async () => {
 });
 
 describe('what a key may do now (shared/access)', () => {
-  it('reads the same access by the secret’s hash and by the key’s id, "disabled" for a disabled account, nothing for a revoked key', async () => {
-    const account = await store.accounts.create({ email: 'now@example.com', name: 'Now' });
-    const made = await store.create('k', { accountId: account.id, limitMicros: 5_000, models: ['gpt-4o-mini'], budget: { micros: 700, period: 'day' } });
-    const byHash = await readKeyAccess(redis, { hash: hashSecret(made.key) });
-    const byId = await readKeyAccess(redis, { keyId: made.id });
-    assert.deepEqual(byId, byHash);
-    assert.ok(byId && byId !== 'disabled');
-    assert.equal(byId.limitMicros, 5_000);
-    assert.deepEqual(byId.models, ['gpt-4o-mini']);
-    assert.deepEqual(byId.budgets, [{ scope: 'key', ownerId: made.id, micros: 700, period: 'day' }]);
-    // An id that is not a key, or a hash beside a wrong id, is nothing.
-    assert.equal(await readKeyAccess(redis, { keyId: 'key_nope' }), undefined);
-    await store.accounts.update(account.id, { disabled: true });
-    assert.equal(await readKeyAccess(redis, { keyId: made.id }), 'disabled');
-    await store.accounts.update(account.id, { disabled: false });
-    assert.equal(await store.revoke(made.id), true);
-    assert.equal(await readKeyAccess(redis, { keyId: made.id }), undefined);
-    assert.equal(await readKeyAccess(redis, { hash: hashSecret(made.key) }), undefined);
-  });
+  it(
+    'reads the same access by the secret’s hash and by the key’s id, "disabled" for a disabled account, nothing ' +
+      'for a revoked key',
+    async () => {
+      const account = await store.accounts.create({ email: 'now@example.com', name: 'Now' });
+      const made = await store.create('k', {
+        accountId: account.id,
+        limitMicros: 5_000,
+        models: ['gpt-4o-mini'],
+        budget: { micros: 700, period: 'day' },
+      });
+      const byHash = await readKeyAccess(redis, { hash: hashSecret(made.key) });
+      const byId = await readKeyAccess(redis, { keyId: made.id });
+      assert.deepEqual(byId, byHash);
+      assert.ok(byId && byId !== 'disabled');
+      assert.equal(byId.limitMicros, 5_000);
+      assert.deepEqual(byId.models, ['gpt-4o-mini']);
+      assert.deepEqual(byId.budgets, [{ scope: 'key', ownerId: made.id, micros: 700, period: 'day' }]);
+      // An id that is not a key, or a hash beside a wrong id, is nothing.
+      assert.equal(await readKeyAccess(redis, { keyId: 'key_nope' }), undefined);
+      await store.accounts.update(account.id, { disabled: true });
+      assert.equal(await readKeyAccess(redis, { keyId: made.id }), 'disabled');
+      await store.accounts.update(account.id, { disabled: false });
+      assert.equal(await store.revoke(made.id), true);
+      assert.equal(await readKeyAccess(redis, { keyId: made.id }), undefined);
+      assert.equal(await readKeyAccess(redis, { hash: hashSecret(made.key) }), undefined);
+    },
+  );
 
   it('keeps a reading no longer than its freshness, drops it at once on a change message, and tells listeners', async () => {
     const account = await store.accounts.create({ email: 'cache@example.com', name: 'Cache' });

@@ -46,43 +46,78 @@ const usage = (access: KeyAccess, requestId: string, costMicros: number): UsageE
 
 /** One request's admission and settlement, as the api and the worker run them. */
 async function request(access: KeyAccess, requestId: string): Promise<void> {
-  const reserved = await reserve(redis, { requestId, keyId: access.keyId, accountId: access.accountId, micros: 1_000, tokens: 100, deadline: Date.now() + 60_000 }, limitsInForce(access, {} as never));
+  const reserved = await reserve(
+    redis,
+    {
+      requestId,
+      keyId: access.keyId,
+      accountId: access.accountId,
+      micros: 1_000,
+      tokens: 100,
+      deadline: Date.now() + 60_000,
+    },
+    limitsInForce(access, {} as never),
+  );
   assert.equal(reserved.ok, true, `${access.accountId}'s request was admitted`);
   const settled = await settle(redis, usage(access, requestId, 400), { bufferRecords: 1000 });
   assert.deepEqual(settled, { applied: true, reservedMicros: 1_000, alerts: [] });
 }
 
 describe("the Default account's key on the request path", () => {
-  it('costs admission and settlement no more Redis commands than a credited key, and none to be recognised once cached', async () => {
-    const perf = await store.create('perf');
-    assert.equal(perf.accountId, defaultAccountId, 'a key made with no account is the Default account\'s');
-    const account = await store.accounts.create({ email: 'credited@example.com', name: 'credited' });
-    await store.accounts.credit(account.id, 10 ** 9, 'test');
-    const limited = await store.create('limited', { accountId: account.id, limitMicros: 10 ** 9, rpm: 10 ** 6, tpm: 10 ** 8 });
+  it(
+    'costs admission and settlement no more Redis commands than a credited key, and none to be recognised once ' +
+      'cached',
+    async () => {
+      const perf = await store.create('perf');
+      assert.equal(perf.accountId, defaultAccountId, "a key made with no account is the Default account's");
+      const account = await store.accounts.create({ email: 'credited@example.com', name: 'credited' });
+      await store.accounts.credit(account.id, 10 ** 9, 'test');
+      const limited = await store.create('limited', {
+        accountId: account.id,
+        limitMicros: 10 ** 9,
+        rpm: 10 ** 6,
+        tpm: 10 ** 8,
+      });
 
-    const cache = new KeyCache(store, 60_000);
-    const accesses: Record<string, KeyAccess> = {};
-    for (const [name, secret] of [['default', perf.key], ['credited', limited.key]] as const) {
-      const first = await cache.check(secret);
-      assert.ok('access' in first, `${name} key accepted`);
-      accesses[name] = first.access;
-      // Cached: recognised with no round trip, whichever account it bills.
-      assert.deepEqual(await commandsOf(() => cache.check(secret)), [], `${name} key recognised from the cache`);
-      // A first request loads the scripts; the next is measured.
-      await request(first.access, `req_${name}_warm`);
-    }
-    const perRequest = {
-      default: await commandsOf(() => request(accesses.default!, 'req_default')),
-      credited: await commandsOf(() => request(accesses.credited!, 'req_credited')),
-    };
-    assert.deepEqual(perRequest.credited, ['evalsha', 'evalsha'], 'a credited key: one script to reserve, one to settle');
-    assert.deepEqual(perRequest.default, perRequest.credited, "the Default account's key sends what a credited key sends");
+      const cache = new KeyCache(store, 60_000);
+      const accesses: Record<string, KeyAccess> = {};
+      for (const [name, secret] of [
+        ['default', perf.key],
+        ['credited', limited.key],
+      ] as const) {
+        const first = await cache.check(secret);
+        assert.ok('access' in first, `${name} key accepted`);
+        accesses[name] = first.access;
+        // Cached: recognised with no round trip, whichever account it bills.
+        assert.deepEqual(await commandsOf(() => cache.check(secret)), [], `${name} key recognised from the cache`);
+        // A first request loads the scripts; the next is measured.
+        await request(first.access, `req_${name}_warm`);
+      }
+      const perRequest = {
+        default: await commandsOf(() => request(accesses.default!, 'req_default')),
+        credited: await commandsOf(() => request(accesses.credited!, 'req_credited')),
+      };
+      assert.deepEqual(
+        perRequest.credited,
+        ['evalsha', 'evalsha'],
+        'a credited key: one script to reserve, one to settle',
+      );
+      assert.deepEqual(
+        perRequest.default,
+        perRequest.credited,
+        "the Default account's key sends what a credited key sends",
+      );
 
-    // Money stays exact on both: the key's spend counts each cost once; only the credited account's balance moves.
-    const spend = await readKeySpend(redis, defaultAccountId, perf.id);
-    assert.deepEqual([spend?.spentMicros, spend?.reservedMicros], [800, 0]);
-    assert.deepEqual(await readBill(redis, defaultAccountId), { reservedMicros: 0, unlimited: true });
-    assert.deepEqual(await readBill(redis, account.id), { balanceMicros: 10 ** 9 - 800, reservedMicros: 0, unlimited: false });
-    assert.equal((await readKeySpend(redis, account.id, limited.id))!.spentMicros, 800);
-  });
+      // Money stays exact on both: the key's spend counts each cost once; only the credited account's balance moves.
+      const spend = await readKeySpend(redis, defaultAccountId, perf.id);
+      assert.deepEqual([spend?.spentMicros, spend?.reservedMicros], [800, 0]);
+      assert.deepEqual(await readBill(redis, defaultAccountId), { reservedMicros: 0, unlimited: true });
+      assert.deepEqual(await readBill(redis, account.id), {
+        balanceMicros: 10 ** 9 - 800,
+        reservedMicros: 0,
+        unlimited: false,
+      });
+      assert.equal((await readKeySpend(redis, account.id, limited.id))!.spentMicros, 800);
+    },
+  );
 });

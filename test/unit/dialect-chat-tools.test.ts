@@ -10,7 +10,14 @@ import { z } from 'zod';
 import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import { applyChatSettings, chatResponseFormat, effortForBudget } from '../../api/dialects/chat-request.js';
-import { chatFunction, chatToolChoice, chatToolFields, chatWebSearch, type ChoiceWording, type DeclaredTools } from '../../api/dialects/chat-tools.js';
+import {
+  chatFunction,
+  chatToolChoice,
+  chatToolFields,
+  chatWebSearch,
+  type ChoiceWording,
+  type DeclaredTools,
+} from '../../api/dialects/chat-tools.js';
 import { invalidAt, paramOf, parseAt } from '../../api/dialects/field-path.js';
 
 /** How Gemini's `toolConfig.functionCallingConfig` would say its choice. */
@@ -21,7 +28,11 @@ const gemini: ChoiceWording = {
   declined: 'is run by Google',
 };
 
-const weather = { name: 'get_weather', description: 'The weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } };
+const weather = {
+  name: 'get_weather',
+  description: 'The weather',
+  parameters: { type: 'object', properties: { city: { type: 'string' } } },
+};
 const tools = (extra: Partial<DeclaredTools> = {}): DeclaredTools => ({ functions: [weather], declined: [], ...extra });
 
 /** Asserts a 400 at `param` whose message matches `message`, with `code`. */
@@ -43,7 +54,11 @@ describe('chat functions and web search', () => {
       type: 'function',
       function: { name: 'now', parameters: { type: 'object', properties: {} } },
     });
-    assert.deepEqual(chatFunction({ name: 'f', strict: false }).function, { name: 'f', parameters: { type: 'object', properties: {} }, strict: false });
+    assert.deepEqual(chatFunction({ name: 'f', strict: false }).function, {
+      name: 'f',
+      parameters: { type: 'object', properties: {} },
+      strict: false,
+    });
   });
 
   it('takes the search settings chat has, and nothing else', () => {
@@ -58,20 +73,46 @@ describe('chat functions and web search', () => {
 
 describe('the tool choice policy, in a third dialect’s words', () => {
   it('passes auto, none and required, and names a function by its chat name', () => {
-    for (const choice of ['auto', 'none', 'required'] as const) assert.equal(chatToolChoice(choice, tools(), gemini), choice);
-    assert.deepEqual(chatToolChoice({ tool: 'get.weather', function: 'get_weather' }, tools(), gemini), { type: 'function', function: { name: 'get_weather' } });
+    for (const choice of ['auto', 'none', 'required'] as const)
+      assert.equal(chatToolChoice(choice, tools(), gemini), choice);
+    assert.deepEqual(chatToolChoice({ tool: 'get.weather', function: 'get_weather' }, tools(), gemini), {
+      type: 'function',
+      function: { name: 'get_weather' },
+    });
     assert.equal(chatToolChoice(undefined, tools(), gemini), undefined);
   });
 
   it('leaves a choice of the vendor’s own search to the model, required or named', () => {
     const searching = { functions: [], declined: ['codeExecution'], search: { name: 'googleSearch', settings: {} } };
     assert.equal(chatToolChoice('required', searching, gemini), undefined);
-    assert.equal(chatToolChoice({ tool: 'googleSearch', function: 'googleSearch' }, tools({ search: { name: 'googleSearch', settings: {} } }), gemini), undefined);
+    assert.equal(
+      chatToolChoice(
+        { tool: 'googleSearch', function: 'googleSearch' },
+        tools({ search: { name: 'googleSearch', settings: {} } }),
+        gemini,
+      ),
+      undefined,
+    );
   });
 
   it('refuses a required call with nothing left to call, and a choice of a tool left out, at the choice', () => {
-    refuses(() => chatToolChoice('required', { functions: [], declined: ['codeExecution'] }, gemini), 'toolConfig.functionCallingConfig', /'codeExecution' is run by Google, and functionCallingConfig.mode 'ANY' needs a tool/, 'unsupported_tool');
-    refuses(() => chatToolChoice({ tool: 'codeExecution', function: 'codeExecution' }, tools({ declined: ['codeExecution'] }), gemini), 'toolConfig.functionCallingConfig', /'codeExecution' is run by Google/, 'unsupported_tool');
+    refuses(
+      () => chatToolChoice('required', { functions: [], declined: ['codeExecution'] }, gemini),
+      'toolConfig.functionCallingConfig',
+      /'codeExecution' is run by Google, and functionCallingConfig.mode 'ANY' needs a tool/,
+      'unsupported_tool',
+    );
+    refuses(
+      () =>
+        chatToolChoice(
+          { tool: 'codeExecution', function: 'codeExecution' },
+          tools({ declined: ['codeExecution'] }),
+          gemini,
+        ),
+      'toolConfig.functionCallingConfig',
+      /'codeExecution' is run by Google/,
+      'unsupported_tool',
+    );
   });
 
   it('refuses a function the request does not declare, at the choice’s name, with or without functions', () => {
@@ -97,10 +138,16 @@ describe('a choice among some functions (Gemini’s allowedFunctionNames)', () =
   const three = (): DeclaredTools => ({ functions: [weather, clock, news], declined: ['codeExecution'] });
   const named = (name: string) => ({ tool: name, function: name });
   const among = { ...gemini, namePath: ['toolConfig', 'functionCallingConfig', 'allowedFunctionNames'] };
-  const names = (fields: ReturnType<typeof chatToolFields>) => fields.tools?.map((tool) => tool.type === 'function' && tool.function.name);
+  const names = (fields: ReturnType<typeof chatToolFields>) =>
+    fields.tools?.map((tool) => tool.type === 'function' && tool.function.name);
 
   it('sends only the functions allowed, and names the one when a call of it alone is required', () => {
-    const two = chatToolFields(three(), { mode: 'required', among: [named('news_search'), named('get_weather')] }, undefined, among);
+    const two = chatToolFields(
+      three(),
+      { mode: 'required', among: [named('news_search'), named('get_weather')] },
+      undefined,
+      among,
+    );
     assert.deepEqual(names(two), ['get_weather', 'news_search'], 'in the order declared');
     assert.equal(two.tool_choice, 'required');
     const one = chatToolFields(three(), { mode: 'required', among: [named('clock')] }, undefined, among);
@@ -124,19 +171,37 @@ describe('a choice among some functions (Gemini’s allowedFunctionNames)', () =
       /the tool 'stock_price' is not among the request's tools/,
       'invalid_value',
     );
-    refuses(() => chatToolFields(three(), { mode: 'none', among: [named('stock_price')] }, undefined, among), 'toolConfig.functionCallingConfig.allowedFunctionNames[0]', /stock_price/, 'invalid_value');
-    refuses(() => chatToolFields(three(), { mode: 'required', among: [named('codeExecution')] }, undefined, among), 'toolConfig.functionCallingConfig', /'codeExecution' is run by Google/, 'unsupported_tool');
+    refuses(
+      () => chatToolFields(three(), { mode: 'none', among: [named('stock_price')] }, undefined, among),
+      'toolConfig.functionCallingConfig.allowedFunctionNames[0]',
+      /stock_price/,
+      'invalid_value',
+    );
+    refuses(
+      () => chatToolFields(three(), { mode: 'required', among: [named('codeExecution')] }, undefined, among),
+      'toolConfig.functionCallingConfig',
+      /'codeExecution' is run by Google/,
+      'unsupported_tool',
+    );
   });
 
   it('leaves the vendor’s search among them to the model', () => {
     const searching = { ...three(), search: { name: 'googleSearch', settings: {} } };
-    assert.deepEqual(chatToolFields(searching, { mode: 'required', among: [named('googleSearch')] }, undefined, among), { web_search_options: {} });
+    assert.deepEqual(
+      chatToolFields(searching, { mode: 'required', among: [named('googleSearch')] }, undefined, among),
+      { web_search_options: {} },
+    );
   });
 });
 
 describe('chat tool fields', () => {
   it('sends tools, their choice and the parallel flag together, and the search beside them', () => {
-    const fields = chatToolFields(tools({ search: { name: 'googleSearch', settings: { contextSize: 'low' } } }), 'required', false, gemini);
+    const fields = chatToolFields(
+      tools({ search: { name: 'googleSearch', settings: { contextSize: 'low' } } }),
+      'required',
+      false,
+      gemini,
+    );
     assert.deepEqual(fields, {
       tools: [{ type: 'function', function: weather }],
       tool_choice: 'required',
@@ -147,7 +212,10 @@ describe('chat tool fields', () => {
   });
 
   it('with only the search left: no tools, no choice, no parallel flag', () => {
-    assert.deepEqual(chatToolFields({ functions: [], declined: [], search: { name: 's', settings: {} } }, 'auto', true, gemini), { web_search_options: {} });
+    assert.deepEqual(
+      chatToolFields({ functions: [], declined: [], search: { name: 's', settings: {} } }, 'auto', true, gemini),
+      { web_search_options: {} },
+    );
   });
 });
 
@@ -157,7 +225,17 @@ describe('chat settings', () => {
   it('clamps the output limit to the model’s, keeps four stop sequences and names the rest', () => {
     const chat = base();
     const dropped = new Set<string>();
-    applyChatSettings(chat, { maxTokens: 100_000, modelMaxTokens: 8192, stop: { sequences: ['a', 'b', 'c', 'd', 'e'], field: 'generationConfig.stopSequences' }, temperature: 0, topP: 1 }, dropped);
+    applyChatSettings(
+      chat,
+      {
+        maxTokens: 100_000,
+        modelMaxTokens: 8192,
+        stop: { sequences: ['a', 'b', 'c', 'd', 'e'], field: 'generationConfig.stopSequences' },
+        temperature: 0,
+        topP: 1,
+      },
+      dropped,
+    );
     assert.equal(chat.max_completion_tokens, 8192);
     assert.deepEqual(chat.stop, ['a', 'b', 'c', 'd']);
     assert.deepEqual([...dropped], ['generationConfig.stopSequences[4:] (chat takes at most 4)']);
@@ -167,16 +245,30 @@ describe('chat settings', () => {
 
   it('leaves out what the request did not say, and keeps a limit the model does not bound', () => {
     const chat = base();
-    applyChatSettings(chat, { maxTokens: 50, modelMaxTokens: 0, temperature: null, stop: { sequences: [], field: 'stop' } });
+    applyChatSettings(chat, {
+      maxTokens: 50,
+      modelMaxTokens: 0,
+      temperature: null,
+      stop: { sequences: [], field: 'stop' },
+    });
     assert.deepEqual(chat, { ...base(), max_completion_tokens: 50 });
   });
 
   it('writes structured output and reasoning effort as chat does', () => {
     assert.deepEqual(chatResponseFormat({ type: 'json' }), { type: 'json_object' });
-    assert.deepEqual(chatResponseFormat({ type: 'schema', name: 'output', schema: { type: 'object' }, strict: true, description: null }), {
-      type: 'json_schema',
-      json_schema: { name: 'output', schema: { type: 'object' }, strict: true },
-    });
+    assert.deepEqual(
+      chatResponseFormat({
+        type: 'schema',
+        name: 'output',
+        schema: { type: 'object' },
+        strict: true,
+        description: null,
+      }),
+      {
+        type: 'json_schema',
+        json_schema: { name: 'output', schema: { type: 'object' }, strict: true },
+      },
+    );
     const chat = base();
     applyChatSettings(chat, { effort: effortForBudget(5000), output: { type: 'json' } });
     assert.equal(chat.reasoning_effort, 'medium');
@@ -191,9 +283,24 @@ describe('errors at the client’s field', () => {
 
   it('roots a schema failure at the piece’s place, and says a missing enum field is missing', () => {
     assert.deepEqual(parseAt(shape, { name: 'f', mode: 'ANY' }, ['tools', 0]), { name: 'f', mode: 'ANY' });
-    refuses(() => parseAt(shape, { name: 1, mode: 'ANY' }, ['tools', 2, 'functionDeclarations', 0]), 'tools[2].functionDeclarations[0].name', /Invalid type for 'tools\[2\]\.functionDeclarations\[0\]\.name'/, 'invalid_type');
-    refuses(() => parseAt(shape, { name: 'f' }, ['toolConfig', 'functionCallingConfig']), 'toolConfig.functionCallingConfig.mode', /Missing required parameter: 'toolConfig\.functionCallingConfig\.mode'/, 'missing_required_parameter');
-    refuses(() => parseAt(shape, { name: 'f', mode: 'SOMETIMES' }, ['toolConfig']), 'toolConfig.mode', /toolConfig\.mode/, 'invalid_value');
+    refuses(
+      () => parseAt(shape, { name: 1, mode: 'ANY' }, ['tools', 2, 'functionDeclarations', 0]),
+      'tools[2].functionDeclarations[0].name',
+      /Invalid type for 'tools\[2\]\.functionDeclarations\[0\]\.name'/,
+      'invalid_type',
+    );
+    refuses(
+      () => parseAt(shape, { name: 'f' }, ['toolConfig', 'functionCallingConfig']),
+      'toolConfig.functionCallingConfig.mode',
+      /Missing required parameter: 'toolConfig\.functionCallingConfig\.mode'/,
+      'missing_required_parameter',
+    );
+    refuses(
+      () => parseAt(shape, { name: 'f', mode: 'SOMETIMES' }, ['toolConfig']),
+      'toolConfig.mode',
+      /toolConfig\.mode/,
+      'invalid_value',
+    );
   });
 
   it('says an invalid field in the body parser’s words', () => {

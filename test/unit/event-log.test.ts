@@ -14,7 +14,15 @@ describe("a stream's event log entries", () => {
       frames,
       owner: 'key_1',
     });
-    assert.deepEqual(parseLogEntry('2-0', ['seq', '2', 'end', 'error', 'payload', '{}']), { id: '2-0', seq: 2, from: 2, first: 0, frames: '', end: 'error', payload: '{}' });
+    assert.deepEqual(parseLogEntry('2-0', ['seq', '2', 'end', 'error', 'payload', '{}']), {
+      id: '2-0',
+      seq: 2,
+      from: 2,
+      first: 0,
+      frames: '',
+      end: 'error',
+      payload: '{}',
+    });
     assert.equal(parseLogEntry('3-0', ['end', 'done']).end, 'done');
   });
 
@@ -33,11 +41,29 @@ describe("a stream's event log entries", () => {
     assert.deepEqual(framesAfter(entry, 60), { frames: '', last: 6 });
   });
 
-  it('reads an entry that holds several batches: its first batch and each one\'s length', () => {
-    const batches = ['id: 4\ndata: {"a":1}\n\n', 'id: 5\ndata: {"b":"x\\n\\ny"}\n\nid: 6\ndata: {"c":3}\n\n', ': keep-alive\n\n'];
-    const entry = parseLogEntry('1-0', ['seq', '9', 'from', '7', 'lens', batches.map((b) => b.length).join(','), 'frames', batches.join(''), 'first', '4']);
+  it("reads an entry that holds several batches: its first batch and each one's length", () => {
+    const batches = [
+      'id: 4\ndata: {"a":1}\n\n',
+      'id: 5\ndata: {"b":"x\\n\\ny"}\n\nid: 6\ndata: {"c":3}\n\n',
+      ': keep-alive\n\n',
+    ];
+    const entry = parseLogEntry('1-0', [
+      'seq',
+      '9',
+      'from',
+      '7',
+      'lens',
+      batches.map((b) => b.length).join(','),
+      'frames',
+      batches.join(''),
+      'first',
+      '4',
+    ]);
     assert.equal(entry.from, 7);
-    assert.deepEqual(entry.lens, batches.map((b) => b.length));
+    assert.deepEqual(
+      entry.lens,
+      batches.map((b) => b.length),
+    );
     // The batches after a given one, as a reader that has seen up to it needs them.
     assert.equal(framesAfterBatch(entry, 6), batches.join(''));
     assert.equal(framesAfterBatch(entry, 7), batches[1]! + batches[2]!);
@@ -45,7 +71,10 @@ describe("a stream's event log entries", () => {
     assert.equal(framesAfterBatch(entry, 9), '');
     assert.equal(framesAfterBatch(entry, 12), '');
     // Frame numbers still count across the batches.
-    assert.deepEqual(framesAfter(entry, 5), { frames: batches[1]!.slice(batches[1]!.indexOf('id: 6')) + batches[2]!, last: 7 });
+    assert.deepEqual(framesAfter(entry, 5), {
+      frames: batches[1]!.slice(batches[1]!.indexOf('id: 6')) + batches[2]!,
+      last: 7,
+    });
   });
 
   it('reads an entry of one batch as whole or nothing', () => {

@@ -11,13 +11,23 @@ const channel = 'sy:reply:api-test';
 const quiet = { warn: () => undefined, debug: () => undefined } as unknown as Logger;
 
 /** A hub on a subscriber that only emits what a test publishes (no Redis: the sweep is off, nothing is started). */
-function hubOnFakeChannel(): { hub: ReplyHub; publish(kind: ReplyMessage['kind'], jobId: string, seq: number, payload?: string): void } {
+function hubOnFakeChannel(): {
+  hub: ReplyHub;
+  publish(kind: ReplyMessage['kind'], jobId: string, seq: number, payload?: string): void;
+} {
   const subscriber = new EventEmitter();
   const hub = new ReplyHub(subscriber as unknown as Redis, {} as Redis, channel, quiet, 0);
-  return { hub, publish: (kind, jobId, seq, payload = '') => subscriber.emit('message', channel, encodeReply(kind, jobId, seq, payload)) };
+  return {
+    hub,
+    publish: (kind, jobId, seq, payload = '') =>
+      subscriber.emit('message', channel, encodeReply(kind, jobId, seq, payload)),
+  };
 }
 
-/** A reply that answers the client, as far as the hub can tell: what it was delivered, and the error it was aborted with. */
+/**
+ * A reply that answers the client, as far as the hub can tell: what it was delivered, and the error it was aborted
+ * with.
+ */
 function recordingTarget(): ReplyTarget & { delivered: string[]; abortedWith: GatewayError[] } {
   const delivered: string[] = [];
   const abortedWith: GatewayError[] = [];

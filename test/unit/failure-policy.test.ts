@@ -4,7 +4,15 @@ import { loadConfig } from '../../shared/config.js';
 import { GatewayError, recordUnreachable } from '../../shared/errors.js';
 import { DelayedError, UnrecoverableError } from 'bullmq';
 import { AsyncJobFailure } from '../../shared/async-job-failure.js';
-import { channelFaultCodes, decideFailure, isChannelFault, isFinalFailure, queueSignal, toGatewayError, type FailedAttempt } from '../../workers/failure-policy.js';
+import {
+  channelFaultCodes,
+  decideFailure,
+  isChannelFault,
+  isFinalFailure,
+  queueSignal,
+  toGatewayError,
+  type FailedAttempt,
+} from '../../workers/failure-policy.js';
 import { createLogger } from '../../shared/logger.js';
 import { AnsweredFailure } from '../../workers/answered-failure.js';
 import { ClientGoneError } from '../../workers/client-gone-error.js';
@@ -32,34 +40,58 @@ describe('failure policy', () => {
     assert.deepEqual(decideFailure(config, attempt(retryable, { attemptsMade: 3 })), { action: 'fail' });
   });
 
-  it('names Redis lost mid-job (a restart, a failover) as 503 queue_unavailable and retries it; anything else unexpected is a final 500', () => {
-    const log = createLogger('silent', 'test');
-    for (const message of ['Connection is closed.', 'Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down', 'READONLY You can\'t write against a read only replica.']) {
-      const error = toGatewayError(new Error(message), log);
-      assert.deepEqual([error.status, error.code, error.retryable], [503, 'queue_unavailable', true], message);
-      assert.equal(decideFailure(config, attempt(error)).action, 'retry');
-    }
-    const bug = toGatewayError(new TypeError('undefined is not a function'), log);
-    assert.deepEqual([bug.status, bug.code, bug.retryable], [500, 'server_error', false]);
-  });
+  it(
+    'names Redis lost mid-job (a restart, a failover) as 503 queue_unavailable and retries it; anything else ' +
+      'unexpected is a final 500',
+    () => {
+      const log = createLogger('silent', 'test');
+      for (const message of [
+        'Connection is closed.',
+        'Too many Cluster redirections. Last error: ReplyError: CLUSTERDOWN The cluster is down',
+        "READONLY You can't write against a read only replica.",
+      ]) {
+        const error = toGatewayError(new Error(message), log);
+        assert.deepEqual([error.status, error.code, error.retryable], [503, 'queue_unavailable', true], message);
+        assert.equal(decideFailure(config, attempt(error)).action, 'retry');
+      }
+      const bug = toGatewayError(new TypeError('undefined is not a function'), log);
+      assert.deepEqual([bug.status, bug.code, bug.retryable], [500, 'server_error', false]);
+    },
+  );
 
-  it('names PostgreSQL away (a refused connection taken from the record pool, a server shutting down or starting) as 503 record_unavailable and retries it', () => {
-    const log = createLogger('silent', 'test');
-    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
-    Object.defineProperty(refused, recordUnreachable, { value: true });
-    const starting = Object.assign(new Error('the database system is starting up'), { code: '57P03' });
-    const shutdown = Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
-    for (const caught of [refused, starting, shutdown]) {
-      const error = toGatewayError(caught, log);
-      assert.deepEqual([error.status, error.code, error.retryable, error.headers['retry-after']], [503, 'record_unavailable', true, '2'], caught.message);
-      assert.equal(decideFailure(config, attempt(error)).action, 'retry');
-    }
-    // The same refused connection not from the record's pool is Redis's: named as the queue.
-    const redisRefused = toGatewayError(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }), log);
-    assert.equal(redisRefused.code, 'queue_unavailable');
-    // A statement the record refuses for its data is no outage.
-    assert.equal(toGatewayError(Object.assign(new Error('duplicate key value'), { code: '23505' }), log).code, 'server_error');
-  });
+  it(
+    'names PostgreSQL away (a refused connection taken from the record pool, a server shutting down or starting) ' +
+      'as 503 record_unavailable and retries it',
+    () => {
+      const log = createLogger('silent', 'test');
+      const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+      Object.defineProperty(refused, recordUnreachable, { value: true });
+      const starting = Object.assign(new Error('the database system is starting up'), { code: '57P03' });
+      const shutdown = Object.assign(new Error('terminating connection due to administrator command'), {
+        code: '57P01',
+      });
+      for (const caught of [refused, starting, shutdown]) {
+        const error = toGatewayError(caught, log);
+        assert.deepEqual(
+          [error.status, error.code, error.retryable, error.headers['retry-after']],
+          [503, 'record_unavailable', true, '2'],
+          caught.message,
+        );
+        assert.equal(decideFailure(config, attempt(error)).action, 'retry');
+      }
+      // The same refused connection not from the record's pool is Redis's: named as the queue.
+      const redisRefused = toGatewayError(
+        Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' }),
+        log,
+      );
+      assert.equal(redisRefused.code, 'queue_unavailable');
+      // A statement the record refuses for its data is no outage.
+      assert.equal(
+        toGatewayError(Object.assign(new Error('duplicate key value'), { code: '23505' }), log).code,
+        'server_error',
+      );
+    },
+  );
 
   it('fails at once when output already reached the client, or the error is final', () => {
     assert.deepEqual(decideFailure(config, attempt(retryable, { outputStarted: true })), { action: 'fail' });
@@ -81,17 +113,35 @@ describe('failure policy', () => {
 
   it('waits on rate limits for RATE_LIMIT_WAIT_MS in all, then answers 429 saying when to come back', () => {
     const bounded = loadConfig({ RETRY_BASE_MS: '100', RATE_LIMIT_WAIT_MS: '5000' });
-    const limited = new GatewayError(429, 'slow down', { retryable: true, retryAfterMs: 2000, code: 'rate_limit_exceeded' });
-    assert.deepEqual(decideFailure(bounded, attempt(limited, { rateLimitedSince: now - 2000 })), { action: 'wait', delay: 2000 });
+    const limited = new GatewayError(429, 'slow down', {
+      retryable: true,
+      retryAfterMs: 2000,
+      code: 'rate_limit_exceeded',
+    });
+    assert.deepEqual(decideFailure(bounded, attempt(limited, { rateLimitedSince: now - 2000 })), {
+      action: 'wait',
+      delay: 2000,
+    });
     const over = decideFailure(bounded, attempt(limited, { rateLimitedSince: now - 4000 }));
     assert.equal(over.action, 'fail');
     const answer = over.action === 'fail' ? over.answer! : assert.fail('no answer');
-    assert.deepEqual([answer.status, answer.code, answer.headers['retry-after'], answer.headers['retry-after-ms']], [429, 'rate_limit_exceeded', '2', '2000']);
+    assert.deepEqual(
+      [answer.status, answer.code, answer.headers['retry-after'], answer.headers['retry-after-ms']],
+      [429, 'rate_limit_exceeded', '2', '2000'],
+    );
     assert.match(answer.message, /kept rate limiting this request for 4 s/);
     // Every channel resting after a 429 is the same wait, and ends the same way.
-    const resting = new GatewayError(503, 'every channel rests', { retryable: true, retryAfterMs: 600, code: 'channels_cooling_down' });
+    const resting = new GatewayError(503, 'every channel rests', {
+      retryable: true,
+      retryAfterMs: 600,
+      code: 'channels_cooling_down',
+    });
     const restingOver = decideFailure(bounded, attempt(resting, { rateLimitedSince: now - 4900 }));
-    assert.ok(restingOver.action === 'fail' && restingOver.answer?.status === 429 && restingOver.answer.headers['retry-after'] === '1');
+    assert.ok(
+      restingOver.action === 'fail' &&
+        restingOver.answer?.status === 429 &&
+        restingOver.answer.headers['retry-after'] === '1',
+    );
   });
 
   it('a rate limit that would outlast the deadline is the deadline 504, with retry-after', () => {
@@ -114,7 +164,12 @@ describe('whether a failure is final', () => {
 
   it("reads BullMQ's own signals by class, and a job failed for stalling too often by BullMQ's reason", () => {
     assert.equal(queueSignal(new DelayedError()), 'put-back');
-    for (const error of [new UnrecoverableError(), new AnsweredFailure(wire), new AsyncJobFailure(wire), new ClientGoneError()]) {
+    for (const error of [
+      new UnrecoverableError(),
+      new AnsweredFailure(wire),
+      new AsyncJobFailure(wire),
+      new ClientGoneError(),
+    ]) {
       assert.equal(queueSignal(error), 'unrecoverable', error.name);
     }
     assert.equal(queueSignal(stalledOut()), 'stalled-out');
@@ -122,13 +177,23 @@ describe('whether a failure is final', () => {
     assert.equal(queueSignal(new Error('job stalled more than allowable limit')), 'stalled-out');
     // A name is not a class, and a message that only mentions stalling is not BullMQ's reason.
     const named = Object.assign(new Error('delayed'), { name: 'DelayedError' });
-    for (const error of [named, new GatewayError(502, 'The vendor stream stalled.', { retryable: true }), new Error('boom'), 'stalled', undefined, null]) {
+    for (const error of [
+      named,
+      new GatewayError(502, 'The vendor stream stalled.', { retryable: true }),
+      new Error('boom'),
+      'stalled',
+      undefined,
+      null,
+    ]) {
       assert.equal(queueSignal(error), undefined, String(error));
     }
   });
 
   it("is final when the error says so or the last attempt is spent, as BullMQ's failed event sees the job", () => {
-    const job = (attemptsMade: number, attempts?: number) => ({ attemptsMade, opts: attempts === undefined ? {} : { attempts } });
+    const job = (attemptsMade: number, attempts?: number) => ({
+      attemptsMade,
+      opts: attempts === undefined ? {} : { attempts },
+    });
     const retryable = new GatewayError(503, 'vendor down', { retryable: true });
     assert.equal(isFinalFailure(job(1, 3), retryable), false);
     assert.equal(isFinalFailure(job(2, 3), retryable), false);
@@ -153,7 +218,8 @@ describe('whether a failure is final', () => {
 
   it('names the channel faults in one list: a bad or exhausted key, not a failed request', () => {
     assert.deepEqual([...channelFaultCodes].sort(), ['vendor_auth_failed', 'vendor_quota_exhausted']);
-    for (const code of channelFaultCodes) assert.equal(isChannelFault(new GatewayError(502, 'key refused', { code })), true, code);
+    for (const code of channelFaultCodes)
+      assert.equal(isChannelFault(new GatewayError(502, 'key refused', { code })), true, code);
     for (const code of ['vendor_error', 'rate_limit_exceeded', 'vendor_timeout', null]) {
       assert.equal(isChannelFault(new GatewayError(502, 'failed', { code })), false, String(code));
     }

@@ -1,7 +1,11 @@
 import { after, afterEach, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import WebSocket from 'ws';
-import { FAKE_REALTIME_KEY, startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
+import {
+  FAKE_REALTIME_KEY,
+  startFakeOpenAIRealtime,
+  type FakeOpenAIRealtime,
+} from '../support/fake-openai-realtime.js';
 import { assertMatchesSchema } from '../support/openapi-schemas.js';
 import { EventInbox, serverEventSchemas } from '../support/realtime-client.js';
 
@@ -22,9 +26,14 @@ interface TestClient {
   close(): Promise<void>;
 }
 
-function connect(fake: FakeOpenAIRealtime, options: { model?: string; key?: string; protocols?: string[] } = {}): Promise<TestClient> {
+function connect(
+  fake: FakeOpenAIRealtime,
+  options: { model?: string; key?: string; protocols?: string[] } = {},
+): Promise<TestClient> {
   const url = `ws://127.0.0.1:${fake.port}/v1/realtime?model=${options.model ?? 'gpt-realtime'}`;
-  const headers: Record<string, string> = options.protocols ? {} : { authorization: `Bearer ${options.key ?? fake.key}` };
+  const headers: Record<string, string> = options.protocols
+    ? {}
+    : { authorization: `Bearer ${options.key ?? fake.key}` };
   const socket = new WebSocket(url, options.protocols ?? [], { headers });
   const inbox = new EventInbox<Event & { type: string }>();
   socket.on('message', (data) => inbox.push(JSON.parse(data.toString()) as Event & { type: string }));
@@ -45,15 +54,21 @@ function connect(fake: FakeOpenAIRealtime, options: { model?: string; key?: stri
   };
   return new Promise((resolve, reject) => {
     socket.once('open', () => resolve(client));
-    socket.once('unexpected-response', (_request, response) => reject(Object.assign(new Error(`HTTP ${response.statusCode}`), { status: response.statusCode })));
+    socket.once('unexpected-response', (_request, response) =>
+      reject(Object.assign(new Error(`HTTP ${response.statusCode}`), { status: response.statusCode })),
+    );
     socket.once('error', reject);
   });
 }
 
 /** The status and JSON body of a refused upgrade, with its headers. */
-function refusal(fake: FakeOpenAIRealtime, options: { model?: string; key?: string | null; path?: string } = {}): Promise<{ status: number; headers: Record<string, unknown>; body: any }> {
+function refusal(
+  fake: FakeOpenAIRealtime,
+  options: { model?: string; key?: string | null; path?: string } = {},
+): Promise<{ status: number; headers: Record<string, unknown>; body: any }> {
   const path = options.path ?? `/v1/realtime?model=${options.model ?? 'gpt-realtime'}`;
-  const headers: Record<string, string> = options.key === null ? {} : { authorization: `Bearer ${options.key ?? fake.key}` };
+  const headers: Record<string, string> =
+    options.key === null ? {} : { authorization: `Bearer ${options.key ?? fake.key}` };
   const socket = new WebSocket(`ws://127.0.0.1:${fake.port}${path}`, { headers });
   return new Promise((resolve, reject) => {
     socket.once('open', () => reject(new Error('the upgrade was accepted')));
@@ -61,7 +76,9 @@ function refusal(fake: FakeOpenAIRealtime, options: { model?: string; key?: stri
     socket.once('unexpected-response', (_request, response) => {
       let text = '';
       response.on('data', (chunk: Buffer) => (text += chunk.toString()));
-      response.on('end', () => resolve({ status: response.statusCode ?? 0, headers: response.headers, body: JSON.parse(text) }));
+      response.on('end', () =>
+        resolve({ status: response.statusCode ?? 0, headers: response.headers, body: JSON.parse(text) }),
+      );
     });
   });
 }
@@ -70,7 +87,8 @@ function refusal(fake: FakeOpenAIRealtime, options: { model?: string; key?: stri
 function assertAllSentMatch(fake: FakeOpenAIRealtime): void {
   assert.deepEqual(fake.problems, []);
   for (const session of fake.sessions) {
-    for (const event of session.sent) assertMatchesSchema(serverEventSchemas[event.type as string]!, event, `sent ${String(event.type)}`);
+    for (const event of session.sent)
+      assertMatchesSchema(serverEventSchemas[event.type as string]!, event, `sent ${String(event.type)}`);
   }
 }
 
@@ -112,7 +130,10 @@ describe('fake OpenAI realtime server', () => {
 
     fake.refuseUpgrades({ status: 429, retryAfterSeconds: 7 });
     const limited = await refusal(fake);
-    assert.deepEqual([limited.status, limited.headers['retry-after'], limited.body.error.code], [429, '7', 'rate_limit_exceeded']);
+    assert.deepEqual(
+      [limited.status, limited.headers['retry-after'], limited.body.error.code],
+      [429, '7', 'rate_limit_exceeded'],
+    );
     fake.refuseUpgrades({ status: 503, message: 'overloaded' });
     assert.equal((await refusal(fake)).status, 503);
     fake.refuseUpgrades(undefined);
@@ -122,7 +143,10 @@ describe('fake OpenAI realtime server', () => {
     assert.equal(fake.openSessions, 3);
     const capped = await refusal(fake);
     assert.deepEqual([capped.status, capped.body.error.code], [429, 'session_limit_reached']);
-    assert.deepEqual(fake.upgrades.slice(-4).map((upgrade) => upgrade.status), [101, 101, 101, 429]);
+    assert.deepEqual(
+      fake.upgrades.slice(-4).map((upgrade) => upgrade.status),
+      [101, 101, 101, 429],
+    );
   });
 
   it('accepts the browser subprotocols, answering `realtime`', async () => {
@@ -137,7 +161,10 @@ describe('fake OpenAI realtime server', () => {
     const client = await open({ model: 'gpt-realtime-mini' });
     const created = await client.next('session.created');
     assert.equal(client.events[0]!.type, 'session.created', 'the first event');
-    assert.deepEqual([created.session.type, created.session.object, created.session.model], ['realtime', 'realtime.session', 'gpt-realtime-mini']);
+    assert.deepEqual(
+      [created.session.type, created.session.object, created.session.model],
+      ['realtime', 'realtime.session', 'gpt-realtime-mini'],
+    );
     assert.deepEqual(created.session.audio.output.format, { type: 'audio/pcm', rate: 24_000 });
     assert.equal(fake.opened, before + 1);
     const session = fake.sessions.at(-1)!;
@@ -160,17 +187,41 @@ describe('fake OpenAI realtime server', () => {
       [{ type: 'session.frobnicate', event_id: 'c1' }, 'invalid_value', 'type'],
       ['{not json', 'invalid_json', null],
       [{ type: 'conversation.item.create', event_id: 'c2' }, 'missing_required_parameter', 'item'],
-      [{ type: 'session.update', event_id: 'c3', session: { type: 'realtime', temperature: 0.5 } }, 'unknown_parameter', 'session.temperature'],
+      [
+        { type: 'session.update', event_id: 'c3', session: { type: 'realtime', temperature: 0.5 } },
+        'unknown_parameter',
+        'session.temperature',
+      ],
       [{ type: 'response.create', event_id: 'c4', extra: true }, 'unknown_parameter', 'extra'],
-      [{ type: 'conversation.item.truncate', event_id: 'c5', item_id: 'x', content_index: 'zero', audio_end_ms: 10 }, 'invalid_type', 'content_index'],
-      [{ type: 'session.update', event_id: 'c6', session: { type: 'realtime', output_modalities: ['video'] } }, 'invalid_value', 'session.output_modalities.0'],
+      [
+        { type: 'conversation.item.truncate', event_id: 'c5', item_id: 'x', content_index: 'zero', audio_end_ms: 10 },
+        'invalid_type',
+        'content_index',
+      ],
+      [
+        { type: 'session.update', event_id: 'c6', session: { type: 'realtime', output_modalities: ['video'] } },
+        'invalid_value',
+        'session.output_modalities.0',
+      ],
       [{ type: 'input_audio_buffer.append', event_id: 'c7', audio: '***' }, 'invalid_value', 'audio'],
       [{ type: 'input_audio_buffer.commit', event_id: 'c8' }, 'input_audio_buffer_commit_empty', null],
       [{ type: 'response.cancel', event_id: 'c9' }, 'response_cancel_not_active', null],
       [{ type: 'conversation.item.delete', event_id: 'c10', item_id: 'item_none' }, 'item_not_found', 'item_id'],
       [{ type: 'output_audio_buffer.clear', event_id: 'c11' }, 'invalid_value', 'type'],
-      [{ type: 'session.update', event_id: 'c12', session: { type: 'realtime', model: 'gpt-realtime-mini' } }, 'invalid_value', 'session.model'],
-      [{ type: 'session.update', event_id: 'c13', session: { type: 'realtime', audio: { output: { voice: 'nobody' } } } }, 'invalid_value', 'session.audio.output.voice'],
+      [
+        { type: 'session.update', event_id: 'c12', session: { type: 'realtime', model: 'gpt-realtime-mini' } },
+        'invalid_value',
+        'session.model',
+      ],
+      [
+        {
+          type: 'session.update',
+          event_id: 'c13',
+          session: { type: 'realtime', audio: { output: { voice: 'nobody' } } },
+        },
+        'invalid_value',
+        'session.audio.output.voice',
+      ],
     ];
     for (const [event, code, param] of cases) {
       client.send(event);
@@ -184,7 +235,11 @@ describe('fake OpenAI realtime server', () => {
     client.socket.send(Buffer.from([1, 2, 3]), { binary: true });
     assert.equal((await client.next('error')).error.code, 'invalid_json');
     assert.ok(client.socket.readyState === WebSocket.OPEN, 'errors do not end the session');
-    assert.equal(client.events.filter((event) => event.type !== 'session.created' && event.type !== 'error').length, 0, 'nothing but errors');
+    assert.equal(
+      client.events.filter((event) => event.type !== 'session.created' && event.type !== 'error').length,
+      0,
+      'nothing but errors',
+    );
   });
 
   it('updates the session and answers with the whole effective session', async () => {
@@ -196,8 +251,18 @@ describe('fake OpenAI realtime server', () => {
         type: 'realtime',
         instructions: 'Be brief.',
         output_modalities: ['text'],
-        audio: { input: { turn_detection: null, transcription: { model: 'gpt-4o-mini-transcribe' } }, output: { voice: 'marin' } },
-        tools: [{ type: 'function', name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } }],
+        audio: {
+          input: { turn_detection: null, transcription: { model: 'gpt-4o-mini-transcribe' } },
+          output: { voice: 'marin' },
+        },
+        tools: [
+          {
+            type: 'function',
+            name: 'get_weather',
+            description: 'Weather',
+            parameters: { type: 'object', properties: { city: { type: 'string' } } },
+          },
+        ],
       },
     });
     const updated = await client.next('session.updated');
@@ -212,7 +277,10 @@ describe('fake OpenAI realtime server', () => {
   it('answers a text conversation with the GA event sequence and usage', async () => {
     const client = await open();
     await client.next('session.created');
-    client.send({ type: 'session.update', session: { type: 'realtime', instructions: 'Be brief.', output_modalities: ['text'] } });
+    client.send({
+      type: 'session.update',
+      session: { type: 'realtime', instructions: 'Be brief.', output_modalities: ['text'] },
+    });
     await client.next('session.updated');
     client.send(userText('Hello there', 'item_mine'));
     const added = await client.next('conversation.item.added');
@@ -224,11 +292,24 @@ describe('fake OpenAI realtime server', () => {
     const from = types.indexOf('response.created');
     assert.deepEqual(
       [...new Set(types.slice(from))],
-      ['response.created', 'rate_limits.updated', 'response.output_item.added', 'conversation.item.added', 'response.content_part.added',
-        'response.output_text.delta', 'response.output_text.done', 'response.content_part.done', 'response.output_item.done',
-        'conversation.item.done', 'response.done'],
+      [
+        'response.created',
+        'rate_limits.updated',
+        'response.output_item.added',
+        'conversation.item.added',
+        'response.content_part.added',
+        'response.output_text.delta',
+        'response.output_text.done',
+        'response.content_part.done',
+        'response.output_item.done',
+        'conversation.item.done',
+        'response.done',
+      ],
     );
-    const deltas = client.events.filter((event) => event.type === 'response.output_text.delta').map((event) => event.delta).join('');
+    const deltas = client.events
+      .filter((event) => event.type === 'response.output_text.delta')
+      .map((event) => event.delta)
+      .join('');
     assert.equal(deltas, 'You said: Hello there');
     assert.equal(done.response.status, 'completed');
     assert.equal(done.response.output[0].content[0].text, 'You said: Hello there');
@@ -238,7 +319,13 @@ describe('fake OpenAI realtime server', () => {
       total_tokens: 3 + contentTokens + 6,
       input_tokens: 3 + contentTokens,
       output_tokens: 6,
-      input_token_details: { text_tokens: 3 + contentTokens, audio_tokens: 0, image_tokens: 0, cached_tokens: 0, cached_tokens_details: { text_tokens: 0, audio_tokens: 0, image_tokens: 0 } },
+      input_token_details: {
+        text_tokens: 3 + contentTokens,
+        audio_tokens: 0,
+        image_tokens: 0,
+        cached_tokens: 0,
+        cached_tokens_details: { text_tokens: 0, audio_tokens: 0, image_tokens: 0 },
+      },
       output_token_details: { text_tokens: 6, audio_tokens: 0 },
     });
   });
@@ -246,10 +333,18 @@ describe('fake OpenAI realtime server', () => {
   it('takes audio in and answers audio out with a transcript, billed as audio tokens', async () => {
     const client = await open();
     await client.next('session.created');
-    client.send({ type: 'session.update', session: { type: 'realtime', instructions: '', audio: { input: { turn_detection: null, transcription: { model: 'whisper-1' } } } } });
+    client.send({
+      type: 'session.update',
+      session: {
+        type: 'realtime',
+        instructions: '',
+        audio: { input: { turn_detection: null, transcription: { model: 'whisper-1' } } },
+      },
+    });
     await client.next('session.updated');
     // 500 ms of pcm16 at 24 kHz in 20 ms frames.
-    for (let i = 0; i < 25; i++) client.send({ type: 'input_audio_buffer.append', audio: Buffer.alloc(960, i).toString('base64') });
+    for (let i = 0; i < 25; i++)
+      client.send({ type: 'input_audio_buffer.append', audio: Buffer.alloc(960, i).toString('base64') });
     client.send({ type: 'input_audio_buffer.commit' });
     const committed = await client.next('input_audio_buffer.committed');
     const transcription = await client.next('conversation.item.input_audio_transcription.completed');
@@ -259,7 +354,11 @@ describe('fake OpenAI realtime server', () => {
 
     client.send({ type: 'response.create' });
     const done = await client.next('response.done');
-    const audio = Buffer.concat(client.events.filter((event) => event.type === 'response.output_audio.delta').map((event) => Buffer.from(event.delta, 'base64')));
+    const audio = Buffer.concat(
+      client.events
+        .filter((event) => event.type === 'response.output_audio.delta')
+        .map((event) => Buffer.from(event.delta, 'base64')),
+    );
     const transcript = (await client.next('response.output_audio_transcript.done')).transcript;
     assert.equal(transcript, 'I heard you speak.');
     assert.equal(audio.length, transcript.length * 60 * 48, '60 ms of pcm16 a character');
@@ -269,14 +368,23 @@ describe('fake OpenAI realtime server', () => {
     assert.equal(done.response.output[0].content[0].transcript, transcript);
     const usage = done.response.usage;
     assert.equal(usage.input_token_details.audio_tokens, 5, '500 ms of user audio: 5 tokens');
-    assert.equal(usage.output_token_details.audio_tokens, Math.ceil((transcript.length * 60) / 50), 'a token each 50 ms');
+    assert.equal(
+      usage.output_token_details.audio_tokens,
+      Math.ceil((transcript.length * 60) / 50),
+      'a token each 50 ms',
+    );
     assert.equal(usage.output_token_details.text_tokens, Math.ceil(transcript.length / 4), 'the transcript as text');
   });
 
   it('calls a function the user text names, then answers with its output', async () => {
     const client = await open();
     await client.next('session.created');
-    const tool = { type: 'function', name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } };
+    const tool = {
+      type: 'function',
+      name: 'get_weather',
+      description: 'Weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } } },
+    };
     client.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], tools: [tool] } });
     await client.next('session.updated');
     client.send(userText('What is get_weather({"city": "Paris"}) today?'));
@@ -284,16 +392,29 @@ describe('fake OpenAI realtime server', () => {
     const done = await client.next('response.done');
     const call = await client.next('response.function_call_arguments.done');
     assert.deepEqual([call.name, call.arguments], ['get_weather', '{"city":"Paris"}']);
-    const deltas = client.events.filter((event) => event.type === 'response.function_call_arguments.delta').map((event) => event.delta).join('');
+    const deltas = client.events
+      .filter((event) => event.type === 'response.function_call_arguments.delta')
+      .map((event) => event.delta)
+      .join('');
     assert.equal(deltas, '{"city":"Paris"}');
     assert.deepEqual(
-      { type: done.response.output[0].type, name: done.response.output[0].name, call_id: done.response.output[0].call_id },
+      {
+        type: done.response.output[0].type,
+        name: done.response.output[0].name,
+        call_id: done.response.output[0].call_id,
+      },
       { type: 'function_call', name: 'get_weather', call_id: call.call_id },
     );
 
-    client.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: 'call_unknown', output: '{}' } });
+    client.send({
+      type: 'conversation.item.create',
+      item: { type: 'function_call_output', call_id: 'call_unknown', output: '{}' },
+    });
     assert.equal((await client.next('error')).error.param, 'item.call_id', 'an output for no call is refused');
-    client.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: call.call_id, output: '{"sky":"clear"}' } });
+    client.send({
+      type: 'conversation.item.create',
+      item: { type: 'function_call_output', call_id: call.call_id, output: '{"sky":"clear"}' },
+    });
     await client.next('conversation.item.done');
     client.send({ type: 'response.create' });
     const answer = await client.next('response.output_text.done');
@@ -313,13 +434,21 @@ describe('fake OpenAI realtime server', () => {
     const busy = await client.next('error');
     assert.deepEqual([busy.error.code, busy.error.event_id], ['conversation_already_has_active_response', 'second']);
     client.send({ type: 'response.cancel', response_id: 'resp_other' });
-    assert.equal((await client.next('error')).error.code, 'response_cancel_not_active', 'another id is not the active one');
+    assert.equal(
+      (await client.next('error')).error.code,
+      'response_cancel_not_active',
+      'another id is not the active one',
+    );
     client.send({ type: 'response.cancel', response_id: created.response.id });
     const done = await client.next('response.done');
     assert.equal(done.response.status, 'cancelled');
     assert.deepEqual(done.response.status_details, { type: 'cancelled', reason: 'client_cancelled' });
     assert.equal(done.response.output[0].status, 'incomplete');
-    assert.equal(client.events.filter((event) => event.type === 'response.output_audio.delta').length, 1, 'nothing after the cancel');
+    assert.equal(
+      client.events.filter((event) => event.type === 'response.output_audio.delta').length,
+      1,
+      'nothing after the cancel',
+    );
     assert.equal(done.response.usage.output_token_details.audio_tokens, 2, 'the one 100 ms delta sent: 2 tokens');
     // The voice cannot change once assistant audio exists.
     client.send({ type: 'session.update', session: { type: 'realtime', audio: { output: { voice: 'ash' } } } });
@@ -329,7 +458,10 @@ describe('fake OpenAI realtime server', () => {
   it('reads the previous response input back as cached tokens, in steps of 64', async () => {
     const client = await open();
     await client.next('session.created');
-    client.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], instructions: 'x'.repeat(1000) } });
+    client.send({
+      type: 'session.update',
+      session: { type: 'realtime', output_modalities: ['text'], instructions: 'x'.repeat(1000) },
+    });
     await client.next('session.updated');
     client.send(userText('one'));
     client.send({ type: 'response.create' });
@@ -341,7 +473,11 @@ describe('fake OpenAI realtime server', () => {
     const cached = Math.floor(first.response.usage.input_tokens / 64) * 64;
     assert.ok(cached >= 256);
     assert.equal(second.response.usage.input_token_details.cached_tokens, cached);
-    assert.deepEqual(second.response.usage.input_token_details.cached_tokens_details, { text_tokens: cached, audio_tokens: 0, image_tokens: 0 });
+    assert.deepEqual(second.response.usage.input_token_details.cached_tokens_details, {
+      text_tokens: cached,
+      audio_tokens: 0,
+      image_tokens: 0,
+    });
   });
 
   it('flags an event of its own that the spec does not allow (its check can fail)', async () => {

@@ -22,7 +22,14 @@ import { mapGeminiFinishReason } from '../../workers/vendors/gemini/map-gemini-f
 import type { CallContext } from '../../workers/vendors/types.js';
 import type { AnswerEvent } from '../../workers/answers/events.js';
 import { encodeAnswer, encodeStream } from '../support/answers.js';
-import { FAKE_GEMINI_PIECES, FAKE_GEMINI_TEXT, fakeEmbedding, geminiError, startFakeGemini, type FakeGemini } from '../support/fake-gemini.js';
+import {
+  FAKE_GEMINI_PIECES,
+  FAKE_GEMINI_TEXT,
+  fakeEmbedding,
+  geminiError,
+  startFakeGemini,
+  type FakeGemini,
+} from '../support/fake-gemini.js';
 import { wireFixture } from '../support/fixtures.js';
 import { gatewayError } from '../support/assertions.js';
 import { loadConfig } from '../../shared/config.js';
@@ -43,7 +50,18 @@ const MODEL: CatalogModel = {
   supports_tools: true,
   routes: [{ vendor: 'google' }],
 };
-const WEATHER = { type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false } } };
+const WEATHER = {
+  type: 'function' as const,
+  function: {
+    name: 'get_weather',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string' } },
+      required: ['city'],
+      additionalProperties: false,
+    },
+  },
+};
 
 let fake: FakeGemini;
 let logs: Json[] = [];
@@ -60,7 +78,8 @@ function context(options: { signal?: AbortSignal; upstreamModel?: string; apiKey
   };
 }
 
-const chat = (extra: Json = {}): ChatCompletionRequest => ({ model: MODEL.id, messages: [{ role: 'user', content: 'Hi' }], ...extra }) as ChatCompletionRequest;
+const chat = (extra: Json = {}): ChatCompletionRequest =>
+  ({ model: MODEL.id, messages: [{ role: 'user', content: 'Hi' }], ...extra }) as ChatCompletionRequest;
 const sent = (index = 0) => fake.requests[index]!.body as Json;
 const textOf = (parsed: Json[]) => parsed.map((chunk) => chunk.choices[0]?.delta?.content ?? '').join('');
 
@@ -84,7 +103,6 @@ async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> 
   yield* batches;
 }
 
-
 before(async () => {
   fake = await startFakeGemini({ apiKey: KEY });
 });
@@ -101,10 +119,19 @@ describe('gemini adapter: outgoing requests', () => {
   it('asks for grounding with Google Search for web_search_options: beside functions on Gemini 3, alone on Gemini 2', () => {
     const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } }];
     assert.deepEqual(buildGeminiRequest(chat({ web_search_options: {} }), context()).tools, [{ googleSearch: {} }]);
-    const three = buildGeminiRequest(chat({ web_search_options: {}, tools }), context({ upstreamModel: 'gemini-3-pro-preview' })).tools!;
-    assert.deepEqual(three.map((tool) => Object.keys(tool)[0]), ['functionDeclarations', 'googleSearch']);
+    const three = buildGeminiRequest(
+      chat({ web_search_options: {}, tools }),
+      context({ upstreamModel: 'gemini-3-pro-preview' }),
+    ).tools!;
+    assert.deepEqual(
+      three.map((tool) => Object.keys(tool)[0]),
+      ['functionDeclarations', 'googleSearch'],
+    );
     const two = buildGeminiRequest(chat({ web_search_options: {}, tools }), context()).tools!;
-    assert.deepEqual(two.map((tool) => Object.keys(tool)[0]), ['functionDeclarations']);
+    assert.deepEqual(
+      two.map((tool) => Object.keys(tool)[0]),
+      ['functionDeclarations'],
+    );
   });
 
   it('maps messages, parts and sampling fields to the exact Gemini request', async () => {
@@ -196,29 +223,59 @@ describe('gemini adapter: outgoing requests', () => {
         responseMimeType: 'application/json',
       },
     });
-    assert.deepEqual(body.choices.map((choice: Json) => choice.index), [0, 1], 'n → candidateCount → one choice per candidate');
+    assert.deepEqual(
+      body.choices.map((choice: Json) => choice.index),
+      [0, 1],
+      'n → candidateCount → one choice per candidate',
+    );
     assert.equal(logs.filter((entry) => entry.level === 40).length, 0, 'nothing dropped, nothing to warn about');
   });
 
   it('declares tools with converted schemas and maps every tool_choice', async () => {
-    const tools = [WEATHER, { type: 'function', function: { name: 'get_time', description: 'Now', strict: true, parameters: { type: 'object', properties: {} } } }];
+    const tools = [
+      WEATHER,
+      {
+        type: 'function',
+        function: {
+          name: 'get_time',
+          description: 'Now',
+          strict: true,
+          parameters: { type: 'object', properties: {} },
+        },
+      },
+    ];
     const declarations = [
-      { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } },
+      {
+        name: 'get_weather',
+        parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+      },
       { name: 'get_time', description: 'Now' },
     ];
     const expectations: Array<[unknown, unknown]> = [
       ['auto', { mode: 'AUTO' }],
       ['required', { mode: 'ANY' }],
       ['none', { mode: 'NONE' }],
-      [{ type: 'function', function: { name: 'get_time' } }, { mode: 'ANY', allowedFunctionNames: ['get_time'] }],
+      [
+        { type: 'function', function: { name: 'get_time' } },
+        { mode: 'ANY', allowedFunctionNames: ['get_time'] },
+      ],
     ];
     for (const [toolChoice, config] of expectations) {
       const body = buildGeminiRequest(chat({ tools, tool_choice: toolChoice }), context());
       assert.deepEqual(body.tools, [{ functionDeclarations: declarations }]);
       assert.deepEqual(body.toolConfig, { functionCallingConfig: config });
     }
-    const schema = { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'], additionalProperties: false, $schema: 'https://json-schema.org/draft/2020-12/schema' };
-    const structured = buildGeminiRequest(chat({ response_format: { type: 'json_schema', json_schema: { name: 'a', strict: true, schema } } }), context());
+    const schema = {
+      type: 'object',
+      properties: { answer: { type: 'string' } },
+      required: ['answer'],
+      additionalProperties: false,
+      $schema: 'https://json-schema.org/draft/2020-12/schema',
+    };
+    const structured = buildGeminiRequest(
+      chat({ response_format: { type: 'json_schema', json_schema: { name: 'a', strict: true, schema } } }),
+      context(),
+    );
     assert.deepEqual(structured.generationConfig, {
       responseMimeType: 'application/json',
       responseSchema: { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'] },
@@ -230,7 +287,14 @@ describe('gemini adapter: outgoing requests', () => {
 
   it('drops parameters with no Gemini counterpart and names them in one warning', async () => {
     await geminiAdapter.chat!(
-      chat({ logit_bias: { '50256': -100 }, logprobs: true, top_logprobs: 2, parallel_tool_calls: false, user: 'u1', metadata: null }),
+      chat({
+        logit_bias: { '50256': -100 },
+        logprobs: true,
+        top_logprobs: 2,
+        parallel_tool_calls: false,
+        user: 'u1',
+        metadata: null,
+      }),
       context(),
     );
     assert.equal(sent().logit_bias, undefined);
@@ -245,8 +309,21 @@ describe('gemini adapter: outgoing requests', () => {
       [{ tools: [{ type: 'custom', custom: { name: 'grammar' } }] }, 'tools[0]'],
       [{ functions: [{ name: 'f' }] }, 'functions'],
       [{ messages: [{ role: 'tool', tool_call_id: 'call_unknown', content: 'x' }] }, 'messages[0].tool_call_id'],
-      [{ messages: [{ role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] }, 'messages[0].tool_calls[0].function.arguments'],
-      [{ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png,raw' } }] }] }, 'messages[0].content[0].image_url.url'],
+      [
+        {
+          messages: [
+            {
+              role: 'assistant',
+              tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }],
+            },
+          ],
+        },
+        'messages[0].tool_calls[0].function.arguments',
+      ],
+      [
+        { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png,raw' } }] }] },
+        'messages[0].content[0].image_url.url',
+      ],
       [{ messages: [{ role: 'system', content: 'only a system prompt' }] }, 'messages'],
     ];
     for (const [extra, param] of refused) {
@@ -305,19 +382,31 @@ describe('gemini adapter: reasoning_effort → thinkingConfig', () => {
     );
   });
 
-  it('leaves the rest of generationConfig as it was, maxOutputTokens included, and sends no thinkingConfig without an effort', async () => {
-    await geminiAdapter.chat!(chat({ reasoning_effort: 'low', max_completion_tokens: 300, temperature: 0.4 }), context());
-    assert.deepEqual(sent(), { ...hi, generationConfig: { temperature: 0.4, maxOutputTokens: 300, thinkingConfig: { thinkingBudget: 1024 } } });
+  it(
+    'leaves the rest of generationConfig as it was, maxOutputTokens included, and sends no thinkingConfig without ' +
+      'an effort',
+    async () => {
+      await geminiAdapter.chat!(
+        chat({ reasoning_effort: 'low', max_completion_tokens: 300, temperature: 0.4 }),
+        context(),
+      );
+      assert.deepEqual(sent(), {
+        ...hi,
+        generationConfig: { temperature: 0.4, maxOutputTokens: 300, thinkingConfig: { thinkingBudget: 1024 } },
+      });
 
-    fake.reset();
-    await geminiAdapter.chat!(chat({ reasoning_effort: null }), context());
-    assert.deepEqual(sent(), hi);
+      fake.reset();
+      await geminiAdapter.chat!(chat({ reasoning_effort: null }), context());
+      assert.deepEqual(sent(), hi);
 
-    fake.reset();
-    await encodeStream(stream(chat({ stream: true, reasoning_effort: 'high' }), context({ upstreamModel: 'gemini-3-pro-preview' })));
-    assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse');
-    assert.deepEqual(sent(), withThinking({ thinkingLevel: 'high' }));
-  });
+      fake.reset();
+      await encodeStream(
+        stream(chat({ stream: true, reasoning_effort: 'high' }), context({ upstreamModel: 'gemini-3-pro-preview' })),
+      );
+      assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-3-pro-preview:streamGenerateContent?alt=sse');
+      assert.deepEqual(sent(), withThinking({ thinkingLevel: 'high' }));
+    },
+  );
 
   it('refuses a reasoning_effort OpenAI does not know, before any request', async () => {
     for (const effort of ['maximum', 'High', 2]) {
@@ -329,16 +418,31 @@ describe('gemini adapter: reasoning_effort → thinkingConfig', () => {
   });
 
   const thoughtUsage = { promptTokenCount: 7, candidatesTokenCount: 2, thoughtsTokenCount: 40, totalTokenCount: 49 };
-  const expectedUsage = { prompt_tokens: 7, completion_tokens: 42, total_tokens: 49, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 40 } };
+  const expectedUsage = {
+    prompt_tokens: 7,
+    completion_tokens: 42,
+    total_tokens: 49,
+    prompt_tokens_details: { cached_tokens: 0 },
+    completion_tokens_details: { reasoning_tokens: 40 },
+  };
 
   it('keeps thought parts out of a plain answer and reports thoughtsTokenCount as reasoning tokens', async () => {
     fake.enqueue({
       json: {
-        candidates: [{
-          content: { role: 'model', parts: [{ text: '**Planning** the greeting.', thought: true }, { text: 'Hel', thoughtSignature: 'c2ln' }, { text: 'lo' }] },
-          finishReason: 'STOP',
-          index: 0,
-        }],
+        candidates: [
+          {
+            content: {
+              role: 'model',
+              parts: [
+                { text: '**Planning** the greeting.', thought: true },
+                { text: 'Hel', thoughtSignature: 'c2ln' },
+                { text: 'lo' },
+              ],
+            },
+            finishReason: 'STOP',
+            index: 0,
+          },
+        ],
         usageMetadata: thoughtUsage,
       },
     });
@@ -349,7 +453,10 @@ describe('gemini adapter: reasoning_effort → thinkingConfig', () => {
   });
 
   it('keeps thought parts out of a stream, alone or mixed with text, and reports reasoning tokens', async () => {
-    const chunk = (parts: Json[], extra: Json = {}) => ({ candidates: [{ content: { role: 'model', parts }, index: 0, ...extra }], usageMetadata: thoughtUsage });
+    const chunk = (parts: Json[], extra: Json = {}) => ({
+      candidates: [{ content: { role: 'model', parts }, index: 0, ...extra }],
+      usageMetadata: thoughtUsage,
+    });
     fake.enqueue({
       chunks: [
         chunk([{ text: '**Planning**', thought: true }]),
@@ -358,10 +465,15 @@ describe('gemini adapter: reasoning_effort → thinkingConfig', () => {
         chunk([{ text: '', thoughtSignature: 'c2ln' }], { finishReason: 'STOP' }),
       ],
     });
-    const { parsed, batches, usage } = await encodeStream(stream(chat({ stream: true, reasoning_effort: 'medium' }), context()));
+    const { parsed, batches, usage } = await encodeStream(
+      stream(chat({ stream: true, reasoning_effort: 'medium' }), context()),
+    );
     assert.deepEqual(
       batches.flat().filter((event) => event.type === 'text'),
-      [{ type: 'text', choice: 0, text: 'Hel' }, { type: 'text', choice: 0, text: 'lo' }],
+      [
+        { type: 'text', choice: 0, text: 'Hel' },
+        { type: 'text', choice: 0, text: 'lo' },
+      ],
     );
     assert.equal(textOf(parsed), 'Hello');
     assert.equal(parsed.at(-2)!.choices[0].finish_reason, 'stop');
@@ -376,13 +488,21 @@ describe('convertJsonSchema', () => {
       {
         $schema: 'x',
         type: 'object',
-        $defs: { Tag: { type: 'string', enum: ['a', 'b'] }, Node: { type: 'object', properties: { child: { $ref: '#/$defs/Node' } } } },
+        $defs: {
+          Tag: { type: 'string', enum: ['a', 'b'] },
+          Node: { type: 'object', properties: { child: { $ref: '#/$defs/Node' } } },
+        },
         properties: {
           tag: { $ref: '#/$defs/Tag', description: 'A tag' },
           note: { type: ['string', 'null'], format: 'email' },
           maybe: { anyOf: [{ type: 'integer' }, { type: 'null' }] },
           either: { oneOf: [{ type: 'string' }, { type: 'number', exclusiveMinimum: 0 }] },
-          both: { allOf: [{ type: 'object', properties: { a: { type: 'string' } }, required: ['a'] }, { properties: { b: { type: 'boolean' } } }] },
+          both: {
+            allOf: [
+              { type: 'object', properties: { a: { type: 'string' } }, required: ['a'] },
+              { properties: { b: { type: 'boolean' } } },
+            ],
+          },
           level: { type: 'integer', enum: [1, 2] },
           kind: { const: 'fixed' },
           extra: { type: 'object', properties: { x: { type: 'string' } }, additionalProperties: { type: 'string' } },
@@ -422,9 +542,20 @@ describe('gemini adapter: non-stream answers', () => {
     assert.ok(body.created >= before && body.created <= before + 2);
     assert.equal(body.model, MODEL.id);
     assert.deepEqual(body.choices, [
-      { index: 0, message: { role: 'assistant', content: FAKE_GEMINI_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' },
+      {
+        index: 0,
+        message: { role: 'assistant', content: FAKE_GEMINI_TEXT, refusal: null },
+        logprobs: null,
+        finish_reason: 'stop',
+      },
     ]);
-    const usage = { prompt_tokens: 12, completion_tokens: 4, total_tokens: 16, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 0 } };
+    const usage = {
+      prompt_tokens: 12,
+      completion_tokens: 4,
+      total_tokens: 16,
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 0 },
+    };
     assert.deepEqual(body.usage, usage);
     assert.deepEqual(result.usage, usage);
   });
@@ -432,28 +563,68 @@ describe('gemini adapter: non-stream answers', () => {
   it('skips thoughts, counts reasoning as completion and maps finish reasons', async () => {
     fake.enqueue({
       json: {
-        candidates: [{ content: { role: 'model', parts: [{ text: 'plan…', thought: true }, { text: 'Hel' }, { text: 'lo' }] }, finishReason: 'MAX_TOKENS', index: 0 }],
-        usageMetadata: { promptTokenCount: 10, cachedContentTokenCount: 6, candidatesTokenCount: 3, thoughtsTokenCount: 20, totalTokenCount: 33 },
+        candidates: [
+          {
+            content: { role: 'model', parts: [{ text: 'plan…', thought: true }, { text: 'Hel' }, { text: 'lo' }] },
+            finishReason: 'MAX_TOKENS',
+            index: 0,
+          },
+        ],
+        usageMetadata: {
+          promptTokenCount: 10,
+          cachedContentTokenCount: 6,
+          candidatesTokenCount: 3,
+          thoughtsTokenCount: 20,
+          totalTokenCount: 33,
+        },
       },
     });
     const body = await bodyOf(chat(), context());
     assert.equal(body.choices[0].message.content, 'Hello');
     assert.equal(body.choices[0].finish_reason, 'length');
-    assert.deepEqual(body.usage, { prompt_tokens: 10, completion_tokens: 23, total_tokens: 33, prompt_tokens_details: { cached_tokens: 6 }, completion_tokens_details: { reasoning_tokens: 20 } });
+    assert.deepEqual(body.usage, {
+      prompt_tokens: 10,
+      completion_tokens: 23,
+      total_tokens: 33,
+      prompt_tokens_details: { cached_tokens: 6 },
+      completion_tokens_details: { reasoning_tokens: 20 },
+    });
 
     const table: Array<[string | null, boolean, string]> = [
-      ['STOP', false, 'stop'], ['STOP', true, 'tool_calls'], [null, true, 'tool_calls'], ['MAX_TOKENS', true, 'length'],
-      ['SAFETY', false, 'content_filter'], ['RECITATION', false, 'content_filter'], ['BLOCKLIST', false, 'content_filter'],
-      ['PROHIBITED_CONTENT', false, 'content_filter'], ['SPII', false, 'content_filter'], ['IMAGE_SAFETY', false, 'content_filter'],
-      ['LANGUAGE', false, 'stop'], ['OTHER', false, 'stop'], ['MALFORMED_FUNCTION_CALL', false, 'stop'],
+      ['STOP', false, 'stop'],
+      ['STOP', true, 'tool_calls'],
+      [null, true, 'tool_calls'],
+      ['MAX_TOKENS', true, 'length'],
+      ['SAFETY', false, 'content_filter'],
+      ['RECITATION', false, 'content_filter'],
+      ['BLOCKLIST', false, 'content_filter'],
+      ['PROHIBITED_CONTENT', false, 'content_filter'],
+      ['SPII', false, 'content_filter'],
+      ['IMAGE_SAFETY', false, 'content_filter'],
+      ['LANGUAGE', false, 'stop'],
+      ['OTHER', false, 'stop'],
+      ['MALFORMED_FUNCTION_CALL', false, 'stop'],
     ];
-    for (const [reason, calls, expected] of table) assert.equal(mapGeminiFinishReason(reason, calls), expected, `${reason}/${calls}`);
+    for (const [reason, calls, expected] of table)
+      assert.equal(mapGeminiFinishReason(reason, calls), expected, `${reason}/${calls}`);
   });
 
   it('answers a blocked prompt with content_filter and null content; no candidates otherwise is a 502', async () => {
-    fake.enqueue({ json: { promptFeedback: { blockReason: 'PROHIBITED_CONTENT' }, usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 } } });
+    fake.enqueue({
+      json: {
+        promptFeedback: { blockReason: 'PROHIBITED_CONTENT' },
+        usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 },
+      },
+    });
     const { result, body } = await answer(chat(), context());
-    assert.deepEqual(body.choices, [{ index: 0, message: { role: 'assistant', content: null, refusal: null }, logprobs: null, finish_reason: 'content_filter' }]);
+    assert.deepEqual(body.choices, [
+      {
+        index: 0,
+        message: { role: 'assistant', content: null, refusal: null },
+        logprobs: null,
+        finish_reason: 'content_filter',
+      },
+    ]);
     assert.equal(result.usage?.prompt_tokens, 9);
 
     fake.enqueue({ json: { usageMetadata: { promptTokenCount: 9 } } });
@@ -464,7 +635,11 @@ describe('gemini adapter: non-stream answers', () => {
 });
 
 describe('gemini adapter: streams', () => {
-  const fixtureLines = (name: string) => readFileSync(wireFixture(name), 'utf8').split('\n').filter(Boolean).map((line) => JSON.parse(line) as Json);
+  const fixtureLines = (name: string) =>
+    readFileSync(wireFixture(name), 'utf8')
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as Json);
   const usageChunks = (parsed: Json[]) => parsed.filter((chunk) => chunk.choices.length === 0);
 
   it('replays the recorded text stream (CRLF framing, cut every 7 bytes)', async () => {
@@ -475,7 +650,13 @@ describe('gemini adapter: streams', () => {
     assert.equal(textOf(parsed), 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y');
     assert.equal(parsed.at(-2)!.choices[0].finish_reason, 'stop');
     assert.deepEqual(parsed.at(-1)!.choices, []);
-    const expected = { prompt_tokens: 9, completion_tokens: 208, total_tokens: 217, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 185 } };
+    const expected = {
+      prompt_tokens: 9,
+      completion_tokens: 208,
+      total_tokens: 217,
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 185 },
+    };
     assert.deepEqual(parsed.at(-1)!.usage, expected);
     assert.deepEqual(usage, expected);
     assert.equal(usageChunks(parsed).length, 1);
@@ -484,10 +665,21 @@ describe('gemini adapter: streams', () => {
     assert.equal(batches.flat().filter((event) => event.type === 'usage').length, 1);
     assert.equal(batches.flat().filter((event) => event.type === 'start').length, 1);
     assert.equal(batches[0]![0]!.type, 'start');
-    assert.ok(batches.every((batch) => batch.length > 0), 'no empty batch, even for reads that cut an event');
+    assert.ok(
+      batches.every((batch) => batch.length > 0),
+      'no empty batch, even for reads that cut an event',
+    );
     const [first] = parsed;
     // The encoder's client model id is 'test-model': the catalog id in the chunks comes from the adapter, as before.
-    assert.ok(parsed.every((chunk) => chunk.id === first!.id && chunk.created === first!.created && chunk.model === MODEL.id && chunk.object === 'chat.completion.chunk'));
+    assert.ok(
+      parsed.every(
+        (chunk) =>
+          chunk.id === first!.id &&
+          chunk.created === first!.created &&
+          chunk.model === MODEL.id &&
+          chunk.object === 'chat.completion.chunk',
+      ),
+    );
   });
 
   it('replays the recorded function call: tool_calls although Gemini said STOP, signature in the id', async () => {
@@ -496,11 +688,25 @@ describe('gemini adapter: streams', () => {
     const { parsed, usage } = await encodeStream(stream(chat({ stream: true }), context()));
     assert.equal(parsed.length, 4);
     const call = parsed[1]!.choices[0].delta.tool_calls[0];
-    assert.deepEqual({ ...call, id: undefined }, { index: 0, id: undefined, type: 'function', function: { name: 'weather', arguments: '{"location":"San Francisco"}' } });
+    assert.deepEqual(
+      { ...call, id: undefined },
+      {
+        index: 0,
+        id: undefined,
+        type: 'function',
+        function: { name: 'weather', arguments: '{"location":"San Francisco"}' },
+      },
+    );
     assert.match(call.id, /^call_[0-9a-f]{24}__ts_[A-Za-z0-9_-]+$/);
     assert.equal(readThoughtSignature(call.id), recorded[0]!.candidates[0].content.parts[0].thoughtSignature);
     assert.equal(parsed[2]!.choices[0].finish_reason, 'tool_calls');
-    const expected = { prompt_tokens: 29, completion_tokens: 60, total_tokens: 89, prompt_tokens_details: { cached_tokens: 0 }, completion_tokens_details: { reasoning_tokens: 45 } };
+    const expected = {
+      prompt_tokens: 29,
+      completion_tokens: 60,
+      total_tokens: 89,
+      prompt_tokens_details: { cached_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 45 },
+    };
     assert.deepEqual(parsed[3]!.usage, expected);
     assert.deepEqual(usage, expected);
   });
@@ -535,8 +741,15 @@ describe('gemini adapter: streams', () => {
     // Paced writes: one read per payload, so one array per payload.
     const payloads = [
       { candidates: [{ content: { role: 'model', parts: [{ text: 'a' }, { text: 'b' }] }, index: 0 }] },
-      { candidates: [{ content: { role: 'model', parts: [{ functionCall: { name: 'f', args: {} } }, { text: 'c' }] }, index: 0 }] },
-      { candidates: [{ content: { role: 'model', parts: [] }, finishReason: 'STOP', index: 0 }], usageMetadata: { promptTokenCount: 1, candidatesTokenCount: 2 } },
+      {
+        candidates: [
+          { content: { role: 'model', parts: [{ functionCall: { name: 'f', args: {} } }, { text: 'c' }] }, index: 0 },
+        ],
+      },
+      {
+        candidates: [{ content: { role: 'model', parts: [] }, finishReason: 'STOP', index: 0 }],
+        usageMetadata: { promptTokenCount: 1, candidatesTokenCount: 2 },
+      },
     ];
     fake.enqueue({ chunks: payloads, chunkDelayMs: 30 });
     const paced = await encodeStream(stream(chat({ stream: true }), context()));
@@ -544,15 +757,26 @@ describe('gemini adapter: streams', () => {
       paced.batches.map((batch) => batch.map((event) => event.type)),
       [['start', 'role', 'text'], ['tool-call', 'text'], ['finish'], ['usage']],
     );
-    assert.deepEqual(paced.batches[0]![2], { type: 'text', choice: 0, text: 'ab' }, 'a run of text parts is one text event');
+    assert.deepEqual(
+      paced.batches[0]![2],
+      { type: 'text', choice: 0, text: 'ab' },
+      'a run of text parts is one text event',
+    );
     assert.equal(paced.parsed[3]!.choices[0].finish_reason, null);
     assert.equal(paced.parsed.at(-2)!.choices[0].finish_reason, 'tool_calls');
   });
 
   it('ends a blocked prompt with content_filter', async () => {
-    fake.enqueue({ chunks: [{ promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: { promptTokenCount: 5, totalTokenCount: 5 } }] });
+    fake.enqueue({
+      chunks: [
+        { promptFeedback: { blockReason: 'SAFETY' }, usageMetadata: { promptTokenCount: 5, totalTokenCount: 5 } },
+      ],
+    });
     const { parsed } = await encodeStream(stream(chat({ stream: true }), context()));
-    assert.deepEqual(parsed.map((chunk) => (chunk.choices.length === 0 ? 'usage' : chunk.choices[0].finish_reason)), [null, 'content_filter', 'usage']);
+    assert.deepEqual(
+      parsed.map((chunk) => (chunk.choices.length === 0 ? 'usage' : chunk.choices[0].finish_reason)),
+      [null, 'content_filter', 'usage'],
+    );
   });
 
   it('throws a mapped, scrubbed error for an error payload mid-stream, after the chunks it delivered', async () => {
@@ -579,7 +803,12 @@ describe('gemini adapter: streams', () => {
   });
 
   it('throws the mapped HTTP error from the first next(), before any chunk', async () => {
-    fake.enqueue({ status: 429, json: geminiError(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded.', [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '12s' }]) });
+    fake.enqueue({
+      status: 429,
+      json: geminiError(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded.', [
+        { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '12s' },
+      ]),
+    });
     const iterator = stream(chat({ stream: true }), context())[Symbol.asyncIterator]();
     const error = await gatewayError(iterator.next());
     assert.equal(error.status, 429);
@@ -587,7 +816,10 @@ describe('gemini adapter: streams', () => {
   });
 
   it('aborts the upstream request when the caller aborts mid-stream', async () => {
-    fake.enqueue({ chunks: [{ candidates: [{ content: { role: 'model', parts: [{ text: 'Hel' }] }, index: 0 }] }], hang: true });
+    fake.enqueue({
+      chunks: [{ candidates: [{ content: { role: 'model', parts: [{ text: 'Hel' }] }, index: 0 }] }],
+      hang: true,
+    });
     const controller = new AbortController();
     const iterator = stream(chat({ stream: true }), context({ signal: controller.signal }))[Symbol.asyncIterator]();
     const first = await iterator.next();
@@ -596,7 +828,10 @@ describe('gemini adapter: streams', () => {
     assert.equal(textOf((await encodeStream(replay([first.value as AnswerEvent[]]))).parsed), 'Hel');
     const pending = iterator.next();
     controller.abort();
-    await assert.rejects(pending, (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError');
+    await assert.rejects(
+      pending,
+      (error: unknown) => !(error instanceof GatewayError) && (error as Error).name === 'AbortError',
+    );
     for (let attempt = 0; attempt < 50 && fake.abortedRequests === 0; attempt += 1) await sleep(10);
     assert.equal(fake.abortedRequests, 1);
     assert.equal(fake.requests[0]!.aborted, true);
@@ -608,7 +843,11 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
   const conversation = (call: Json): ChatCompletionRequest =>
     chat({
       tools: [WEATHER],
-      messages: [{ role: 'user', content: 'Weather in Oslo?' }, { role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: call.id, content: 'sunny' }],
+      messages: [
+        { role: 'user', content: 'Weather in Oslo?' },
+        { role: 'assistant', content: null, tool_calls: [call] },
+        { role: 'tool', tool_call_id: call.id, content: 'sunny' },
+      ],
     });
 
   it('carries the signature from a streamed call to the replayed request, which the fake accepts', async () => {
@@ -619,7 +858,10 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
 
     const { index: _index, ...toolCall } = call;
     const { body } = await answer(conversation(toolCall), gemini3());
-    assert.deepEqual(sent(1).contents[1], { role: 'model', parts: [{ functionCall: { name: 'get_weather', args: { city: 'Oslo' } }, thoughtSignature: signature }] });
+    assert.deepEqual(sent(1).contents[1], {
+      role: 'model',
+      parts: [{ functionCall: { name: 'get_weather', args: { city: 'Oslo' } }, thoughtSignature: signature }],
+    });
     assert.equal(body.choices[0].message.content, 'Tool said: {"content":"sunny"}');
 
     // The same replay without the signature is refused, as the real API refuses it.
@@ -642,7 +884,9 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
     await geminiAdapter.chat!(conversation(call), gemini3());
     assert.equal(sent(1).contents[1].parts[0].thoughtSignature, readThoughtSignature(call.id));
 
-    const forged = await gatewayError(geminiAdapter.chat!(conversation({ ...call, id: createToolCallId('Zm9yZ2Vk') }), gemini3()));
+    const forged = await gatewayError(
+      geminiAdapter.chat!(conversation({ ...call, id: createToolCallId('Zm9yZ2Vk') }), gemini3()),
+    );
     assert.equal(forged.status, 400);
     assert.equal(forged.message, 'Corrupted thought signature.');
 
@@ -651,17 +895,24 @@ describe('gemini adapter: thoughtSignature round trip (gemini-3 against the stri
   });
 
   it('encodes any signature reversibly and leaves oversized ones out of the id', () => {
-    for (const signature of ['EqUCCqICAb4+9vsh/8Pd5taZ=', 'not base64: ü/+', 'YQ']) assert.equal(readThoughtSignature(createToolCallId(signature)), signature);
+    for (const signature of ['EqUCCqICAb4+9vsh/8Pd5taZ=', 'not base64: ü/+', 'YQ'])
+      assert.equal(readThoughtSignature(createToolCallId(signature)), signature);
     assert.match(createToolCallId('a'.repeat(20_000)), /^call_[0-9a-f]{24}$/);
     assert.equal(readThoughtSignature('call_abc'), undefined);
   });
 });
 
 describe('gemini adapter: embeddings', () => {
-  const embeddingContext = () => ({ ...context({ upstreamModel: 'gemini-embedding-001' }), model: { ...MODEL, id: 'gemini-embedding-001', capability: 'embedding' as const } });
+  const embeddingContext = () => ({
+    ...context({ upstreamModel: 'gemini-embedding-001' }),
+    model: { ...MODEL, id: 'gemini-embedding-001', capability: 'embedding' as const },
+  });
 
   it('sends batchEmbedContents and answers float arrays with estimated usage', async () => {
-    const result = await embed({ model: 'gemini-embedding-001', input: ['hello world', 'bye'] } as EmbeddingRequest, embeddingContext());
+    const result = await embed(
+      { model: 'gemini-embedding-001', input: ['hello world', 'bye'] } as EmbeddingRequest,
+      embeddingContext(),
+    );
     assert.equal(fake.requests[0]!.path, '/v1beta/models/gemini-embedding-001:batchEmbedContents');
     assert.deepEqual(sent(), {
       requests: [
@@ -695,7 +946,10 @@ describe('gemini adapter: embeddings', () => {
   it('splits inputs into batches of 100 and refuses token arrays', async () => {
     const input = Array.from({ length: 150 }, (_, index) => `text ${index}`);
     const body = JSON.parse((await embed({ model: 'e', input } as EmbeddingRequest, embeddingContext())).body) as Json;
-    assert.deepEqual(fake.requests.map((request) => (request.body as Json).requests.length), [100, 50]);
+    assert.deepEqual(
+      fake.requests.map((request) => (request.body as Json).requests.length),
+      [100, 50],
+    );
     assert.deepEqual(body.data[149].embedding, fakeEmbedding('text 149'));
 
     const error = await gatewayError(embed({ model: 'e', input: [1, 2, 3] } as EmbeddingRequest, embeddingContext()));
@@ -707,10 +961,19 @@ describe('gemini adapter: embeddings', () => {
 
 describe('gemini adapter: vendor errors', () => {
   it('makes 429 RESOURCE_EXHAUSTED retryable, waiting as long as RetryInfo says', async () => {
-    const details = [{ '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [] }, { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '34.4s' }];
-    fake.enqueue({ status: 429, json: geminiError(429, 'RESOURCE_EXHAUSTED', 'You exceeded your current quota.', details) });
+    const details = [
+      { '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [] },
+      { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '34.4s' },
+    ];
+    fake.enqueue({
+      status: 429,
+      json: geminiError(429, 'RESOURCE_EXHAUSTED', 'You exceeded your current quota.', details),
+    });
     const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
-    assert.deepEqual([error.status, error.code, error.retryable, error.retryAfterMs, error.headers['retry-after']], [429, 'rate_limit_exceeded', true, 34_400, '35']);
+    assert.deepEqual(
+      [error.status, error.code, error.retryable, error.retryAfterMs, error.headers['retry-after']],
+      [429, 'rate_limit_exceeded', true, 34_400, '35'],
+    );
     assert.equal(error.message, 'You exceeded your current quota.');
   });
 
@@ -718,31 +981,60 @@ describe('gemini adapter: vendor errors', () => {
     for (const status of ['INVALID_ARGUMENT', 'FAILED_PRECONDITION']) {
       fake.enqueue({ status: 400, json: geminiError(400, status, `Bad: ${status}`) });
       const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
-      assert.deepEqual([error.status, error.type, error.retryable, error.message], [400, 'invalid_request_error', false, `Bad: ${status}`]);
+      assert.deepEqual(
+        [error.status, error.type, error.retryable, error.message],
+        [400, 'invalid_request_error', false, `Bad: ${status}`],
+      );
     }
     // The strict fake itself refuses OpenAI field names, in Google's words.
-    const raw = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': KEY }, body: JSON.stringify({ messages: [] }) });
-    assert.equal(((await raw.json()) as Json).error.message, 'Invalid JSON payload received. Unknown name "messages": Cannot find field.');
+    const raw = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, {
+      method: 'POST',
+      headers: { 'x-goog-api-key': KEY },
+      body: JSON.stringify({ messages: [] }),
+    });
+    assert.equal(
+      ((await raw.json()) as Json).error.message,
+      'Invalid JSON payload received. Unknown name "messages": Cannot find field.',
+    );
   });
 
-  it('has a strict fake that refuses, in Google\'s envelope, what Gemini refuses', async () => {
+  it("has a strict fake that refuses, in Google's envelope, what Gemini refuses", async () => {
     const user = { role: 'user', parts: [{ text: 'Hi' }] };
-    const declaration = { name: 'f', parameters: { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: false } };
+    const declaration = {
+      name: 'f',
+      parameters: { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: false },
+    };
     const refused: Array<[Json, RegExp]> = [
       [{ contents: [{ role: 'system', parts: [{ text: 'x' }] }, user] }, /valid role: user, model/],
       [{ contents: [{ role: 'user', parts: [] }] }, /contents.parts must not be empty/],
-      [{ contents: [user, { role: 'user', parts: [{ functionResponse: { name: 'f', response: {} } }] }] }, /immediately after a function call turn/],
+      [
+        { contents: [user, { role: 'user', parts: [{ functionResponse: { name: 'f', response: {} } }] }] },
+        /immediately after a function call turn/,
+      ],
       [{ contents: [user], max_tokens: 5 }, /Unknown name "max_tokens": Cannot find field/],
-      [{ contents: [user], generationConfig: { max_output_tokens: 5 } }, /Unknown name "max_output_tokens" at 'generation_config'/],
-      [{ contents: [user], tools: [{ functionDeclarations: [declaration] }] }, /Unknown name "additionalProperties" at 'tools\[0\].function_declarations\[0\].parameters'/],
+      [
+        { contents: [user], generationConfig: { max_output_tokens: 5 } },
+        /Unknown name "max_output_tokens" at 'generation_config'/,
+      ],
+      [
+        { contents: [user], tools: [{ functionDeclarations: [declaration] }] },
+        /Unknown name "additionalProperties" at 'tools\[0\].function_declarations\[0\].parameters'/,
+      ],
     ];
     for (const [body, message] of refused) {
-      const response = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, { method: 'POST', headers: { 'x-goog-api-key': KEY }, body: JSON.stringify(body) });
+      const response = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, {
+        method: 'POST',
+        headers: { 'x-goog-api-key': KEY },
+        body: JSON.stringify(body),
+      });
       const error = ((await response.json()) as Json).error;
       assert.deepEqual([response.status, error.code, error.status], [400, 400, 'INVALID_ARGUMENT']);
       assert.match(error.message, message);
     }
-    const anonymous = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, { method: 'POST', body: JSON.stringify({ contents: [user] }) });
+    const anonymous = await fetch(`${fake.url}/v1beta/models/gemini-2.5-flash:generateContent`, {
+      method: 'POST',
+      body: JSON.stringify({ contents: [user] }),
+    });
     assert.equal(anonymous.status, 403);
   });
 
@@ -754,7 +1046,11 @@ describe('gemini adapter: vendor errors', () => {
 
   it('turns a missing, refused or wrong key into a generic 502 vendor_auth_failed', async () => {
     fake.enqueue({ status: 403, json: geminiError(403, 'PERMISSION_DENIED', 'Permission denied.') });
-    for (const ctx of [context(), context({ apiKey: '' }), context({ apiKey: 'AIzaWrongKey0123456789abcdefghijklmnopq' })]) {
+    for (const ctx of [
+      context(),
+      context({ apiKey: '' }),
+      context({ apiKey: 'AIzaWrongKey0123456789abcdefghijklmnopq' }),
+    ]) {
       const error = await gatewayError(geminiAdapter.chat!(chat(), ctx));
       assert.deepEqual([error.status, error.code, error.retryable], [502, 'vendor_auth_failed', false]);
       assert.doesNotMatch(error.message, /AIza|API key/);
@@ -765,15 +1061,23 @@ describe('gemini adapter: vendor errors', () => {
     const missing = await gatewayError(geminiAdapter.chat!(chat(), context({ upstreamModel: 'nonexistent-model' })));
     assert.deepEqual([missing.status, missing.code], [404, 'model_not_found']);
     assert.match(missing.message, /models\/nonexistent-model is not found/);
-    for (const [code, status] of [[500, 'INTERNAL'], [503, 'UNAVAILABLE']] as const) {
+    for (const [code, status] of [
+      [500, 'INTERNAL'],
+      [503, 'UNAVAILABLE'],
+    ] as const) {
       fake.enqueue({ status: code, json: geminiError(code, status, 'The model is overloaded.') });
       const error = await gatewayError(geminiAdapter.chat!(chat(), context()));
-      assert.deepEqual([error.status, error.retryable, error.message], [502, true, 'Upstream vendor error: The model is overloaded.']);
+      assert.deepEqual(
+        [error.status, error.retryable, error.message],
+        [502, true, 'Upstream vendor error: The model is overloaded.'],
+      );
     }
   });
 
   it('scrubs keys from messages, in URLs too', () => {
-    const bodyText = JSON.stringify(geminiError(400, 'INVALID_ARGUMENT', `Bad ${KEY} at https://g/v1beta/x?alt=sse&key=secretvalue1`));
+    const bodyText = JSON.stringify(
+      geminiError(400, 'INVALID_ARGUMENT', `Bad ${KEY} at https://g/v1beta/x?alt=sse&key=secretvalue1`),
+    );
     const error = mapGeminiError({ status: 400, headers: {}, bodyText }, [KEY]);
     assert.equal(error.message, 'Bad [redacted] at https://g/v1beta/x?alt=sse&key=[redacted]');
   });
@@ -781,6 +1085,16 @@ describe('gemini adapter: vendor errors', () => {
   it('offers no legacy completions, so the registry refuses them before any request', () => {
     assert.equal(geminiAdapter.complete, undefined);
     assert.equal(geminiAdapter.streamCompletion, undefined);
-    assert.deepEqual(Object.keys(geminiAdapter).sort(), ['chat', 'countGeminiTokens', 'embed', 'embedGemini', 'generateImages', 'nativeGemini', 'openRealtime', 'speak', 'streamChat']);
+    assert.deepEqual(Object.keys(geminiAdapter).sort(), [
+      'chat',
+      'countGeminiTokens',
+      'embed',
+      'embedGemini',
+      'generateImages',
+      'nativeGemini',
+      'openRealtime',
+      'speak',
+      'streamChat',
+    ]);
   });
 });

@@ -9,7 +9,11 @@ import { arrayEnd, framingOf, lateErrorFrame, trailerOf } from '../../api/relay/
 import { cacheEcho, type EchoTarget } from '../../api/cache/answer-echo.js';
 
 /** A request as the api sees it: its path, method and headers. */
-const at = (path: string, headers: Record<string, string> = {}, method = 'POST') => ({ path, method, get: (name: string) => headers[name] ?? '' });
+const at = (path: string, headers: Record<string, string> = {}, method = 'POST') => ({
+  path,
+  method,
+  get: (name: string) => headers[name] ?? '',
+});
 
 describe('Google’s streams on the api side', () => {
   it('labels each form and keeps it alive with a line break (no comment, which Google’s readers refuse)', () => {
@@ -22,7 +26,10 @@ describe('Google’s streams on the api side', () => {
   it('ends a stream that failed after output began with a Google error in its form', () => {
     const error = new GatewayError(503, 'The vendor is overloaded.', { headers: { 'retry-after': '2' } });
     const sse = lateErrorFrame('google-sse', error, 'req_1', true);
-    assert.equal(sse, `data: ${JSON.stringify({ error: { code: 503, message: 'The vendor is overloaded.', status: 'UNAVAILABLE', details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '2s' }] } })}\n\n`);
+    assert.equal(
+      sse,
+      `data: ${JSON.stringify({ error: { code: 503, message: 'The vendor is overloaded.', status: 'UNAVAILABLE', details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '2s' }] } })}\n\n`,
+    );
     const after = lateErrorFrame('google-array', error, 'req_1', true);
     assert.match(after, /^,\r\n\{"error":\{"code":503,.*\}\]$/);
     // The whole array stays JSON: one chunk, then the error as its last element.
@@ -56,15 +63,47 @@ describe('Google’s error shape', () => {
   });
 
   it('says when to retry, which key is not valid, and what quota refused', () => {
-    assert.deepEqual(googleErrorBody(new GatewayError(429, 'Slow down.', { code: 'rate_limit_exceeded', headers: { 'retry-after': '7', 'x-ratelimit-limit-requests': '1' } })), {
-      error: { code: 429, message: 'Slow down.', status: 'RESOURCE_EXHAUSTED', details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '7s' }] },
-    });
+    assert.deepEqual(
+      googleErrorBody(
+        new GatewayError(429, 'Slow down.', {
+          code: 'rate_limit_exceeded',
+          headers: { 'retry-after': '7', 'x-ratelimit-limit-requests': '1' },
+        }),
+      ),
+      {
+        error: {
+          code: 429,
+          message: 'Slow down.',
+          status: 'RESOURCE_EXHAUSTED',
+          details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '7s' }],
+        },
+      },
+    );
     const key = googleErrorBody(new GatewayError(403, 'API key not valid.', { code: 'invalid_api_key' })).error;
     assert.equal(key.status, 'PERMISSION_DENIED');
-    assert.deepEqual(key.details, [{ '@type': 'type.googleapis.com/google.rpc.ErrorInfo', reason: 'API_KEY_INVALID', domain: 'googleapis.com', metadata: { service: 'generativelanguage.googleapis.com' } }]);
-    const quota = googleErrorBody(new GatewayError(429, 'The balance is spent.', { code: 'insufficient_quota', headers: { 'x-should-retry': 'false' } })).error;
-    assert.deepEqual(quota.details, [{ '@type': 'type.googleapis.com/google.rpc.QuotaFailure', violations: [{ subject: 'api_key', description: 'The balance is spent.' }] }]);
-    assert.deepEqual(googleErrorBody(new GatewayError(504, 'Too late.')), { error: { code: 504, message: 'Too late.', status: 'DEADLINE_EXCEEDED' } });
+    assert.deepEqual(key.details, [
+      {
+        '@type': 'type.googleapis.com/google.rpc.ErrorInfo',
+        reason: 'API_KEY_INVALID',
+        domain: 'googleapis.com',
+        metadata: { service: 'generativelanguage.googleapis.com' },
+      },
+    ]);
+    const quota = googleErrorBody(
+      new GatewayError(429, 'The balance is spent.', {
+        code: 'insufficient_quota',
+        headers: { 'x-should-retry': 'false' },
+      }),
+    ).error;
+    assert.deepEqual(quota.details, [
+      {
+        '@type': 'type.googleapis.com/google.rpc.QuotaFailure',
+        violations: [{ subject: 'api_key', description: 'The balance is spent.' }],
+      },
+    ]);
+    assert.deepEqual(googleErrorBody(new GatewayError(504, 'Too late.')), {
+      error: { code: 504, message: 'Too late.', status: 'DEADLINE_EXCEEDED' },
+    });
   });
 });
 
@@ -81,25 +120,55 @@ describe('Google’s answers in the response cache', () => {
   it('keeps one entry for a body and both stream forms; a stream follows only its own form', () => {
     assert.equal(requestHash(request(), 'gpt-4o-mini'), requestHash(request('sse'), 'gpt-4o-mini'));
     assert.equal(requestHash(request('sse'), 'gpt-4o-mini'), requestHash(request('array'), 'gpt-4o-mini'));
-    assert.notEqual(requestHash(request(), 'gpt-4o-mini'), requestHash({ endpoint: 'gemini.generate', payload: { ...job(), gemini: { contents: [{ parts: [{ text: 'other' }] }] } } }, 'gpt-4o-mini'));
+    assert.notEqual(
+      requestHash(request(), 'gpt-4o-mini'),
+      requestHash(
+        { endpoint: 'gemini.generate', payload: { ...job(), gemini: { contents: [{ parts: [{ text: 'other' }] }] } } },
+        'gpt-4o-mini',
+      ),
+    );
     assert.equal(streamForm(request('sse'), true), 'gemini-sse');
     assert.equal(streamForm(request('array'), true), 'gemini-array');
     assert.equal(streamForm(request(), false), undefined);
   });
 
   it('echoes this request’s response id and model name, in a body, SSE frames and array elements', () => {
-    const target: EchoTarget = { endpoint: 'gemini.generate', payload: job('array'), model: 'my-alias', requestId: `req_${'a'.repeat(32)}`, jobId: 'x', serviceTier: 'default', now: 0 };
+    const target: EchoTarget = {
+      endpoint: 'gemini.generate',
+      payload: job('array'),
+      model: 'my-alias',
+      requestId: `req_${'a'.repeat(32)}`,
+      jobId: 'x',
+      serviceTier: 'default',
+      now: 0,
+    };
     const echo = cacheEcho(target);
-    const chunk = (text: string) => JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0 }], modelVersion: 'gpt-4o-mini', responseId: 'old' });
+    const chunk = (text: string) =>
+      JSON.stringify({
+        candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0 }],
+        modelVersion: 'gpt-4o-mini',
+        responseId: 'old',
+      });
     const rewritten = JSON.parse(echo.body(chunk('a')));
     assert.equal(rewritten.responseId, 'a'.repeat(32));
     assert.equal(rewritten.modelVersion, 'my-alias');
     assert.equal(rewritten.candidates[0].content.parts[0].text, 'a');
     const frames = echo.sse(`data: ${chunk('a')}\n\ndata: ${chunk('b')}\n\n`);
     assert.equal(frames.split('\n\n').filter(Boolean).length, 2);
-    assert.ok(frames.split('\n\n').filter(Boolean).every((frame) => JSON.parse(frame.slice(6)).modelVersion === 'my-alias'));
-    const elements = JSON.parse(`${echo.array(`[${chunk('a')},\r\n${chunk('b')}`)}]`) as Array<{ modelVersion: string; responseId: string }>;
-    assert.deepEqual(elements.map((element) => element.modelVersion), ['my-alias', 'my-alias']);
+    assert.ok(
+      frames
+        .split('\n\n')
+        .filter(Boolean)
+        .every((frame) => JSON.parse(frame.slice(6)).modelVersion === 'my-alias'),
+    );
+    const elements = JSON.parse(`${echo.array(`[${chunk('a')},\r\n${chunk('b')}`)}]`) as Array<{
+      modelVersion: string;
+      responseId: string;
+    }>;
+    assert.deepEqual(
+      elements.map((element) => element.modelVersion),
+      ['my-alias', 'my-alias'],
+    );
     const later = echo.array(`,\r\n${chunk('c')}`);
     assert.ok(later.startsWith(',\r\n{'));
     assert.equal(JSON.parse(later.slice(3)).responseId, 'a'.repeat(32));

@@ -52,9 +52,9 @@ function context(options: { model?: string; signal?: AbortSignal; progress?: num
   };
 }
 
-const image = (extra: Json = {}): ImageGenerationInput => ({ model: 'gemini-2.5-flash-image', prompt: 'A red fox in snow', ...extra }) as ImageGenerationInput;
+const image = (extra: Json = {}): ImageGenerationInput =>
+  ({ model: 'gemini-2.5-flash-image', prompt: 'A red fox in snow', ...extra }) as ImageGenerationInput;
 const sent = (index = 0) => fake.requests[index]!.body as Json;
-
 
 before(async () => {
   fake = await startFakeGemini({ apiKey: KEY });
@@ -82,17 +82,34 @@ describe('gemini images: outgoing requests', () => {
 
   it('sends no image config without a size, none to 2.0, and a resolution class to Gemini 3', async () => {
     await generate(image({ size: 'auto' }), context());
-    await generate(image({ model: 'gemini-2.0-flash-preview-image-generation', size: '1024x1024' }), context({ model: 'gemini-2.0-flash-preview-image-generation' }));
-    await generate(image({ model: 'gemini-3-pro-image-preview', size: '2048x2048' }), context({ model: 'gemini-3-pro-image-preview' }));
+    await generate(
+      image({ model: 'gemini-2.0-flash-preview-image-generation', size: '1024x1024' }),
+      context({ model: 'gemini-2.0-flash-preview-image-generation' }),
+    );
+    await generate(
+      image({ model: 'gemini-3-pro-image-preview', size: '2048x2048' }),
+      context({ model: 'gemini-3-pro-image-preview' }),
+    );
     assert.deepEqual(sent(0).generationConfig, { responseModalities: ['TEXT', 'IMAGE'] });
     assert.deepEqual(sent(1).generationConfig, { responseModalities: ['TEXT', 'IMAGE'] });
-    assert.deepEqual(sent(2).generationConfig, { responseModalities: ['TEXT', 'IMAGE'], imageConfig: { aspectRatio: '1:1', imageSize: '2K' } });
+    assert.deepEqual(sent(2).generationConfig, {
+      responseModalities: ['TEXT', 'IMAGE'],
+      imageConfig: { aspectRatio: '1:1', imageSize: '2K' },
+    });
   });
 
   it('maps every catalog size of the 2.5 image model to its documented ratio', () => {
     const expected: Record<string, string> = {
-      '1024x1024': '1:1', '832x1248': '2:3', '1248x832': '3:2', '864x1184': '3:4', '1184x864': '4:3',
-      '896x1152': '4:5', '1152x896': '5:4', '768x1344': '9:16', '1344x768': '16:9', '1536x672': '21:9',
+      '1024x1024': '1:1',
+      '832x1248': '2:3',
+      '1248x832': '3:2',
+      '864x1184': '3:4',
+      '1184x864': '4:3',
+      '896x1152': '4:5',
+      '1152x896': '5:4',
+      '768x1344': '9:16',
+      '1344x768': '16:9',
+      '1536x672': '21:9',
     };
     for (const size of catalog.get('gemini-2.5-flash-image')!.image_sizes!) {
       const [width, height] = size.split('x').map(Number) as [number, number];
@@ -100,7 +117,10 @@ describe('gemini images: outgoing requests', () => {
     }
     assert.equal(convertSizeToGeminiImageSize(1024, 1024), '1K');
     assert.equal(convertSizeToGeminiImageSize(4096, 4096), '4K');
-    assert.throws(() => buildGeminiImageRequest(image({ size: 'huge' }), 'gemini-2.5-flash-image'), (error: GatewayError) => error.param === 'size');
+    assert.throws(
+      () => buildGeminiImageRequest(image({ size: 'huge' }), 'gemini-2.5-flash-image'),
+      (error: GatewayError) => error.param === 'size',
+    );
   });
 });
 
@@ -119,7 +139,10 @@ describe('gemini images: answers', () => {
     images.script({ kind: 'image' }, { kind: 'image', mimeType: 'image/jpeg' }, { kind: 'image' });
     const result = await generate(image({ n: 3 }), context({ progress }));
     assert.equal(images.calls, 3);
-    assert.deepEqual(result.images.map((one) => one.contentType), ['image/png', 'image/jpeg', 'image/png']);
+    assert.deepEqual(
+      result.images.map((one) => one.contentType),
+      ['image/png', 'image/jpeg', 'image/png'],
+    );
     assert.deepEqual(progress, [33, 66]);
     assert.equal(result.usage!.total_tokens, 3 * 1297);
   });
@@ -151,7 +174,9 @@ describe('gemini images: answers', () => {
   it('vendor errors go through the Gemini mapping: 429 waits as long as RetryInfo says', async () => {
     fake.enqueue({
       status: 429,
-      json: geminiError(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded.', [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '2s' }]),
+      json: geminiError(429, 'RESOURCE_EXHAUSTED', 'Quota exceeded.', [
+        { '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: '2s' },
+      ]),
     });
     const error = await gatewayError(generate(image(), context()));
     assert.equal(error.status, 429);
@@ -168,7 +193,9 @@ describe('gemini images: answers', () => {
   });
 
   it('refuses Imagen models (another API) before calling out', async () => {
-    const error = await gatewayError(generate(image({ model: 'imagen-4.0-generate-001' }), context({ model: 'imagen-4.0-generate-001' })));
+    const error = await gatewayError(
+      generate(image({ model: 'imagen-4.0-generate-001' }), context({ model: 'imagen-4.0-generate-001' })),
+    );
     assert.equal(error.status, 400);
     assert.equal(error.param, 'model');
     assert.equal(fake.requests.length, 0);

@@ -18,11 +18,20 @@ import { readGeminiPath, streamFormOf } from '../../api/gemini/paths.js';
 import { googleModelPage, toGoogleModel } from '../../api/gemini/models.js';
 import type { CatalogModel } from '../../shared/catalog.js';
 
-const model: TranslatedModel = { id: 'gpt-test', capability: 'reasoning', max_output_tokens: 16_384, input_modalities: ['text', 'image', 'audio'] };
+const model: TranslatedModel = {
+  id: 'gpt-test',
+  capability: 'reasoning',
+  max_output_tokens: 16_384,
+  input_modalities: ['text', 'image', 'audio'],
+};
 const textOnly: TranslatedModel = { ...model, capability: 'chat', input_modalities: ['text'] };
 
 /** Parses a Gemini body as the api does, translates it, and checks the chat request against chat's own schema. */
-function translate(body: Record<string, unknown>, target: TranslatedModel = model, options = { stream: false, native: false, reasons: target.capability === 'reasoning' }): { chat: ChatCompletionRequest; dropped: string[] } {
+function translate(
+  body: Record<string, unknown>,
+  target: TranslatedModel = model,
+  options = { stream: false, native: false, reasons: target.capability === 'reasoning' },
+): { chat: ChatCompletionRequest; dropped: string[] } {
   const result = toChatRequest(parseBody(geminiGenerateRequestSchema, structuredClone(body)) as never, target, options);
   chatCompletionRequestSchema.parse(result.chat);
   return result;
@@ -32,9 +41,19 @@ const user = (...parts: unknown[]) => ({ role: 'user', parts });
 const modelTurn = (...parts: unknown[]) => ({ role: 'model', parts });
 
 /** Asserts the translation refuses `body` with a 400 at `param` (and, if given, a message matching `message`). */
-function rejects(body: Record<string, unknown>, param: string | null, message?: RegExp, target: TranslatedModel = model) {
+function rejects(
+  body: Record<string, unknown>,
+  param: string | null,
+  message?: RegExp,
+  target: TranslatedModel = model,
+) {
   const request = parseBody(geminiGenerateRequestSchema, structuredClone(body)) as never;
-  assert.throws(() => toChatRequest(request, target, { stream: false, native: false, reasons: true }), { name: 'GatewayError', status: 400, param, ...(message ? { message } : {}) });
+  assert.throws(() => toChatRequest(request, target, { stream: false, native: false, reasons: true }), {
+    name: 'GatewayError',
+    status: 400,
+    param,
+    ...(message ? { message } : {}),
+  });
 }
 
 const png = 'iVBORw0KGgo=';
@@ -56,31 +75,56 @@ describe('Gemini request → chat', () => {
   });
 
   it('takes a string system instruction and keeps several system parts apart', () => {
-    assert.deepEqual(translate({ systemInstruction: 'Be kind.', contents: [user({ text: 'x' })] }).chat.messages[0], { role: 'system', content: 'Be kind.' });
-    assert.deepEqual(translate({ systemInstruction: { role: 'user', parts: [{ text: 'A' }, { text: 'B' }] }, contents: [user({ text: 'x' })] }).chat.messages[0], {
+    assert.deepEqual(translate({ systemInstruction: 'Be kind.', contents: [user({ text: 'x' })] }).chat.messages[0], {
       role: 'system',
-      content: [
-        { type: 'text', text: 'A' },
-        { type: 'text', text: 'B' },
-      ],
+      content: 'Be kind.',
     });
+    assert.deepEqual(
+      translate({
+        systemInstruction: { role: 'user', parts: [{ text: 'A' }, { text: 'B' }] },
+        contents: [user({ text: 'x' })],
+      }).chat.messages[0],
+      {
+        role: 'system',
+        content: [
+          { type: 'text', text: 'A' },
+          { type: 'text', text: 'B' },
+        ],
+      },
+    );
   });
 
   it('reads snake_case field names as Google does', () => {
     const { chat } = translate({
       system_instruction: { parts: [{ text: 'S' }] },
       contents: [user({ inline_data: { mime_type: 'image/png', data: png } }, { text: 'what is it?' })],
-      generation_config: { max_output_tokens: 100, stop_sequences: ['END'], thinking_config: { thinking_budget: 2048 } },
-      tools: [{ function_declarations: [{ name: 'f', parameters: { type: 'OBJECT', properties: { file_path: { type: 'STRING' } } } }] }],
+      generation_config: {
+        max_output_tokens: 100,
+        stop_sequences: ['END'],
+        thinking_config: { thinking_budget: 2048 },
+      },
+      tools: [
+        {
+          function_declarations: [
+            { name: 'f', parameters: { type: 'OBJECT', properties: { file_path: { type: 'STRING' } } } },
+          ],
+        },
+      ],
       tool_config: { function_calling_config: { mode: 'ANY' } },
     });
     assert.equal(chat.messages[0]!.content, 'S');
-    assert.deepEqual((chat.messages[1]!.content as unknown[])[0], { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } });
+    assert.deepEqual((chat.messages[1]!.content as unknown[])[0], {
+      type: 'image_url',
+      image_url: { url: `data:image/png;base64,${png}` },
+    });
     assert.equal(chat.max_completion_tokens, 100);
     assert.deepEqual(chat.stop, ['END']);
     assert.equal(chat.reasoning_effort, 'low');
     // A property's own name is the client's: it is not renamed.
-    assert.deepEqual((chat.tools![0] as { function: { parameters: unknown } }).function.parameters, { type: 'object', properties: { file_path: { type: 'string' } } });
+    assert.deepEqual((chat.tools![0] as { function: { parameters: unknown } }).function.parameters, {
+      type: 'object',
+      properties: { file_path: { type: 'string' } },
+    });
     assert.equal(chat.tool_choice, 'required');
   });
 
@@ -108,18 +152,55 @@ describe('Gemini request → chat', () => {
   });
 
   it('refuses what chat cannot carry for a model Gemini does not serve, naming the part and what is served', () => {
-    rejects({ contents: [user({ text: 'x' }, { inlineData: { mimeType: 'video/mp4', data: 'AAAA' } })] }, 'contents[0].parts[1].inlineData.mimeType', /video\/mp4 is served for Gemini models only; this model takes an image/);
-    rejects({ contents: [user({ inlineData: { mimeType: 'audio/ogg', data: 'AAAA' } })] }, 'contents[0].parts[0].inlineData.mimeType', /audio\/wav, audio\/mp3/);
-    rejects({ contents: [user({ fileData: { mimeType: 'application/pdf', fileUri: 'gs://bucket/doc.pdf' } })] }, 'contents[0].parts[0].fileData', /Files API, Cloud Storage/);
-    rejects({ contents: [user({ fileData: { fileUri: 'https://generativelanguage.googleapis.com/v1beta/files/abc' } })] }, 'contents[0].parts[0].fileData');
-    rejects({ contents: [user({ fileData: { mimeType: 'video/mp4', fileUri: 'https://example.com/v.mp4' } })] }, 'contents[0].parts[0].fileData', /by URL is served for Gemini models only/);
-    rejects({ cachedContent: 'cachedContents/abc', contents: [user({ text: 'x' })] }, 'cachedContent', /Gemini models only/);
-    rejects({ contents: [user({ inlineData: { mimeType: 'image/png', data: png } })] }, 'contents[0].parts[0].inlineData', /does not accept image input/, textOnly);
+    rejects(
+      { contents: [user({ text: 'x' }, { inlineData: { mimeType: 'video/mp4', data: 'AAAA' } })] },
+      'contents[0].parts[1].inlineData.mimeType',
+      /video\/mp4 is served for Gemini models only; this model takes an image/,
+    );
+    rejects(
+      { contents: [user({ inlineData: { mimeType: 'audio/ogg', data: 'AAAA' } })] },
+      'contents[0].parts[0].inlineData.mimeType',
+      /audio\/wav, audio\/mp3/,
+    );
+    rejects(
+      { contents: [user({ fileData: { mimeType: 'application/pdf', fileUri: 'gs://bucket/doc.pdf' } })] },
+      'contents[0].parts[0].fileData',
+      /Files API, Cloud Storage/,
+    );
+    rejects(
+      { contents: [user({ fileData: { fileUri: 'https://generativelanguage.googleapis.com/v1beta/files/abc' } })] },
+      'contents[0].parts[0].fileData',
+    );
+    rejects(
+      { contents: [user({ fileData: { mimeType: 'video/mp4', fileUri: 'https://example.com/v.mp4' } })] },
+      'contents[0].parts[0].fileData',
+      /by URL is served for Gemini models only/,
+    );
+    rejects(
+      { cachedContent: 'cachedContents/abc', contents: [user({ text: 'x' })] },
+      'cachedContent',
+      /Gemini models only/,
+    );
+    rejects(
+      { contents: [user({ inlineData: { mimeType: 'image/png', data: png } })] },
+      'contents[0].parts[0].inlineData',
+      /does not accept image input/,
+      textOnly,
+    );
   });
 
   it('leaves out what chat cannot carry for a model Gemini serves (it gets the body as written)', () => {
     const { chat, dropped } = translate(
-      { cachedContent: 'cachedContents/abc', contents: [user({ text: 'x' }, { inlineData: { mimeType: 'video/mp4', data: 'AAAA' } }, { fileData: { fileUri: 'gs://b/x.pdf', mimeType: 'application/pdf' } })] },
+      {
+        cachedContent: 'cachedContents/abc',
+        contents: [
+          user(
+            { text: 'x' },
+            { inlineData: { mimeType: 'video/mp4', data: 'AAAA' } },
+            { fileData: { fileUri: 'gs://b/x.pdf', mimeType: 'application/pdf' } },
+          ),
+        ],
+      },
       model,
       { stream: false, native: true, reasons: true },
     );
@@ -133,7 +214,12 @@ describe('Gemini request → chat', () => {
     const { chat } = translate({
       contents: [
         user({ text: 'Read both files' }),
-        modelTurn({ text: 'Reading.' }, { functionCall: { name: 'read_file', args: { path: 'a' } }, thoughtSignature: 'sig' }, { functionCall: { name: 'read_file', args: { path: 'b' } } }, { functionCall: { id: 'own-1', name: 'list', args: {} } }),
+        modelTurn(
+          { text: 'Reading.' },
+          { functionCall: { name: 'read_file', args: { path: 'a' } }, thoughtSignature: 'sig' },
+          { functionCall: { name: 'read_file', args: { path: 'b' } } },
+          { functionCall: { id: 'own-1', name: 'list', args: {} } },
+        ),
         // Gemini CLI answers calls that had no id with ids of its own: matched by name, oldest first.
         user(
           { functionResponse: { id: 'list-own', name: 'list', response: { output: 'a, b' } } },
@@ -142,7 +228,10 @@ describe('Gemini request → chat', () => {
         ),
       ],
     });
-    const assistant = chat.messages[1] as { tool_calls: Array<{ id: string; function: { name: string; arguments: string } }>; content: string };
+    const assistant = chat.messages[1] as {
+      tool_calls: Array<{ id: string; function: { name: string; arguments: string } }>;
+      content: string;
+    };
     assert.equal(assistant.content, 'Reading.');
     assert.deepEqual(
       assistant.tool_calls.map((call) => [call.id, call.function.name, call.function.arguments]),
@@ -165,24 +254,49 @@ describe('Gemini request → chat', () => {
     const { chat } = translate({
       contents: [
         user({ text: 'q' }),
-        modelTurn({ functionCall: { id: 'A', name: 'f', args: {} } }, { functionCall: { id: 'B', name: 'f', args: {} } }),
-        user({ functionResponse: { id: 'B', name: 'f', response: { output: 'b' } } }, { functionResponse: { id: 'Z', name: 'g', response: { output: 'z' } } }),
+        modelTurn(
+          { functionCall: { id: 'A', name: 'f', args: {} } },
+          { functionCall: { id: 'B', name: 'f', args: {} } },
+        ),
+        user(
+          { functionResponse: { id: 'B', name: 'f', response: { output: 'b' } } },
+          { functionResponse: { id: 'Z', name: 'g', response: { output: 'z' } } },
+        ),
         modelTurn({ functionCall: { id: 'C', name: 'f', args: {} } }),
         modelTurn({ text: 'Moving on.' }, { functionCall: { id: 'D', name: 'f', args: {} } }),
       ],
     });
-    const none = (id: string) => ({ role: 'tool', tool_call_id: id, content: 'No result was sent for this call of the function f.' });
+    const none = (id: string) => ({
+      role: 'tool',
+      tool_call_id: id,
+      content: 'No result was sent for this call of the function f.',
+    });
     assert.deepEqual(chat.messages.slice(2), [
       { role: 'tool', tool_call_id: 'B', content: 'b' },
       none('A'),
       { role: 'user', content: [{ type: 'text', text: 'The result of the function g: z' }] },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'C', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'C', type: 'function', function: { name: 'f', arguments: '{}' } }],
+      },
       none('C'),
-      { role: 'assistant', content: 'Moving on.', tool_calls: [{ id: 'D', type: 'function', function: { name: 'f', arguments: '{}' } }] },
+      {
+        role: 'assistant',
+        content: 'Moving on.',
+        tool_calls: [{ id: 'D', type: 'function', function: { name: 'f', arguments: '{}' } }],
+      },
       none('D'),
     ]);
     // A response that comes a turn late is text: its call was closed when its answer was due.
-    const late = translate({ contents: [user({ text: 'q' }), modelTurn({ functionCall: { id: 'A', name: 'f', args: {} } }), user({ text: 'wait' }), user({ functionResponse: { id: 'A', name: 'f', response: { output: 'a' } } })] });
+    const late = translate({
+      contents: [
+        user({ text: 'q' }),
+        modelTurn({ functionCall: { id: 'A', name: 'f', args: {} } }),
+        user({ text: 'wait' }),
+        user({ functionResponse: { id: 'A', name: 'f', response: { output: 'a' } } }),
+      ],
+    });
     assert.deepEqual(late.chat.messages.slice(2), [
       none('A'),
       { role: 'user', content: [{ type: 'text', text: 'wait' }] },
@@ -191,7 +305,14 @@ describe('Gemini request → chat', () => {
   });
 
   it('sends URL-safe or unpadded base64 as the standard, padded base64 a data URL takes', () => {
-    const { chat } = translate({ contents: [user({ inlineData: { mimeType: 'image/png', data: 'iVBO-w_KGgo' } }, { inlineData: { mimeType: 'text/plain', data: 'aGk' } })] });
+    const { chat } = translate({
+      contents: [
+        user(
+          { inlineData: { mimeType: 'image/png', data: 'iVBO-w_KGgo' } },
+          { inlineData: { mimeType: 'text/plain', data: 'aGk' } },
+        ),
+      ],
+    });
     assert.deepEqual(chat.messages[0], {
       role: 'user',
       content: [
@@ -202,7 +323,13 @@ describe('Gemini request → chat', () => {
   });
 
   it('is deterministic: the same request gets the same synthesized call ids', () => {
-    const body = { contents: [user({ text: 'x' }), modelTurn({ functionCall: { name: 'f', args: {} } }), user({ functionResponse: { name: 'f', response: {} } })] };
+    const body = {
+      contents: [
+        user({ text: 'x' }),
+        modelTurn({ functionCall: { name: 'f', args: {} } }),
+        user({ functionResponse: { name: 'f', response: {} } }),
+      ],
+    };
     assert.deepEqual(translate(body).chat, translate(body).chat);
   });
 
@@ -211,7 +338,11 @@ describe('Gemini request → chat', () => {
       contents: [
         user({ text: 'go' }),
         modelTurn({ functionCall: { id: 'c1', name: 'run', args: { x: 1 } } }),
-        user({ text: 'and then?' }, { functionResponse: { id: 'c1', name: 'run', response: { result: 42 } } }, { functionResponse: { name: 'ghost', response: { output: 'boo' } } }),
+        user(
+          { text: 'and then?' },
+          { functionResponse: { id: 'c1', name: 'run', response: { result: 42 } } },
+          { functionResponse: { name: 'ghost', response: { output: 'boo' } } },
+        ),
       ],
     });
     assert.deepEqual(chat.messages.slice(2), [
@@ -231,19 +362,37 @@ describe('Gemini request → chat', () => {
       contents: [
         user({ text: 'hi' }),
         modelTurn({ text: 'pondering', thought: true, thoughtSignature: 'abc' }),
-        modelTurn({ executableCode: { language: 'PYTHON', code: 'print(1)' } }, { codeExecutionResult: { outcome: 'OUTCOME_OK', output: '1' } }, { text: 'It is 1.' }),
+        modelTurn(
+          { executableCode: { language: 'PYTHON', code: 'print(1)' } },
+          { codeExecutionResult: { outcome: 'OUTCOME_OK', output: '1' } },
+          { text: 'It is 1.' },
+        ),
       ],
     });
     assert.deepEqual(chat.messages, [
       { role: 'user', content: [{ type: 'text', text: 'hi' }] },
       { role: 'assistant', content: 'It is 1.' },
     ]);
-    for (const what of ['thought parts', 'thoughtSignature', 'contents[].parts[].executableCode', 'contents[].parts[].codeExecutionResult']) assert.ok(dropped.includes(what), what);
+    for (const what of [
+      'thought parts',
+      'thoughtSignature',
+      'contents[].parts[].executableCode',
+      'contents[].parts[].codeExecutionResult',
+    ])
+      assert.ok(dropped.includes(what), what);
   });
 
   it('refuses a function call in a user turn, a response in a model turn, and a request with nothing left', () => {
-    rejects({ contents: [user({ functionCall: { name: 'f', args: {} } })] }, 'contents[0].parts[0].functionCall', /belong in model turns/);
-    rejects({ contents: [user({ text: 'x' }), modelTurn({ functionResponse: { name: 'f', response: {} } })] }, 'contents[1].parts[0].functionResponse', /belong in user turns/);
+    rejects(
+      { contents: [user({ functionCall: { name: 'f', args: {} } })] },
+      'contents[0].parts[0].functionCall',
+      /belong in model turns/,
+    );
+    rejects(
+      { contents: [user({ text: 'x' }), modelTurn({ functionResponse: { name: 'f', response: {} } })] },
+      'contents[1].parts[0].functionResponse',
+      /belong in user turns/,
+    );
     rejects({ contents: [modelTurn({ text: 'x', thought: true })] }, 'contents', /nothing is left/);
   });
 
@@ -281,27 +430,57 @@ describe('Gemini request → chat', () => {
   });
 
   it('asks chat for a stream with its usage when the request streams', () => {
-    const { chat } = translate({ contents: [user({ text: 'x' })] }, model, { stream: true, native: false, reasons: true });
+    const { chat } = translate({ contents: [user({ text: 'x' })] }, model, {
+      stream: true,
+      native: false,
+      reasons: true,
+    });
     assert.equal(chat.stream, true);
     assert.deepEqual(chat.stream_options, { include_usage: true });
   });
 
   it('turns structured output into response_format', () => {
-    const json = (generationConfig: Record<string, unknown>) => translate({ contents: [user({ text: 'x' })], generationConfig }).chat.response_format;
+    const json = (generationConfig: Record<string, unknown>) =>
+      translate({ contents: [user({ text: 'x' })], generationConfig }).chat.response_format;
     assert.deepEqual(json({ responseMimeType: 'application/json' }), { type: 'json_object' });
-    assert.deepEqual(json({ responseMimeType: 'application/json', responseSchema: { type: 'OBJECT', properties: { n: { type: 'INTEGER', nullable: true } }, required: ['n'], propertyOrdering: ['n'] } }), {
-      type: 'json_schema',
-      json_schema: { name: 'response', schema: { type: 'object', properties: { n: { type: ['integer', 'null'] } }, required: ['n'] } },
-    });
+    assert.deepEqual(
+      json({
+        responseMimeType: 'application/json',
+        responseSchema: {
+          type: 'OBJECT',
+          properties: { n: { type: 'INTEGER', nullable: true } },
+          required: ['n'],
+          propertyOrdering: ['n'],
+        },
+      }),
+      {
+        type: 'json_schema',
+        json_schema: {
+          name: 'response',
+          schema: { type: 'object', properties: { n: { type: ['integer', 'null'] } }, required: ['n'] },
+        },
+      },
+    );
     const schema = { type: 'object', properties: { a: { type: 'string' } }, additionalProperties: false };
-    assert.deepEqual(json({ responseMimeType: 'application/json', responseJsonSchema: schema }), { type: 'json_schema', json_schema: { name: 'response', schema } });
+    assert.deepEqual(json({ responseMimeType: 'application/json', responseJsonSchema: schema }), {
+      type: 'json_schema',
+      json_schema: { name: 'response', schema },
+    });
     assert.equal(json({ responseMimeType: 'text/plain' }), undefined);
-    rejects({ contents: [user({ text: 'x' })], generationConfig: { responseSchema: { type: 'STRING' } } }, 'generationConfig.responseMimeType', /requires responseMimeType 'application\/json'/);
+    rejects(
+      { contents: [user({ text: 'x' })], generationConfig: { responseSchema: { type: 'STRING' } } },
+      'generationConfig.responseMimeType',
+      /requires responseMimeType 'application\/json'/,
+    );
   });
 
   it('turns thinkingConfig into reasoning_effort for a model that reasons', () => {
     const effort = (thinkingConfig: Record<string, unknown>, target = model, reasons = true) =>
-      translate({ contents: [user({ text: 'x' })], generationConfig: { thinkingConfig } }, target, { stream: false, native: false, reasons }).chat.reasoning_effort;
+      translate({ contents: [user({ text: 'x' })], generationConfig: { thinkingConfig } }, target, {
+        stream: false,
+        native: false,
+        reasons,
+      }).chat.reasoning_effort;
     assert.equal(effort({ thinkingBudget: 1024 }), 'minimal');
     assert.equal(effort({ thinkingBudget: 8192 }), 'medium');
     assert.equal(effort({ thinkingBudget: 24_576 }), 'high');
@@ -315,7 +494,14 @@ describe('Gemini request → chat', () => {
     assert.equal(effort({ thinkingBudget: 8192 }, textOnly, false), undefined);
     // Anthropic's and Gemini's adapters turn an effort into thinking, for models the catalog calls chat too.
     assert.equal(effort({ thinkingBudget: 2048 }, textOnly, true), 'low');
-    assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [user({ text: 'x' })], generationConfig: { thinkingConfig: { thinkingLevel: 'extreme' } } }), /thinkingConfig\.thinkingLevel/);
+    assert.throws(
+      () =>
+        parseBody(geminiGenerateRequestSchema, {
+          contents: [user({ text: 'x' })],
+          generationConfig: { thinkingConfig: { thinkingLevel: 'extreme' } },
+        }),
+      /thinkingConfig\.thinkingLevel/,
+    );
   });
 });
 
@@ -351,7 +537,12 @@ describe('Gemini tools → chat', () => {
   });
 
   it('sends function declarations as chat functions, renaming what chat refuses, parametersJsonSchema as is', () => {
-    const jsonSchema = { type: 'object', properties: { q: { type: 'string' } }, required: ['q'], additionalProperties: false };
+    const jsonSchema = {
+      type: 'object',
+      properties: { q: { type: 'string' } },
+      required: ['q'],
+      additionalProperties: false,
+    };
     const request = {
       contents: [user({ text: 'x' })],
       tools: [
@@ -365,8 +556,14 @@ describe('Gemini tools → chat', () => {
     };
     const { chat } = translate(request);
     assert.deepEqual(chat.tools, [
-      { type: 'function', function: { name: chatToolName('mcp.server:search'), description: 'Search', parameters: jsonSchema } },
-      { type: 'function', function: { name: 'noargs', description: 'No arguments', parameters: { type: 'object', properties: {} } } },
+      {
+        type: 'function',
+        function: { name: chatToolName('mcp.server:search'), description: 'Search', parameters: jsonSchema },
+      },
+      {
+        type: 'function',
+        function: { name: 'noargs', description: 'No arguments', parameters: { type: 'object', properties: {} } },
+      },
     ]);
     assert.notEqual(chatToolName('mcp.server:search'), 'mcp.server:search');
     assert.equal(geminiToolNamesBack(request).get(chatToolName('mcp.server:search')), 'mcp.server:search');
@@ -374,24 +571,57 @@ describe('Gemini tools → chat', () => {
   });
 
   it('writes Gemini’s upper-case type names in a JSON schema in lower case, as Gemini CLI’s router schema needs', () => {
-    const router = { type: 'OBJECT', properties: { complexity_reasoning: { type: 'STRING' }, complexity_score: { type: 'INTEGER' }, type: { type: ['STRING', 'NULL'], enum: ['OBJECT'] } }, required: ['complexity_score'] };
+    const router = {
+      type: 'OBJECT',
+      properties: {
+        complexity_reasoning: { type: 'STRING' },
+        complexity_score: { type: 'INTEGER' },
+        type: { type: ['STRING', 'NULL'], enum: ['OBJECT'] },
+      },
+      required: ['complexity_score'],
+    };
     const { chat } = translate({
       contents: [user({ text: 'x' })],
       generationConfig: { responseMimeType: 'application/json', responseJsonSchema: router },
-      tools: [{ functionDeclarations: [{ name: 'f', parametersJsonSchema: { type: 'object', properties: { n: { type: 'INTEGER' } } } }] }],
+      tools: [
+        {
+          functionDeclarations: [
+            { name: 'f', parametersJsonSchema: { type: 'object', properties: { n: { type: 'INTEGER' } } } },
+          ],
+        },
+      ],
     });
     assert.deepEqual(chat.response_format, {
       type: 'json_schema',
-      json_schema: { name: 'response', schema: { type: 'object', properties: { complexity_reasoning: { type: 'string' }, complexity_score: { type: 'integer' }, type: { type: ['string', 'null'], enum: ['OBJECT'] } }, required: ['complexity_score'] } },
+      json_schema: {
+        name: 'response',
+        schema: {
+          type: 'object',
+          properties: {
+            complexity_reasoning: { type: 'string' },
+            complexity_score: { type: 'integer' },
+            type: { type: ['string', 'null'], enum: ['OBJECT'] },
+          },
+          required: ['complexity_score'],
+        },
+      },
     });
-    assert.deepEqual((chat.tools![0] as { function: { parameters: unknown } }).function.parameters, { type: 'object', properties: { n: { type: 'integer' } } });
+    assert.deepEqual((chat.tools![0] as { function: { parameters: unknown } }).function.parameters, {
+      type: 'object',
+      properties: { n: { type: 'integer' } },
+    });
   });
 
   it('maps functionCallingConfig to tool_choice, narrowing the tools to the allowed ones', () => {
     const decl = (name: string) => ({ name, parameters: { type: 'OBJECT', properties: {} } });
     const choose = (functionCallingConfig: Record<string, unknown>) =>
-      translate({ contents: [user({ text: 'x' })], tools: [{ functionDeclarations: [decl('a'), decl('b'), decl('c')] }], toolConfig: { functionCallingConfig } }).chat;
-    const names = (chat: ChatCompletionRequest) => chat.tools!.map((tool) => (tool as { function: { name: string } }).function.name);
+      translate({
+        contents: [user({ text: 'x' })],
+        tools: [{ functionDeclarations: [decl('a'), decl('b'), decl('c')] }],
+        toolConfig: { functionCallingConfig },
+      }).chat;
+    const names = (chat: ChatCompletionRequest) =>
+      chat.tools!.map((tool) => (tool as { function: { name: string } }).function.name);
     assert.equal(choose({ mode: 'AUTO' }).tool_choice, 'auto');
     assert.equal(choose({ mode: 'VALIDATED' }).tool_choice, 'auto');
     assert.equal(choose({ mode: 'NONE' }).tool_choice, 'none');
@@ -402,74 +632,152 @@ describe('Gemini tools → chat', () => {
     const two = choose({ mode: 'ANY', allowedFunctionNames: ['a', 'c'] });
     assert.equal(two.tool_choice, 'required');
     assert.deepEqual(names(two), ['a', 'c']);
-    rejects({ contents: [user({ text: 'x' })], tools: [{ functionDeclarations: [decl('a')] }], toolConfig: { functionCallingConfig: { mode: 'ANY', allowedFunctionNames: ['zz'] } } }, 'toolConfig.functionCallingConfig.allowedFunctionNames[0]', /the tool 'zz' is not among the request's tools/);
-    rejects({ contents: [user({ text: 'x' })], tools: [{ functionDeclarations: [decl('a'), decl('a')] }] }, 'tools[0].functionDeclarations[1].name', /declared twice/);
+    rejects(
+      {
+        contents: [user({ text: 'x' })],
+        tools: [{ functionDeclarations: [decl('a')] }],
+        toolConfig: { functionCallingConfig: { mode: 'ANY', allowedFunctionNames: ['zz'] } },
+      },
+      'toolConfig.functionCallingConfig.allowedFunctionNames[0]',
+      /the tool 'zz' is not among the request's tools/,
+    );
+    rejects(
+      { contents: [user({ text: 'x' })], tools: [{ functionDeclarations: [decl('a'), decl('a')] }] },
+      'tools[0].functionDeclarations[1].name',
+      /declared twice/,
+    );
   });
 
-  it('turns Google Search into the vendor’s web search where the model has one, and leaves out what Gemini alone runs', () => {
-    const tools = [{ googleSearch: {} }, { codeExecution: {} }, { urlContext: {} }];
-    const searching = translate({ contents: [user({ text: 'x' })], tools }, { ...model, web_search: true });
-    assert.deepEqual(searching.chat.web_search_options, {});
-    assert.ok(searching.dropped.includes('tools[].codeExecution (run by Gemini only)'));
-    const plain = translate({ contents: [user({ text: 'x' })], tools });
-    assert.equal(plain.chat.web_search_options, undefined);
-    assert.ok(plain.dropped.some((what) => what.startsWith('tools[].googleSearch')));
-    assert.equal(plain.chat.tools, undefined);
-  });
+  it(
+    'turns Google Search into the vendor’s web search where the model has one, and leaves out what Gemini alone ' +
+      'runs',
+    () => {
+      const tools = [{ googleSearch: {} }, { codeExecution: {} }, { urlContext: {} }];
+      const searching = translate({ contents: [user({ text: 'x' })], tools }, { ...model, web_search: true });
+      assert.deepEqual(searching.chat.web_search_options, {});
+      assert.ok(searching.dropped.includes('tools[].codeExecution (run by Gemini only)'));
+      const plain = translate({ contents: [user({ text: 'x' })], tools });
+      assert.equal(plain.chat.web_search_options, undefined);
+      assert.ok(plain.dropped.some((what) => what.startsWith('tools[].googleSearch')));
+      assert.equal(plain.chat.tools, undefined);
+    },
+  );
 
   it('refuses a required call when only tools Gemini runs are left, unless Gemini serves the model', () => {
-    const body = { contents: [user({ text: 'x' })], tools: [{ codeExecution: {} }], toolConfig: { functionCallingConfig: { mode: 'ANY' } } };
-    rejects(body, 'toolConfig.functionCallingConfig', /'codeExecution' is run by Google, and functionCallingConfig.mode 'ANY' needs a tool this model can call/);
+    const body = {
+      contents: [user({ text: 'x' })],
+      tools: [{ codeExecution: {} }],
+      toolConfig: { functionCallingConfig: { mode: 'ANY' } },
+    };
+    rejects(
+      body,
+      'toolConfig.functionCallingConfig',
+      /'codeExecution' is run by Google, and functionCallingConfig.mode 'ANY' needs a tool this model can call/,
+    );
     // Gemini gets the request as written: its chat form (a fallback's) leaves the choice out.
     const native = translate(body, model, { stream: false, native: true, reasons: true });
     assert.equal(native.chat.tool_choice, undefined);
     assert.ok(native.dropped.some((what) => what.startsWith('toolConfig.functionCallingConfig')));
     // A choice left to the model, or with functions to call, is served as before.
     assert.equal(translate({ ...body, toolConfig: { functionCallingConfig: { mode: 'AUTO' } } }).chat.tools, undefined);
-    const withFunction = translate({ ...body, tools: [{ codeExecution: {} }, { functionDeclarations: [{ name: 'f' }] }] });
+    const withFunction = translate({
+      ...body,
+      tools: [{ codeExecution: {} }, { functionDeclarations: [{ name: 'f' }] }],
+    });
     assert.equal(withFunction.chat.tool_choice, 'required');
   });
 
-  it('serves Gemini CLI’s requests as it sends them: declarations with parametersJsonSchema, no toolConfig; its router’s JSON schema', () => {
-    const { chat } = translate({
-      systemInstruction: { parts: [{ text: 'You are a non-interactive CLI agent.' }] },
-      contents: [user({ text: '<session_context>…</session_context>' }, { text: 'read a.txt' })],
-      tools: [
-        {
-          functionDeclarations: [
-            { name: 'update_topic', description: 'Topic', parametersJsonSchema: { type: 'object', properties: { topic: { type: 'string' } } } },
-            { name: 'read_file', description: 'Reads a file', parametersJsonSchema: { type: 'object', properties: { file_path: { type: 'string' } }, required: ['file_path'] } },
-            { name: 'google_web_search', description: 'Search', parametersJsonSchema: { type: 'object', properties: { query: { type: 'string' } } } },
-          ],
+  it(
+    'serves Gemini CLI’s requests as it sends them: declarations with parametersJsonSchema, no toolConfig; its ' +
+      'router’s JSON schema',
+    () => {
+      const { chat } = translate({
+        systemInstruction: { parts: [{ text: 'You are a non-interactive CLI agent.' }] },
+        contents: [user({ text: '<session_context>…</session_context>' }, { text: 'read a.txt' })],
+        tools: [
+          {
+            functionDeclarations: [
+              {
+                name: 'update_topic',
+                description: 'Topic',
+                parametersJsonSchema: { type: 'object', properties: { topic: { type: 'string' } } },
+              },
+              {
+                name: 'read_file',
+                description: 'Reads a file',
+                parametersJsonSchema: {
+                  type: 'object',
+                  properties: { file_path: { type: 'string' } },
+                  required: ['file_path'],
+                },
+              },
+              {
+                name: 'google_web_search',
+                description: 'Search',
+                parametersJsonSchema: { type: 'object', properties: { query: { type: 'string' } } },
+              },
+            ],
+          },
+        ],
+        generationConfig: {
+          temperature: 1,
+          topP: 0.95,
+          topK: 64,
+          thinkingConfig: { includeThoughts: true, thinkingBudget: 8192 },
         },
-      ],
-      generationConfig: { temperature: 1, topP: 0.95, topK: 64, thinkingConfig: { includeThoughts: true, thinkingBudget: 8192 } },
-    });
-    assert.deepEqual(chat.tools!.map((tool) => (tool as { function: { name: string } }).function.name), ['update_topic', 'read_file', 'google_web_search']);
-    assert.equal(chat.tool_choice, undefined);
-    assert.equal(chat.reasoning_effort, 'medium');
-    const router = translate({
-      contents: [user({ text: 'route this' })],
-      generationConfig: {
-        responseMimeType: 'application/json',
-        responseJsonSchema: { type: 'OBJECT', properties: { complexity_reasoning: { type: 'STRING' }, complexity_score: { type: 'INTEGER' } }, required: ['complexity_reasoning', 'complexity_score'] },
-        thinkingConfig: { includeThoughts: true, thinkingLevel: 'HIGH' },
-      },
-    }).chat;
-    assert.deepEqual(router.response_format, {
-      type: 'json_schema',
-      json_schema: { name: 'response', schema: { type: 'object', properties: { complexity_reasoning: { type: 'string' }, complexity_score: { type: 'integer' } }, required: ['complexity_reasoning', 'complexity_score'] } },
-    });
-    assert.equal(router.tools, undefined);
-  });
+      });
+      assert.deepEqual(
+        chat.tools!.map((tool) => (tool as { function: { name: string } }).function.name),
+        ['update_topic', 'read_file', 'google_web_search'],
+      );
+      assert.equal(chat.tool_choice, undefined);
+      assert.equal(chat.reasoning_effort, 'medium');
+      const router = translate({
+        contents: [user({ text: 'route this' })],
+        generationConfig: {
+          responseMimeType: 'application/json',
+          responseJsonSchema: {
+            type: 'OBJECT',
+            properties: { complexity_reasoning: { type: 'STRING' }, complexity_score: { type: 'INTEGER' } },
+            required: ['complexity_reasoning', 'complexity_score'],
+          },
+          thinkingConfig: { includeThoughts: true, thinkingLevel: 'HIGH' },
+        },
+      }).chat;
+      assert.deepEqual(router.response_format, {
+        type: 'json_schema',
+        json_schema: {
+          name: 'response',
+          schema: {
+            type: 'object',
+            properties: { complexity_reasoning: { type: 'string' }, complexity_score: { type: 'integer' } },
+            required: ['complexity_reasoning', 'complexity_score'],
+          },
+        },
+      });
+      assert.equal(router.tools, undefined);
+    },
+  );
 });
 
 describe('Gemini schemas', () => {
   it('names the field a body gets wrong by its path', () => {
-    assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ text: 5 }] }] }), (error: GatewayError) => error.param === 'contents[0].parts[0].text');
-    assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [{ role: 'assistant', parts: [] }] }), (error: GatewayError) => error.param === 'contents[0].role');
-    assert.throws(() => parseBody(geminiGenerateRequestSchema, {}), (error: GatewayError) => error.param === 'contents' && /Missing required parameter/.test(error.message));
-    assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [] }), (error: GatewayError) => error.param === 'contents');
+    assert.throws(
+      () => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ text: 5 }] }] }),
+      (error: GatewayError) => error.param === 'contents[0].parts[0].text',
+    );
+    assert.throws(
+      () => parseBody(geminiGenerateRequestSchema, { contents: [{ role: 'assistant', parts: [] }] }),
+      (error: GatewayError) => error.param === 'contents[0].role',
+    );
+    assert.throws(
+      () => parseBody(geminiGenerateRequestSchema, {}),
+      (error: GatewayError) => error.param === 'contents' && /Missing required parameter/.test(error.message),
+    );
+    assert.throws(
+      () => parseBody(geminiGenerateRequestSchema, { contents: [] }),
+      (error: GatewayError) => error.param === 'contents',
+    );
   });
 
   it('refuses a part holding two data fields, and inline data that is not base64, as Google does', () => {
@@ -478,25 +786,57 @@ describe('Gemini schemas', () => {
       { text: '', functionCall: { name: 'f', args: {} } },
       { inline_data: { mime_type: 'image/png', data: png }, file_data: { file_uri: 'https://x/y.png' } },
     ]) {
-      assert.throws(() => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [part] }] }), (error: GatewayError) => error.status === 400 && error.param === 'contents[0].parts[0]' && /holds one of/.test(error.message));
+      assert.throws(
+        () => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [part] }] }),
+        (error: GatewayError) =>
+          error.status === 400 && error.param === 'contents[0].parts[0]' && /holds one of/.test(error.message),
+      );
     }
     for (const data of ['!!!not base64!!!', 'abcde', 'ab=c', 'a b']) {
       assert.throws(
-        () => parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }] }),
-        (error: GatewayError) => error.status === 400 && error.param === 'contents[0].parts[0].inlineData.data' && /Base64 decoding failed/.test(error.message),
+        () =>
+          parseBody(geminiGenerateRequestSchema, {
+            contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }],
+          }),
+        (error: GatewayError) =>
+          error.status === 400 &&
+          error.param === 'contents[0].parts[0].inlineData.data' &&
+          /Base64 decoding failed/.test(error.message),
         data,
       );
     }
     // Both alphabets, padded or not, and a thought's text beside its signature, are Google's own.
-    for (const data of [png, 'iVBO-w_KGgo', 'aGk', '']) assert.ok(parseBody(geminiGenerateRequestSchema, { contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }] }));
-    assert.ok(parseBody(geminiGenerateRequestSchema, { contents: [{ role: 'model', parts: [{ text: 't', thought: true, thoughtSignature: 'c2ln' }, { functionCall: { name: 'f' }, thoughtSignature: 'c2ln' }] }] }));
+    for (const data of [png, 'iVBO-w_KGgo', 'aGk', ''])
+      assert.ok(
+        parseBody(geminiGenerateRequestSchema, {
+          contents: [{ parts: [{ inlineData: { mimeType: 'image/png', data } }] }],
+        }),
+      );
+    assert.ok(
+      parseBody(geminiGenerateRequestSchema, {
+        contents: [
+          {
+            role: 'model',
+            parts: [
+              { text: 't', thought: true, thoughtSignature: 'c2ln' },
+              { functionCall: { name: 'f' }, thoughtSignature: 'c2ln' },
+            ],
+          },
+        ],
+      }),
+    );
   });
 
   it('keeps fields it does not read, for Gemini', () => {
     const body = parseBody(geminiGenerateRequestSchema, {
-      contents: [{ role: 'model', parts: [{ functionCall: { name: 'f', args: { some_arg: 1 } }, thoughtSignature: 'c2ln' }] }],
+      contents: [
+        { role: 'model', parts: [{ functionCall: { name: 'f', args: { some_arg: 1 } }, thoughtSignature: 'c2ln' }] },
+      ],
       safetySettings: [{ category: 'HARM_CATEGORY_HARASSMENT', threshold: 'BLOCK_NONE' }],
-      generationConfig: { thinkingConfig: { includeThoughts: true, thinkingLevel: 'HIGH' }, mediaResolution: 'MEDIA_RESOLUTION_LOW' },
+      generationConfig: {
+        thinkingConfig: { includeThoughts: true, thinkingLevel: 'HIGH' },
+        mediaResolution: 'MEDIA_RESOLUTION_LOW',
+      },
       tools: [{ googleSearch: {} }],
     }) as Record<string, any>;
     assert.equal(body.contents[0].parts[0].thoughtSignature, 'c2ln');
@@ -509,19 +849,44 @@ describe('Gemini schemas', () => {
 
   it('takes a countTokens body of contents or of a generateContentRequest, not both or neither', () => {
     assert.ok(parseBody(geminiCountTokensRequestSchema, { contents: [user({ text: 'x' })] }));
-    assert.ok(parseBody(geminiCountTokensRequestSchema, { generateContentRequest: { model: 'models/x', contents: [user({ text: 'x' })] } }));
+    assert.ok(
+      parseBody(geminiCountTokensRequestSchema, {
+        generateContentRequest: { model: 'models/x', contents: [user({ text: 'x' })] },
+      }),
+    );
     assert.throws(() => parseBody(geminiCountTokensRequestSchema, {}), /either contents or generateContentRequest/);
-    assert.throws(() => parseBody(geminiCountTokensRequestSchema, { contents: [user({ text: 'x' })], generateContentRequest: { contents: [user({ text: 'y' })] } }), /one of the two/);
+    assert.throws(
+      () =>
+        parseBody(geminiCountTokensRequestSchema, {
+          contents: [user({ text: 'x' })],
+          generateContentRequest: { contents: [user({ text: 'y' })] },
+        }),
+      /one of the two/,
+    );
   });
 });
 
 describe('Gemini embeddings → OpenAI embeddings', () => {
-  const embedder = { id: 'text-embedding-3-small', capability: 'embedding', dimensions: 1536, supports_dimensions: true } as CatalogModel;
+  const embedder = {
+    id: 'text-embedding-3-small',
+    capability: 'embedding',
+    dimensions: 1536,
+    supports_dimensions: true,
+  } as CatalogModel;
 
   it('embeds one content, its text parts as one text', () => {
-    const body = parseBody(geminiEmbedContentRequestSchema, { content: { parts: [{ text: 'Hello' }, { text: 'world' }] }, taskType: 'RETRIEVAL_QUERY', output_dimensionality: 256 });
+    const body = parseBody(geminiEmbedContentRequestSchema, {
+      content: { parts: [{ text: 'Hello' }, { text: 'world' }] },
+      taskType: 'RETRIEVAL_QUERY',
+      output_dimensionality: 256,
+    });
     const job = toEmbedJob(body, embedder, 'text-embedding-3-small', false);
-    assert.deepEqual(job.embedding, { model: 'text-embedding-3-small', input: ['Hello\nworld'], encoding_format: 'float', dimensions: 256 });
+    assert.deepEqual(job.embedding, {
+      model: 'text-embedding-3-small',
+      input: ['Hello\nworld'],
+      encoding_format: 'float',
+      dimensions: 256,
+    });
     assert.equal(job.batch, false);
     assert.equal((job.gemini as { taskType: string }).taskType, 'RETRIEVAL_QUERY');
   });
@@ -534,39 +899,120 @@ describe('Gemini embeddings → OpenAI embeddings', () => {
       ],
     });
     assert.deepEqual(toEmbedJob(body, embedder, 'gemini-embedding-001', true).embedding.input, ['a', 'b']);
-    const other = parseBody(geminiBatchEmbedContentsRequestSchema, { requests: [{ model: 'models/gemini-embedding-001', content: { parts: [{ text: 'a' }] } }, { model: 'models/other', content: { parts: [{ text: 'b' }] } }] });
-    assert.throws(() => toEmbedJob(other, embedder, 'gemini-embedding-001', true), (error: GatewayError) => error.param === 'requests[1].model' && /differs from the model of the request's path/.test(error.message));
+    const other = parseBody(geminiBatchEmbedContentsRequestSchema, {
+      requests: [
+        { model: 'models/gemini-embedding-001', content: { parts: [{ text: 'a' }] } },
+        { model: 'models/other', content: { parts: [{ text: 'b' }] } },
+      ],
+    });
+    assert.throws(
+      () => toEmbedJob(other, embedder, 'gemini-embedding-001', true),
+      (error: GatewayError) =>
+        error.param === 'requests[1].model' && /differs from the model of the request's path/.test(error.message),
+    );
   });
 
-  it('refuses parts that are not text, empty contents, and dimensions the model does not take or a batch disagrees on', () => {
-    const refuse = (body: unknown, batch: boolean, param: string) =>
-      assert.throws(() => toEmbedJob(parseBody(batch ? geminiBatchEmbedContentsRequestSchema : geminiEmbedContentRequestSchema, body) as never, embedder, 'e', batch), (error: GatewayError) => error.status === 400 && error.param === param);
-    refuse({ content: { parts: [{ text: 'a' }, { inlineData: { mimeType: 'image/png', data: png } }] } }, false, 'content.parts[1]');
-    refuse({ content: { parts: [] } }, false, 'content.parts');
-    refuse({ content: { parts: [{ text: 'a' }] }, outputDimensionality: 4096 }, false, 'outputDimensionality');
-    refuse({ requests: [{ content: { parts: [{ text: 'a' }] }, outputDimensionality: 8 }, { content: { parts: [{ text: 'b' }] } }] }, true, 'requests[1].outputDimensionality');
-  });
+  it(
+    'refuses parts that are not text, empty contents, and dimensions the model does not take or a batch disagrees ' +
+      'on',
+    () => {
+      const refuse = (body: unknown, batch: boolean, param: string) =>
+        assert.throws(
+          () =>
+            toEmbedJob(
+              parseBody(batch ? geminiBatchEmbedContentsRequestSchema : geminiEmbedContentRequestSchema, body) as never,
+              embedder,
+              'e',
+              batch,
+            ),
+          (error: GatewayError) => error.status === 400 && error.param === param,
+        );
+      refuse(
+        { content: { parts: [{ text: 'a' }, { inlineData: { mimeType: 'image/png', data: png } }] } },
+        false,
+        'content.parts[1]',
+      );
+      refuse({ content: { parts: [] } }, false, 'content.parts');
+      refuse({ content: { parts: [{ text: 'a' }] }, outputDimensionality: 4096 }, false, 'outputDimensionality');
+      refuse(
+        {
+          requests: [
+            { content: { parts: [{ text: 'a' }] }, outputDimensionality: 8 },
+            { content: { parts: [{ text: 'b' }] } },
+          ],
+        },
+        true,
+        'requests[1].outputDimensionality',
+      );
+    },
+  );
 });
 
 describe('Gemini paths and models', () => {
   it('reads the model and method of both path spellings', () => {
-    assert.deepEqual(readGeminiPath('/v1beta/models/gemini-2.5-pro:streamGenerateContent'), { version: 'v1beta', model: 'gemini-2.5-pro', method: 'streamGenerateContent', endpoint: 'gemini.generate' });
-    assert.deepEqual(readGeminiPath('/v1/models/gpt-4o:countTokens'), { version: 'v1', model: 'gpt-4o', method: 'countTokens', endpoint: 'gemini.count_tokens' });
-    assert.deepEqual(readGeminiPath('/v1beta/models/models/org%2Fmodel:embedContent/'), { version: 'v1beta', model: 'org/model', method: 'embedContent', endpoint: 'gemini.embed' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/gemini-2.5-pro:streamGenerateContent'), {
+      version: 'v1beta',
+      model: 'gemini-2.5-pro',
+      method: 'streamGenerateContent',
+      endpoint: 'gemini.generate',
+    });
+    assert.deepEqual(readGeminiPath('/v1/models/gpt-4o:countTokens'), {
+      version: 'v1',
+      model: 'gpt-4o',
+      method: 'countTokens',
+      endpoint: 'gemini.count_tokens',
+    });
+    assert.deepEqual(readGeminiPath('/v1beta/models/models/org%2Fmodel:embedContent/'), {
+      version: 'v1beta',
+      model: 'org/model',
+      method: 'embedContent',
+      endpoint: 'gemini.embed',
+    });
     assert.deepEqual(readGeminiPath('/v1beta/models/x:predict'), { version: 'v1beta', model: 'x', method: 'predict' });
     assert.equal(readGeminiPath('/v1/models/gpt-4o'), undefined);
     assert.equal(readGeminiPath('/v1/chat/completions'), undefined);
     assert.equal(readGeminiPath('/v1beta/tunedModels/x:generateContent'), undefined);
     // The colon percent-encoded (canonical paths upper-case the escape), an empty model or method: still a call.
-    assert.deepEqual(readGeminiPath('/v1beta/models/gpt-4o%3AgenerateContent'), { version: 'v1beta', model: 'gpt-4o', method: 'generateContent', endpoint: 'gemini.generate' });
-    assert.deepEqual(readGeminiPath('/v1/models/gpt-4o%3AstreamGenerateContent'), { version: 'v1', model: 'gpt-4o', method: 'streamGenerateContent', endpoint: 'gemini.generate' });
-    assert.deepEqual(readGeminiPath('/v1beta/models/:generateContent'), { version: 'v1beta', model: '', method: 'generateContent', endpoint: 'gemini.generate' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/gpt-4o%3AgenerateContent'), {
+      version: 'v1beta',
+      model: 'gpt-4o',
+      method: 'generateContent',
+      endpoint: 'gemini.generate',
+    });
+    assert.deepEqual(readGeminiPath('/v1/models/gpt-4o%3AstreamGenerateContent'), {
+      version: 'v1',
+      model: 'gpt-4o',
+      method: 'streamGenerateContent',
+      endpoint: 'gemini.generate',
+    });
+    assert.deepEqual(readGeminiPath('/v1beta/models/:generateContent'), {
+      version: 'v1beta',
+      model: '',
+      method: 'generateContent',
+      endpoint: 'gemini.generate',
+    });
     assert.deepEqual(readGeminiPath('/v1beta/models/x:'), { version: 'v1beta', model: 'x', method: '' });
-    assert.deepEqual(readGeminiPath('/v1beta/models/x:generate-content'), { version: 'v1beta', model: 'x', method: 'generate-content' });
+    assert.deepEqual(readGeminiPath('/v1beta/models/x:generate-content'), {
+      version: 'v1beta',
+      model: 'x',
+      method: 'generate-content',
+    });
     // /v1 is OpenAI's too: a fine-tuned model's id holds colons and ends in no word of Google's.
     assert.equal(readGeminiPath('/v1/models/ft:gpt-4o-mini:acme::9xYz-1'), undefined);
-    for (const path of ['/v1/models/x%3AgenerateContent', '/v1/models/x:generateContent/', '/v1/models/:generateContent', '/v1beta/models/x']) assert.ok(speaksGoogle(path), path);
-    for (const path of ['/v1/models/x', '/v1/models/a/b:generateContent', '/v1/chat/completions', '/v1/models/ft:gpt-4o-mini:acme::9xYz-1']) assert.ok(!speaksGoogle(path), path);
+    for (const path of [
+      '/v1/models/x%3AgenerateContent',
+      '/v1/models/x:generateContent/',
+      '/v1/models/:generateContent',
+      '/v1beta/models/x',
+    ])
+      assert.ok(speaksGoogle(path), path);
+    for (const path of [
+      '/v1/models/x',
+      '/v1/models/a/b:generateContent',
+      '/v1/chat/completions',
+      '/v1/models/ft:gpt-4o-mini:acme::9xYz-1',
+    ])
+      assert.ok(!speaksGoogle(path), path);
     assert.equal(streamFormOf('sse'), 'sse');
     assert.equal(streamFormOf(undefined), 'array');
     assert.equal(streamFormOf('json'), 'array');
@@ -597,14 +1043,26 @@ describe('Gemini paths and models', () => {
     });
     assert.deepEqual(toGoogleModel(catalog[5]!).supportedGenerationMethods, ['embedContent', 'batchEmbedContents']);
     const first = googleModelPage(catalog, { pageSize: '4' });
-    assert.deepEqual(first.models.map((m) => m.name), ['models/m-0', 'models/m-1', 'models/m-2', 'models/m-3']);
+    assert.deepEqual(
+      first.models.map((m) => m.name),
+      ['models/m-0', 'models/m-1', 'models/m-2', 'models/m-3'],
+    );
     assert.ok(first.nextPageToken);
     const second = googleModelPage(catalog, { pageSize: '4', pageToken: first.nextPageToken });
     // The image model is served by no Gemini method: not listed.
-    assert.deepEqual(second.models.map((m) => m.name), ['models/m-4', 'models/m-5']);
+    assert.deepEqual(
+      second.models.map((m) => m.name),
+      ['models/m-4', 'models/m-5'],
+    );
     assert.equal(second.nextPageToken, undefined);
     assert.equal(googleModelPage(catalog, {}).models.length, 6);
-    assert.throws(() => googleModelPage(catalog, { pageToken: 'bogus' }), (error: GatewayError) => error.param === 'pageToken');
-    assert.throws(() => googleModelPage(catalog, { pageSize: '-1' }), (error: GatewayError) => error.param === 'pageSize');
+    assert.throws(
+      () => googleModelPage(catalog, { pageToken: 'bogus' }),
+      (error: GatewayError) => error.param === 'pageToken',
+    );
+    assert.throws(
+      () => googleModelPage(catalog, { pageSize: '-1' }),
+      (error: GatewayError) => error.param === 'pageSize',
+    );
   });
 });

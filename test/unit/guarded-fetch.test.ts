@@ -23,10 +23,38 @@ import { closeServer, FakePauses, listenOnLoopback } from '../support/fake-serve
 describe('classifyAddress', () => {
   const cases: Record<AddressCategory, string[]> = {
     unspecified: ['0.0.0.0', '0.1.2.3', '::', '::ffff:0.0.0.0'],
-    loopback: ['127.0.0.1', '127.255.255.254', '::1', '::ffff:127.0.0.1', '::ffff:7f00:1', '64:ff9b::127.0.0.1', '64:ff9b::7f00:1', '2002:7f00:1::1'],
-    private: ['10.0.0.0', '10.255.255.255', '172.16.0.1', '172.31.255.255', '192.168.0.1', '192.168.255.255', '::ffff:10.1.2.3', '::ffff:192.168.1.1', '64:ff9b::c0a8:101', '2002:c0a8:101::'],
+    loopback: [
+      '127.0.0.1',
+      '127.255.255.254',
+      '::1',
+      '::ffff:127.0.0.1',
+      '::ffff:7f00:1',
+      '64:ff9b::127.0.0.1',
+      '64:ff9b::7f00:1',
+      '2002:7f00:1::1',
+    ],
+    private: [
+      '10.0.0.0',
+      '10.255.255.255',
+      '172.16.0.1',
+      '172.31.255.255',
+      '192.168.0.1',
+      '192.168.255.255',
+      '::ffff:10.1.2.3',
+      '::ffff:192.168.1.1',
+      '64:ff9b::c0a8:101',
+      '2002:c0a8:101::',
+    ],
     cgnat: ['100.64.0.0', '100.100.100.100', '100.127.255.255', '::ffff:100.64.0.1'],
-    'link-local': ['169.254.0.1', '169.254.169.254', 'fe80::1', 'febf:ffff::1', '::ffff:169.254.169.254', '64:ff9b::a9fe:a9fe', '2002:a9fe:a9fe::'],
+    'link-local': [
+      '169.254.0.1',
+      '169.254.169.254',
+      'fe80::1',
+      'febf:ffff::1',
+      '::ffff:169.254.169.254',
+      '64:ff9b::a9fe:a9fe',
+      '2002:a9fe:a9fe::',
+    ],
     'unique-local': ['fc00::1', 'fd12:3456:789a::1', 'fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff'],
     multicast: ['224.0.0.1', '239.255.255.250', 'ff02::1', 'ff05::1:3', '::ffff:224.0.0.251'],
     reserved: [
@@ -86,8 +114,14 @@ describe('classifyAddress', () => {
 
 describe('the guarded lookup', () => {
   /** A resolver answering from a table, as DNS would: no network involved. */
-  const resolver = (table: Record<string, LookupAddress[]>) => (hostname: string, _options: unknown, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) =>
-    queueMicrotask(() => callback(null, table[hostname] ?? []));
+  const resolver =
+    (table: Record<string, LookupAddress[]>) =>
+    (
+      hostname: string,
+      _options: unknown,
+      callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+    ) =>
+      queueMicrotask(() => callback(null, table[hostname] ?? []));
   const table = {
     'rebound.example': [{ address: '127.0.0.1', family: 4 }],
     'metadata.example': [{ address: '169.254.169.254', family: 4 }],
@@ -121,7 +155,11 @@ describe('the guarded lookup', () => {
   });
 
   it('hands public addresses to the socket in the form it asked for', async () => {
-    assert.deepEqual(await resolve('public.example', true), { error: null, address: table['public.example'], family: undefined });
+    assert.deepEqual(await resolve('public.example', true), {
+      error: null,
+      address: table['public.example'],
+      family: undefined,
+    });
     assert.deepEqual(await resolve('public.example', false), { error: null, address: '93.184.216.34', family: 4 });
   });
 });
@@ -132,7 +170,9 @@ interface Hit {
 }
 
 /** A server that records each request it gets and answers through `handler`. */
-async function recordingServer(handler: (path: string, res: ServerResponse) => void): Promise<{ server: Server; url: string; hits: Hit[] }> {
+async function recordingServer(
+  handler: (path: string, res: ServerResponse) => void,
+): Promise<{ server: Server; url: string; hits: Hit[] }> {
   const hits: Hit[] = [];
   const server = createServer((req, res) => {
     hits.push({ path: req.url ?? '/', headers: req.headers });
@@ -150,10 +190,16 @@ describe('guardedGet', () => {
   let logLines: string[] = [];
   const defaults = loadConfig({});
   let http: VendorHttp = createVendorHttp(defaults);
-  /** The worker's connections under another FETCH_ALLOW_HOSTS / FETCH_ALLOW_PRIVATE, for the contexts made from now on. */
+  /**
+   * The worker's connections under another FETCH_ALLOW_HOSTS / FETCH_ALLOW_PRIVATE, for the contexts made from now on.
+   */
   const setFetchPolicy = (policy: FetchPolicy) => {
     void http.close();
-    http = createVendorHttp({ ...defaults, fetchAllowHosts: [...policy.allowHosts], fetchAllowPrivate: policy.allowPrivate });
+    http = createVendorHttp({
+      ...defaults,
+      fetchAllowHosts: [...policy.allowHosts],
+      fetchAllowPrivate: policy.allowPrivate,
+    });
   };
 
   const ctx = (signal = new AbortController().signal): CallContext => ({
@@ -180,10 +226,12 @@ describe('guardedGet', () => {
       const secretPort = new URL(secret.url).port;
       if (path === '/image.png') return void res.writeHead(200, { 'content-type': 'image/png' }).end('png-bytes');
       if (path === '/to-secret') return void res.writeHead(302, { location: `${secret.url}/token` }).end();
-      if (path === '/to-localhost') return void res.writeHead(302, { location: `http://localhost:${secretPort}/token` }).end();
+      if (path === '/to-localhost')
+        return void res.writeHead(302, { location: `http://localhost:${secretPort}/token` }).end();
       if (path === '/to-file') return void res.writeHead(302, { location: 'file:///etc/passwd' }).end();
       if (path === '/loop') return void res.writeHead(302, { location: '/loop' }).end();
-      if (path === '/big-declared') return void res.writeHead(200, { 'content-length': String(8192) }).end(Buffer.alloc(8192));
+      if (path === '/big-declared')
+        return void res.writeHead(200, { 'content-length': String(8192) }).end(Buffer.alloc(8192));
       if (path === '/big-chunked') {
         res.writeHead(200);
         for (let i = 0; i < 8; i += 1) res.write(Buffer.alloc(1024));
@@ -218,7 +266,9 @@ describe('guardedGet', () => {
   });
 
   it("fetches from the channel's own origin, loopback or not, with the credentials", async () => {
-    const response = await guardedGet(`${vendor.url}/image.png`, ctx(), { credentials: { authorization: 'Bearer sk-channel-key' } });
+    const response = await guardedGet(`${vendor.url}/image.png`, ctx(), {
+      credentials: { authorization: 'Bearer sk-channel-key' },
+    });
     assert.equal(response.status, 200);
     assert.equal(await response.body.text(), 'png-bytes');
     assert.equal(vendor.hits[0]!.headers.authorization, 'Bearer sk-channel-key');
@@ -243,7 +293,17 @@ describe('guardedGet', () => {
 
   it('refuses loopback, metadata and private IP literals in every spelling', async () => {
     const port = new URL(secret.url).port;
-    for (const host of ['127.0.0.1', '2130706433', '0x7f.1', '[::1]', '[::ffff:127.0.0.1]', '0.0.0.0', '169.254.169.254', '10.0.0.1', '[fd00::1]']) {
+    for (const host of [
+      '127.0.0.1',
+      '2130706433',
+      '0x7f.1',
+      '[::1]',
+      '[::ffff:127.0.0.1]',
+      '0.0.0.0',
+      '169.254.169.254',
+      '10.0.0.1',
+      '[fd00::1]',
+    ]) {
       const error = await expectUnsafe(guardedGet(`http://${host}:${port}/token`, ctx()));
       assert.ok(error.cause instanceof UnsafeAddressError, host);
     }
@@ -251,7 +311,13 @@ describe('guardedGet', () => {
   });
 
   it('refuses schemes other than http and https', async () => {
-    for (const url of ['file:///etc/passwd', 'ftp://example.com/a.png', 'gopher://127.0.0.1:6379/_INFO', 'data:image/png;base64,AAAA', 'not a url']) {
+    for (const url of [
+      'file:///etc/passwd',
+      'ftp://example.com/a.png',
+      'gopher://127.0.0.1:6379/_INFO',
+      'data:image/png;base64,AAAA',
+      'not a url',
+    ]) {
       await expectUnsafe(guardedGet(url, ctx()));
     }
   });
@@ -267,7 +333,10 @@ describe('guardedGet', () => {
 
   it('leaves the credentials behind when a redirect leaves the channel origin', async () => {
     setFetchPolicy({ allowHosts: ['localhost'], allowPrivate: false });
-    const response = await guardedGet(`${vendor.url}/to-localhost`, ctx(), { headers: { accept: 'image/*' }, credentials: { 'x-key': 'bfl-key' } });
+    const response = await guardedGet(`${vendor.url}/to-localhost`, ctx(), {
+      headers: { accept: 'image/*' },
+      credentials: { 'x-key': 'bfl-key' },
+    });
     assert.equal(await response.body.text(), 'the secret');
     assert.equal(vendor.hits[0]!.headers['x-key'], 'bfl-key');
     assert.equal(secret.hits.length, 1);
@@ -288,7 +357,10 @@ describe('guardedGet', () => {
     setFetchPolicy({ allowHosts: ['images.internal', '*.corp.example'], allowPrivate: false });
     await expectUnsafe(guardedGet(`${secret.url}/b`, ctx()));
     setFetchPolicy({ allowHosts: [], allowPrivate: true });
-    assert.equal(await (await guardedGet(`http://localhost:${new URL(secret.url).port}/c`, ctx())).body.text(), 'the secret');
+    assert.equal(
+      await (await guardedGet(`http://localhost:${new URL(secret.url).port}/c`, ctx())).body.text(),
+      'the secret',
+    );
     await expectUnsafe(guardedGet('file:///etc/passwd', ctx()));
     assert.equal(secret.hits.length, 2);
   });

@@ -62,10 +62,13 @@ describe('idle collector', () => {
     }
   });
 
-  it('runs V8\'s full collection, which frees what nothing holds', () => {
+  it("runs V8's full collection, which frees what nothing holds", () => {
     const before = process.memoryUsage().heapUsed;
     let garbage: unknown[] | undefined = Array.from({ length: 200_000 }, (_, i) => ({ i, text: `item ${i}` }));
-    assert.ok(garbage.length > 0 && process.memoryUsage().heapUsed > before + 5 * 1048576, 'the garbage is on the heap');
+    assert.ok(
+      garbage.length > 0 && process.memoryUsage().heapUsed > before + 5 * 1048576,
+      'the garbage is on the heap',
+    );
     garbage = undefined;
     fullCollection();
     assert.ok(process.memoryUsage().heapUsed < before + 5 * 1048576, 'the garbage is gone after the collection');

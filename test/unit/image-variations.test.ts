@@ -4,13 +4,22 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, beforeEach, describe, it } from 'node:test';
 import { pino } from 'pino';
-import { checkImageRequest, checkVariable, checkVariationUpload, variationMaxBytes } from '../../api/requests/image-rules.js';
+import {
+  checkImageRequest,
+  checkVariable,
+  checkVariationUpload,
+  variationMaxBytes,
+} from '../../api/requests/image-rules.js';
 import { parseBody } from '../../api/http/request-body.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import type { EndpointRequest } from '../../shared/endpoints.js';
 import { GatewayError } from '../../shared/errors.js';
 import { PriceList } from '../../shared/money/pricing.js';
-import { imageGenerationRequestSchema, imageVariationFieldsSchema, variationSizes } from '../../shared/schemas/images.js';
+import {
+  imageGenerationRequestSchema,
+  imageVariationFieldsSchema,
+  variationSizes,
+} from '../../shared/schemas/images.js';
 import type { ImageVariationInput } from '../../shared/schemas/media-inputs.js';
 import { LocalBlobStore } from '../../storage/local-blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
@@ -40,14 +49,33 @@ const catalog = loadCatalog();
 const prices = new PriceList(catalog.all());
 const model = (id: string) => catalog.get(id)!;
 
-const square = encodeGradientPng(8, 8, [[255, 0, 0], [0, 255, 0], [0, 0, 255], [9, 9, 9]]);
-const other = encodeGradientPng(8, 8, [[1, 2, 3], [4, 5, 6], [7, 8, 9], [200, 100, 50]]);
-const wide = encodeGradientPng(16, 8, [[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]);
+const square = encodeGradientPng(8, 8, [
+  [255, 0, 0],
+  [0, 255, 0],
+  [0, 0, 255],
+  [9, 9, 9],
+]);
+const other = encodeGradientPng(8, 8, [
+  [1, 2, 3],
+  [4, 5, 6],
+  [7, 8, 9],
+  [200, 100, 50],
+]);
+const wide = encodeGradientPng(16, 8, [
+  [0, 0, 0],
+  [0, 0, 0],
+  [0, 0, 0],
+  [0, 0, 0],
+]);
 const jpeg = Buffer.from([0xff, 0xd8, 0xff, 0xe0, 0, 16, 0x4a, 0x46, 0x49, 0x46, 0, 1]);
 const webp = Buffer.from('RIFF\u0000\u0000\u0000\u0000WEBPVP8 ', 'latin1');
 
 /** An upload as the multipart reader hands it over: its field, first bytes and length. */
-const upload = (field: string, bytes: Buffer, length = bytes.length) => ({ field, head: bytes.subarray(0, 32), bytes: length });
+const upload = (field: string, bytes: Buffer, length = bytes.length) => ({
+  field,
+  head: bytes.subarray(0, 32),
+  bytes: length,
+});
 
 function refusal(check: () => unknown): GatewayError {
   try {
@@ -68,7 +96,10 @@ function context(upstreamModel: string, modelId = 'dall-e-2', vendor: 'openai' |
   return {
     requestId: 'req_variations',
     signal: new AbortController().signal,
-    channel: vendor === 'openai' ? { vendor: 'openai', baseUrl: fake.url, apiKey: KEY } : { vendor: 'mock', baseUrl: 'http://mock.invalid/v1', apiKey: '' },
+    channel:
+      vendor === 'openai'
+        ? { vendor: 'openai', baseUrl: fake.url, apiKey: KEY }
+        : { vendor: 'mock', baseUrl: 'http://mock.invalid/v1', apiKey: '' },
     upstreamModel,
     model: model(modelId),
     log,
@@ -79,7 +110,10 @@ function context(upstreamModel: string, modelId = 'dall-e-2', vendor: 'openai' |
   };
 }
 
-const variation = (fields: Record<string, unknown>, image: BlobRef): ImageVariationInput => ({ ...imageVariationFieldsSchema.parse(fields), image });
+const variation = (fields: Record<string, unknown>, image: BlobRef): ImageVariationInput => ({
+  ...imageVariationFieldsSchema.parse(fields),
+  image,
+});
 
 before(async () => {
   fake = await startFakeOpenAI({ apiKey: KEY });
@@ -99,17 +133,30 @@ beforeEach(() => {
 });
 
 describe('variation fields', () => {
-  it("defaults as the spec does: model dall-e-2, size 1024x1024 (made explicit, so it is what is billed); numbers from form text", () => {
-    assert.deepEqual(imageVariationFieldsSchema.parse({}), { model: 'dall-e-2', size: '1024x1024' });
-    assert.equal(imageVariationFieldsSchema.parse({ size: null }).size, '1024x1024');
-    assert.deepEqual(imageVariationFieldsSchema.parse({ model: 'mock-image', n: '3', size: '256x256', response_format: 'b64_json', user: 'u' }), {
-      model: 'mock-image',
-      n: 3,
-      size: '256x256',
-      response_format: 'b64_json',
-      user: 'u',
-    });
-  });
+  it(
+    'defaults as the spec does: model dall-e-2, size 1024x1024 (made explicit, so it is what is billed); numbers ' +
+      'from form text',
+    () => {
+      assert.deepEqual(imageVariationFieldsSchema.parse({}), { model: 'dall-e-2', size: '1024x1024' });
+      assert.equal(imageVariationFieldsSchema.parse({ size: null }).size, '1024x1024');
+      assert.deepEqual(
+        imageVariationFieldsSchema.parse({
+          model: 'mock-image',
+          n: '3',
+          size: '256x256',
+          response_format: 'b64_json',
+          user: 'u',
+        }),
+        {
+          model: 'mock-image',
+          n: 3,
+          size: '256x256',
+          response_format: 'b64_json',
+          user: 'u',
+        },
+      );
+    },
+  );
 
   it('refuses, naming the field, an n outside 1–10, a size other than the three, an unknown response_format', () => {
     const cases: Array<[Record<string, unknown>, string]> = [
@@ -140,15 +187,20 @@ describe('variation models', () => {
     }
   });
 
-  it('the catalog lists variations for dall-e-2 and mock-image only, each taking every spec size, on a vendor that varies images', () => {
-    const varying = catalog.all().filter((entry) => entry.supports_variations);
-    assert.deepEqual(varying.map((entry) => entry.id).sort(), ['dall-e-2', 'mock-image']);
-    for (const entry of varying) {
-      assert.equal(entry.capability, 'image');
-      for (const size of variationSizes) checkImageRequest(entry, { size, n: 10 });
-      for (const route of entry.routes ?? []) assert.ok(adapters[route.vendor as keyof typeof adapters]?.varyImages, `${entry.id} → ${route.vendor}`);
-    }
-  });
+  it(
+    'the catalog lists variations for dall-e-2 and mock-image only, each taking every spec size, on a vendor that ' +
+      'varies images',
+    () => {
+      const varying = catalog.all().filter((entry) => entry.supports_variations);
+      assert.deepEqual(varying.map((entry) => entry.id).sort(), ['dall-e-2', 'mock-image']);
+      for (const entry of varying) {
+        assert.equal(entry.capability, 'image');
+        for (const size of variationSizes) checkImageRequest(entry, { size, n: 10 });
+        for (const route of entry.routes ?? [])
+          assert.ok(adapters[route.vendor as keyof typeof adapters]?.varyImages, `${entry.id} → ${route.vendor}`);
+      }
+    },
+  );
 });
 
 describe('variation uploads', () => {
@@ -162,9 +214,19 @@ describe('variation uploads', () => {
   it('refuses no image, two images, and any other file, naming the part', () => {
     const none = refusal(() => checkVariationUpload(dalle2, []));
     assert.deepEqual([none.param, none.code], ['image', 'missing_required_parameter']);
-    assert.equal(refusal(() => checkVariationUpload(dalle2, [upload('image', square), upload('image', other)])).param, 'image');
-    assert.equal(refusal(() => checkVariationUpload(dalle2, [upload('image', square), upload('mask', other)])).param, 'mask');
-    assert.equal(refusal(() => checkVariationUpload(dalle2, [upload('image[]', square)])).param, 'image', 'image[] is not image: none was sent');
+    assert.equal(
+      refusal(() => checkVariationUpload(dalle2, [upload('image', square), upload('image', other)])).param,
+      'image',
+    );
+    assert.equal(
+      refusal(() => checkVariationUpload(dalle2, [upload('image', square), upload('mask', other)])).param,
+      'mask',
+    );
+    assert.equal(
+      refusal(() => checkVariationUpload(dalle2, [upload('image[]', square)])).param,
+      'image',
+      'image[] is not image: none was sent',
+    );
   });
 
   it('refuses a JPEG, a WebP, bytes that are no image, a PNG without its header, by content and naming image', () => {
@@ -177,7 +239,10 @@ describe('variation uploads', () => {
       const error = refusal(() => checkVariationUpload(dalle2, [upload('image', bytes)]));
       assert.deepEqual([error.param, error.code], ['image', code]);
     }
-    assert.match(refusal(() => checkVariationUpload(dalle2, [upload('image', jpeg)])).message, /a JPEG image; `dall-e-2` makes variations of PNG images only/);
+    assert.match(
+      refusal(() => checkVariationUpload(dalle2, [upload('image', jpeg)])).message,
+      /a JPEG image; `dall-e-2` makes variations of PNG images only/,
+    );
   });
 
   it('refuses 4 MB and more ("less than 4MB"), and a PNG that is not square', () => {
@@ -191,7 +256,10 @@ describe('variation uploads', () => {
 
 describe('variation billing', () => {
   const blob: BlobRef = { key: 'uploads/r/0-a.png', contentType: 'image/png', size: 10 };
-  const vary = (fields: Record<string, unknown>): EndpointRequest => ({ endpoint: 'images.variations', payload: variation(fields, blob) });
+  const vary = (fields: Record<string, unknown>): EndpointRequest => ({
+    endpoint: 'images.variations',
+    payload: variation(fields, blob),
+  });
   const generate = (fields: Record<string, unknown>): EndpointRequest => ({
     endpoint: 'images.generations',
     payload: imageGenerationRequestSchema.parse({ model: 'dall-e-2', prompt: 'p', ...fields }),
@@ -200,7 +268,11 @@ describe('variation billing', () => {
   it('reserves exactly what dall-e-2 generations of the same size and n reserve', () => {
     for (const size of variationSizes) {
       for (const n of [1, 2, 10]) {
-        assert.deepEqual(prices.worstCaseMicros('dall-e-2', vary({ size, n }), 0), prices.worstCaseMicros('dall-e-2', generate({ size, n }), 0), `${size} × ${n}`);
+        assert.deepEqual(
+          prices.worstCaseMicros('dall-e-2', vary({ size, n }), 0),
+          prices.worstCaseMicros('dall-e-2', generate({ size, n }), 0),
+          `${size} × ${n}`,
+        );
       }
     }
     assert.equal(prices.worstCaseMicros('dall-e-2', vary({ n: '2', size: '512x512' }), 0).micros, 36_000);
@@ -219,7 +291,8 @@ describe('variation billing', () => {
     assert.equal(prices.costMicros('dall-e-2', unsized), 3 * 20_000);
     // What a generation of the same size and count settles at.
     assert.equal(prices.costMicros('dall-e-2', await meter(generate({ size: '1024x1024', n: 3 }), made)), 3 * 20_000);
-    // An unsized generation is the 1024x1024 the vendor makes too (the catalog's default_size), not the cheapest 256x256.
+    // An unsized generation is the 1024x1024 the vendor makes too (the catalog's default_size), not the cheapest
+    // 256x256.
     assert.equal(prices.costMicros('dall-e-2', await meter(generate({ n: 3 }), made)), 3 * 20_000);
   });
 
@@ -229,27 +302,34 @@ describe('variation billing', () => {
 });
 
 describe('openai variations adapter', () => {
-  it('sends the fields with the upstream model, b64_json whatever the client asked, and the image as an `image` file part', async () => {
-    const image = await blobs.put('uploads/req1/0-photo.png', square, 'image/png', 'photo.png');
-    const result = await openaiAdapter.varyImages!(variation({ model: 'my-dalle', n: '2', size: '512x512', response_format: 'url', user: 'u-1' }, image), context('dall-e-2'));
-    const request = fake.requests.at(-1)!;
-    assert.equal(request.path, '/v1/images/variations');
-    assert.equal(request.headers.authorization, `Bearer ${KEY}`);
-    assert.match(String(request.headers['content-type']), /^multipart\/form-data; boundary=/);
-    const form = await readFakeMultipart(request);
-    assert.deepEqual([...form.keys()], ['model', 'n', 'size', 'response_format', 'user', 'image']);
-    assert.deepEqual(
-      ['model', 'n', 'size', 'response_format', 'user'].map((name) => form.get(name)),
-      ['dall-e-2', '2', '512x512', 'b64_json', 'u-1'],
-    );
-    const part = form.get('image') as File;
-    assert.deepEqual([part.name, part.type], ['photo.png', 'image/png']);
-    assert.deepEqual(Buffer.from(await part.arrayBuffer()), square);
-    assert.deepEqual(result.images, [
-      { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' },
-      { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' },
-    ]);
-  });
+  it(
+    'sends the fields with the upstream model, b64_json whatever the client asked, and the image as an `image` ' +
+      'file part',
+    async () => {
+      const image = await blobs.put('uploads/req1/0-photo.png', square, 'image/png', 'photo.png');
+      const result = await openaiAdapter.varyImages!(
+        variation({ model: 'my-dalle', n: '2', size: '512x512', response_format: 'url', user: 'u-1' }, image),
+        context('dall-e-2'),
+      );
+      const request = fake.requests.at(-1)!;
+      assert.equal(request.path, '/v1/images/variations');
+      assert.equal(request.headers.authorization, `Bearer ${KEY}`);
+      assert.match(String(request.headers['content-type']), /^multipart\/form-data; boundary=/);
+      const form = await readFakeMultipart(request);
+      assert.deepEqual([...form.keys()], ['model', 'n', 'size', 'response_format', 'user', 'image']);
+      assert.deepEqual(
+        ['model', 'n', 'size', 'response_format', 'user'].map((name) => form.get(name)),
+        ['dall-e-2', '2', '512x512', 'b64_json', 'u-1'],
+      );
+      const part = form.get('image') as File;
+      assert.deepEqual([part.name, part.type], ['photo.png', 'image/png']);
+      assert.deepEqual(Buffer.from(await part.arrayBuffer()), square);
+      assert.deepEqual(result.images, [
+        { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' },
+        { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' },
+      ]);
+    },
+  );
 
   it('names an unnamed upload image.png, and sends the default size', async () => {
     const image = await blobs.put('uploads/req2/0-upload', square, 'image/png');
@@ -260,19 +340,35 @@ describe('openai variations adapter', () => {
     assert.equal(form.get('n'), null);
   });
 
-  it("maps the vendor's refusals: a safety refusal stays a 400 with its reason, a 5xx is a retryable 500, the fake's own 400 keeps its param", async () => {
-    const image = await blobs.put('uploads/req3/0-a.png', square, 'image/png', 'a.png');
-    const ctx = context('dall-e-2');
-    fake.enqueue({ status: 400, json: { error: { message: 'Your request was rejected as a result of our safety system.', type: 'invalid_request_error', param: null, code: 'content_policy_violation' } } });
-    const policy = await gatewayError(openaiAdapter.varyImages!(variation({}, image), ctx));
-    assert.deepEqual([policy.status, policy.code, policy.retryable], [400, 'content_policy_violation', false]);
-    fake.enqueue({ status: 502, text: 'bad gateway' });
-    const failed = await gatewayError(openaiAdapter.varyImages!(variation({}, image), ctx));
-    assert.deepEqual([failed.status, failed.retryable], [500, true]);
-    // A field the gateway passes through as sent, which OpenAI does not take on this endpoint.
-    const unknown = await gatewayError(openaiAdapter.varyImages!({ ...variation({}, image), prompt: 'a cat' } as ImageVariationInput, ctx));
-    assert.deepEqual([unknown.status, unknown.param], [400, 'prompt']);
-  });
+  it(
+    "maps the vendor's refusals: a safety refusal stays a 400 with its reason, a 5xx is a retryable 500, the " +
+      "fake's own 400 keeps its param",
+    async () => {
+      const image = await blobs.put('uploads/req3/0-a.png', square, 'image/png', 'a.png');
+      const ctx = context('dall-e-2');
+      fake.enqueue({
+        status: 400,
+        json: {
+          error: {
+            message: 'Your request was rejected as a result of our safety system.',
+            type: 'invalid_request_error',
+            param: null,
+            code: 'content_policy_violation',
+          },
+        },
+      });
+      const policy = await gatewayError(openaiAdapter.varyImages!(variation({}, image), ctx));
+      assert.deepEqual([policy.status, policy.code, policy.retryable], [400, 'content_policy_violation', false]);
+      fake.enqueue({ status: 502, text: 'bad gateway' });
+      const failed = await gatewayError(openaiAdapter.varyImages!(variation({}, image), ctx));
+      assert.deepEqual([failed.status, failed.retryable], [500, true]);
+      // A field the gateway passes through as sent, which OpenAI does not take on this endpoint.
+      const unknown = await gatewayError(
+        openaiAdapter.varyImages!({ ...variation({}, image), prompt: 'a cat' } as ImageVariationInput, ctx),
+      );
+      assert.deepEqual([unknown.status, unknown.param], [400, 'prompt']);
+    },
+  );
 });
 
 describe('mock variations', () => {
@@ -297,7 +393,11 @@ describe('mock variations', () => {
 
   it('an upload that is gone is a 404, as for an edit', async () => {
     const gone: BlobRef = { key: 'uploads/none/0-a.png', contentType: 'image/png', size: 1 };
-    assert.equal((await gatewayError(mockAdapter.varyImages!(variation({}, gone), context('mock-image', 'mock-image', 'mock')))).status, 404);
+    assert.equal(
+      (await gatewayError(mockAdapter.varyImages!(variation({}, gone), context('mock-image', 'mock-image', 'mock'))))
+        .status,
+      404,
+    );
   });
 });
 
@@ -305,7 +405,10 @@ describe('fake openai variations (what OpenAI refuses)', () => {
   const post = (form: FormData | string, key = KEY) =>
     fetch(`${fake.url}/images/variations`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${key}`, ...(typeof form === 'string' ? { 'content-type': 'application/json' } : {}) },
+      headers: {
+        authorization: `Bearer ${key}`,
+        ...(typeof form === 'string' ? { 'content-type': 'application/json' } : {}),
+      },
       body: form,
     });
   const formWith = (fields: Record<string, string>, image: Buffer | null = square, field = 'image') => {
@@ -322,10 +425,15 @@ describe('fake openai variations (what OpenAI refuses)', () => {
   }
 
   it('answers an ImagesResponse: urls by default, b64_json when asked, n of them', async () => {
-    const urls = (await (await post(formWith({ n: '3' }))).json()) as { created: number; data: Array<{ url?: string }> };
+    const urls = (await (await post(formWith({ n: '3' }))).json()) as {
+      created: number;
+      data: Array<{ url?: string }>;
+    };
     assert.equal(urls.data.length, 3);
     assert.ok(urls.data.every((item) => typeof item.url === 'string'));
-    const b64 = (await (await post(formWith({ model: 'dall-e-2', response_format: 'b64_json', size: '256x256' }))).json()) as { data: Array<{ b64_json?: string }> };
+    const b64 = (await (
+      await post(formWith({ model: 'dall-e-2', response_format: 'b64_json', size: '256x256' }))
+    ).json()) as { data: Array<{ b64_json?: string }> };
     assert.deepEqual(Buffer.from(b64.data[0]!.b64_json!, 'base64'), FAKE_IMAGE_PNG);
   });
 

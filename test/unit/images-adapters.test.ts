@@ -55,15 +55,19 @@ function context(options: ContextOptions): MediaContext {
   };
 }
 
-const generation = (fields: Record<string, unknown>) => ({ model: 'dall-e-3', prompt: 'a red fox', ...fields }) as ImageGenerationInput;
+const generation = (fields: Record<string, unknown>) =>
+  ({ model: 'dall-e-3', prompt: 'a red fox', ...fields }) as ImageGenerationInput;
 const edit = (fields: Record<string, unknown>, images: BlobRef[], mask?: BlobRef) =>
   ({ model: 'gpt-image-1', prompt: 'add a hat', ...fields, images, ...(mask ? { mask } : {}) }) as ImageEditInput;
-
 
 const lastRequest = () => fake.requests[fake.requests.length - 1]!;
 
 /** Scripts the next upstream answer as an OpenAI error body. */
-function enqueueVendorError(status: number, error: { message: string; type: string; code: string | null }, headers?: Record<string, string>) {
+function enqueueVendorError(
+  status: number,
+  error: { message: string; type: string; code: string | null },
+  headers?: Record<string, string>,
+) {
   fake.enqueue({ status, ...(headers ? { headers } : {}), json: { error: { param: null, ...error } } });
 }
 
@@ -88,7 +92,15 @@ describe('openai images: generations', () => {
   it('sends the client fields with the upstream model and asks dall-e for b64_json whatever the client asked', async () => {
     const ctx = context({ upstreamModel: 'dall-e-3' });
     const result = await openaiAdapter.generateImages!(
-      generation({ model: 'my-dalle', n: 1, size: '1792x1024', quality: 'hd', style: 'natural', response_format: 'url', user: 'u1' }),
+      generation({
+        model: 'my-dalle',
+        n: 1,
+        size: '1792x1024',
+        quality: 'hd',
+        style: 'natural',
+        response_format: 'url',
+        user: 'u1',
+      }),
       ctx,
     );
     const request = lastRequest();
@@ -106,7 +118,11 @@ describe('openai images: generations', () => {
       user: 'u1',
     });
     assert.equal(result.images.length, 1);
-    assert.deepEqual(result.images[0], { bytes: FAKE_IMAGE_PNG, contentType: 'image/png', revised_prompt: fakeRevisedPrompt('a red fox') });
+    assert.deepEqual(result.images[0], {
+      bytes: FAKE_IMAGE_PNG,
+      contentType: 'image/png',
+      revised_prompt: fakeRevisedPrompt('a red fox'),
+    });
     assert.equal(result.usage, undefined);
     assert.equal(result.extra, undefined);
   });
@@ -125,7 +141,13 @@ describe('openai images: generations', () => {
       }),
       ctx,
     );
-    assert.deepEqual(lastRequest().body, { model: 'gpt-image-1', prompt: 'a red fox', n: 2, size: '1536x1024', quality: 'low' });
+    assert.deepEqual(lastRequest().body, {
+      model: 'gpt-image-1',
+      prompt: 'a red fox',
+      n: 2,
+      size: '1536x1024',
+      quality: 'low',
+    });
     assert.equal(result.images.length, 2);
     for (const image of result.images) assert.deepEqual(image, { bytes: FAKE_IMAGE_PNG, contentType: 'image/png' });
     assert.deepEqual(result.usage, FAKE_IMAGE_USAGE);
@@ -134,7 +156,10 @@ describe('openai images: generations', () => {
 
   it('drops a null response_format too, and labels bytes with the output_format the model used', async () => {
     const ctx = context({ upstreamModel: 'gpt-image-1-mini', modelId: 'gpt-image-1-mini' });
-    const result = await openaiAdapter.generateImages!(generation({ response_format: null, output_format: 'webp' }), ctx);
+    const result = await openaiAdapter.generateImages!(
+      generation({ response_format: null, output_format: 'webp' }),
+      ctx,
+    );
     assert.equal('response_format' in (lastRequest().body as object), false);
     assert.equal(result.images[0]!.contentType, 'image/webp');
     assert.equal(result.extra!.output_format, 'webp');
@@ -151,12 +176,17 @@ describe('openai images: generations', () => {
   });
 
   it("passes the vendor's own request errors on (the fake checks n and size per family)", async () => {
-    const tooMany = await gatewayError(openaiAdapter.generateImages!(generation({ n: 2 }), context({ upstreamModel: 'dall-e-3' })));
+    const tooMany = await gatewayError(
+      openaiAdapter.generateImages!(generation({ n: 2 }), context({ upstreamModel: 'dall-e-3' })),
+    );
     assert.equal(tooMany.status, 400);
     assert.equal(tooMany.param, 'n');
     assert.equal(tooMany.retryable, false);
     const badSize = await gatewayError(
-      openaiAdapter.generateImages!(generation({ size: '1792x1024' }), context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' })),
+      openaiAdapter.generateImages!(
+        generation({ size: '1792x1024' }),
+        context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' }),
+      ),
     );
     assert.equal(badSize.status, 400);
     assert.equal(badSize.param, 'size');
@@ -168,7 +198,8 @@ describe('openai images: errors', () => {
 
   it('a dall-e safety refusal is a 400 content_policy_violation with the vendor reason', async () => {
     const reason =
-      'Your request was rejected as a result of our safety system. Your prompt may contain text that is not allowed by our safety system.';
+      'Your request was rejected as a result of our safety system. Your prompt may contain text that is not ' +
+      'allowed by our safety system.';
     enqueueVendorError(400, { message: reason, type: 'invalid_request_error', code: 'content_policy_violation' });
     const error = await gatewayError(run());
     assert.equal(error.status, 400);
@@ -212,13 +243,21 @@ describe('openai images: errors', () => {
   });
 
   it('429 stays a retryable rate limit; a bad vendor key is our fault (5xx)', async () => {
-    const rateLimit = { message: 'Rate limit reached for images per minute.', type: 'requests', code: 'rate_limit_exceeded' };
+    const rateLimit = {
+      message: 'Rate limit reached for images per minute.',
+      type: 'requests',
+      code: 'rate_limit_exceeded',
+    };
     enqueueVendorError(429, rateLimit, { 'retry-after': '2' });
     const limited = await gatewayError(run());
     assert.equal(limited.status, 429);
     assert.equal(limited.retryable, true);
     assert.equal(limited.retryAfterMs, 2000);
-    enqueueVendorError(401, { message: 'Incorrect API key provided.', type: 'invalid_request_error', code: 'invalid_api_key' });
+    enqueueVendorError(401, {
+      message: 'Incorrect API key provided.',
+      type: 'invalid_request_error',
+      code: 'invalid_api_key',
+    });
     const auth = await gatewayError(run());
     assert.equal(auth.status, 502);
     assert.equal(auth.code, 'vendor_auth_failed');
@@ -234,7 +273,10 @@ describe('openai images: errors', () => {
   it('aborting the call ends the upstream request and rejects with the abort reason', async () => {
     fake.enqueue({ hang: true });
     const controller = new AbortController();
-    const pending = openaiAdapter.generateImages!(generation({}), context({ upstreamModel: 'dall-e-3', signal: controller.signal }));
+    const pending = openaiAdapter.generateImages!(
+      generation({}),
+      context({ upstreamModel: 'dall-e-3', signal: controller.signal }),
+    );
     setTimeout(() => controller.abort(new Error('client gone')), 50);
     await assert.rejects(pending, /client gone/);
     for (let i = 0; i < 50 && fake.abortedRequests === 0; i++) await new Promise((resolve) => setTimeout(resolve, 10));
@@ -243,9 +285,24 @@ describe('openai images: errors', () => {
 });
 
 describe('openai images: edits', () => {
-  const pngA = encodeGradientPng(8, 8, [[255, 0, 0], [0, 255, 0], [0, 0, 255], [9, 9, 9]]);
-  const pngB = encodeGradientPng(8, 8, [[1, 2, 3], [4, 5, 6], [7, 8, 9], [200, 100, 50]]);
-  const maskPng = encodeGradientPng(8, 8, [[0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]);
+  const pngA = encodeGradientPng(8, 8, [
+    [255, 0, 0],
+    [0, 255, 0],
+    [0, 0, 255],
+    [9, 9, 9],
+  ]);
+  const pngB = encodeGradientPng(8, 8, [
+    [1, 2, 3],
+    [4, 5, 6],
+    [7, 8, 9],
+    [200, 100, 50],
+  ]);
+  const maskPng = encodeGradientPng(8, 8, [
+    [0, 0, 0],
+    [0, 0, 0],
+    [0, 0, 0],
+    [0, 0, 0],
+  ]);
 
   async function fileBytes(value: FormDataEntryValue | null): Promise<Buffer> {
     assert.ok(value !== null && typeof value !== 'string', 'expected a file part');
@@ -258,7 +315,14 @@ describe('openai images: edits', () => {
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
     const result = await openaiAdapter.editImages!(
       edit(
-        { model: 'gpt-image-1', n: 2, size: '1024x1536', quality: 'high', response_format: 'b64_json', input_fidelity: 'high' },
+        {
+          model: 'gpt-image-1',
+          n: 2,
+          size: '1024x1536',
+          quality: 'high',
+          response_format: 'b64_json',
+          input_fidelity: 'high',
+        },
         [image],
         mask,
       ),
@@ -290,11 +354,20 @@ describe('openai images: edits', () => {
   it('several images: `image[]` parts in order, each with a filename carrying its type', async () => {
     const first = await blobs.put('uploads/req2/image-0', pngA, 'image/png', 'a.png');
     const second = await blobs.put('uploads/req2/image-1', pngB, 'image/webp');
-    await openaiAdapter.editImages!(edit({}, [first, second]), context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' }));
+    await openaiAdapter.editImages!(
+      edit({}, [first, second]),
+      context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' }),
+    );
     const form = await readFakeMultipart(lastRequest());
     assert.equal(form.get('image'), null);
     const parts = form.getAll('image[]') as File[];
-    assert.deepEqual(parts.map((part) => [part.name, part.type]), [['a.png', 'image/png'], ['image-2.webp', 'image/webp']]);
+    assert.deepEqual(
+      parts.map((part) => [part.name, part.type]),
+      [
+        ['a.png', 'image/png'],
+        ['image-2.webp', 'image/webp'],
+      ],
+    );
     assert.deepEqual(await fileBytes(parts[0]!), pngA);
     assert.deepEqual(await fileBytes(parts[1]!), pngB);
   });
@@ -316,7 +389,10 @@ describe('openai images: edits', () => {
     const message = 'Your input image may contain content that is not allowed by our safety system.';
     enqueueVendorError(400, { message, type: 'invalid_request_error', code: 'content_policy_violation' });
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
-    assert.equal((await gatewayError(openaiAdapter.editImages!(edit({}, [image]), ctx))).code, 'content_policy_violation');
+    assert.equal(
+      (await gatewayError(openaiAdapter.editImages!(edit({}, [image]), ctx))).code,
+      'content_policy_violation',
+    );
     fake.enqueue({ status: 502, text: 'bad gateway' });
     assert.equal((await gatewayError(openaiAdapter.editImages!(edit({}, [image]), ctx))).status, 500);
   });
@@ -352,7 +428,11 @@ describe('fake openai images', () => {
     const form = new FormData();
     form.append('model', 'gpt-image-1');
     form.append('prompt', 'x');
-    const missing = await fetch(`${fake.url}/images/edits`, { method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: form });
+    const missing = await fetch(`${fake.url}/images/edits`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}` },
+      body: form,
+    });
     assert.equal(missing.status, 400);
     assert.equal(((await missing.json()) as { error: { param: string } }).error.param, 'image');
   });

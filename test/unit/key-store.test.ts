@@ -5,7 +5,15 @@ import { billKey } from '../../shared/redis-keys.js';
 import { creditScript } from '../../shared/money/scripts.js';
 import type { Redis } from 'ioredis';
 import { defaultAccountId } from '../../shared/accounts.js';
-import { accessChangedChannel, accountEmailsKey, accountKey, accountKeysKey, apiKeyHashesKey, apiKeyIdsKey, apiKeyRecordKey } from '../../shared/redis-keys.js';
+import {
+  accessChangedChannel,
+  accountEmailsKey,
+  accountKey,
+  accountKeysKey,
+  apiKeyHashesKey,
+  apiKeyIdsKey,
+  apiKeyRecordKey,
+} from '../../shared/redis-keys.js';
 import { reserve } from '../../shared/money/billing.js';
 import { GatewayError } from '../../shared/errors.js';
 import { hashPassword, usdToMicros, verifyPassword } from '../../api/accounts/account-store.js';
@@ -29,15 +37,29 @@ beforeEach(async () => {
   await emptyRecord(store.record);
 });
 
-const isError = (status: number, code: string) => (error: unknown) => error instanceof GatewayError && error.status === status && error.code === code;
+const isError = (status: number, code: string) => (error: unknown) =>
+  error instanceof GatewayError && error.status === status && error.code === code;
 
 describe('AccountStore', () => {
   it('creates accounts with unique emails in any letter case, and never keeps a password in clear', async () => {
-    const a = await store.accounts.create({ email: ' Ann@Example.com ', name: 'Ann', password: 'correct horse', role: 'admin' });
+    const a = await store.accounts.create({
+      email: ' Ann@Example.com ',
+      name: 'Ann',
+      password: 'correct horse',
+      role: 'admin',
+    });
     assert.equal(a.email, 'Ann@Example.com');
     assert.equal(a.balanceMicros, undefined, 'an admin spends without a balance unless one is set for it');
-    assert.equal((await store.accounts.create({ email: 'member@example.com' })).balanceMicros, 0, 'a member starts at 0');
-    assert.equal((await store.accounts.create({ email: 'metered-admin@example.com', role: 'admin', unlimited: false })).balanceMicros, 0);
+    assert.equal(
+      (await store.accounts.create({ email: 'member@example.com' })).balanceMicros,
+      0,
+      'a member starts at 0',
+    );
+    assert.equal(
+      (await store.accounts.create({ email: 'metered-admin@example.com', role: 'admin', unlimited: false }))
+        .balanceMicros,
+      0,
+    );
     assert.equal(await redis.hget(accountEmailsKey, 'ann@example.com'), a.id);
     await assert.rejects(store.accounts.create({ email: 'ANN@example.COM' }), isError(409, 'account_exists'));
     const stored = await redis.hget(accountKey(a.id), 'password');
@@ -84,12 +106,22 @@ describe('AccountStore', () => {
     const a = await store.accounts.create({ email: 'overtaken@example.com' });
     assert.equal(await store.accounts.credit(a.id, usdToMicros(10), 'first'), 10_000_000);
     const [first] = await store.accounts.ledger(a.id, 1);
-    // Two later entries (ids first+1 and first+2), the second applied before the first: their Lua calls as the store makes them.
-    const credit = (bill: string, credits: number, ledgerId: number | string, amount: number) => creditScript(redis, { bill, credits, ledgerId, amount });
+    // Two later entries (ids first+1 and first+2), the second applied before the first: their Lua calls as the store
+    // makes them.
+    const credit = (bill: string, credits: number, ledgerId: number | string, amount: number) =>
+      creditScript(redis, { bill, credits, ledgerId, amount });
     const bill = billKey(a.id);
     assert.deepEqual(await credit(bill, 13_000_000, first!.id + 2, 2_000_000), [1, 13_000_000]);
-    assert.deepEqual(await credit(bill, 11_000_000, first!.id + 1, 1_000_000), [1, 11_000_000], 'the overtaken entry: the balance right after it');
-    assert.deepEqual(await credit(bill, 13_000_000, first!.id + 2, 2_000_000), [1, 13_000_000], 'a retry answers the same');
+    assert.deepEqual(
+      await credit(bill, 11_000_000, first!.id + 1, 1_000_000),
+      [1, 11_000_000],
+      'the overtaken entry: the balance right after it',
+    );
+    assert.deepEqual(
+      await credit(bill, 13_000_000, first!.id + 2, 2_000_000),
+      [1, 13_000_000],
+      'a retry answers the same',
+    );
     assert.equal((await readBill(redis, a.id))?.balanceMicros, 13_000_000, 'and nothing moved twice');
   });
 
@@ -151,10 +183,24 @@ describe('KeyStore', () => {
 
   it('stores limits the way the billing scripts read them, and returns them as access', async () => {
     const a = await store.accounts.create({ email: 'k@example.com' });
-    const created = await store.create('limited', { accountId: a.id, limitMicros: 5_000_000, rpm: 60, tpm: 1000, models: ['mock-chat'], expiresAt: 4_000_000_000 });
+    const created = await store.create('limited', {
+      accountId: a.id,
+      limitMicros: 5_000_000,
+      rpm: 60,
+      tpm: 1000,
+      models: ['mock-chat'],
+      expiresAt: 4_000_000_000,
+    });
     const record = await redis.hgetall(apiKeyRecordKey(created.id));
     assert.deepEqual(
-      { account: record.account, limit: record.limit, rpm: record.rpm, tpm: record.tpm, models: record.models, expires: record.expires },
+      {
+        account: record.account,
+        limit: record.limit,
+        rpm: record.rpm,
+        tpm: record.tpm,
+        models: record.models,
+        expires: record.expires,
+      },
       { account: a.id, limit: '5000000', rpm: '60', tpm: '1000', models: '["mock-chat"]', expires: '4000000000' },
     );
     // Its spend starts in its account's bill, where admission counts it.
@@ -174,7 +220,12 @@ describe('KeyStore', () => {
     assert.equal(await redis.sismember(accountKeysKey(a.id), created.id), 1);
     await assert.rejects(store.create('orphan', { accountId: 'acct_nope' }), isError(404, 'account_not_found'));
 
-    const changed = await store.update(created.id, { rpm: null, models: null, limitMicros: 1_000_000, name: 'renamed' });
+    const changed = await store.update(created.id, {
+      rpm: null,
+      models: null,
+      limitMicros: 1_000_000,
+      name: 'renamed',
+    });
     assert.equal(changed!.rpm, undefined);
     assert.equal(changed!.models, undefined);
     assert.equal(changed!.limitMicros, 1_000_000);
@@ -182,94 +233,174 @@ describe('KeyStore', () => {
     assert.equal(await redis.hget(apiKeyRecordKey(created.id), 'rpm'), '');
     assert.equal(await store.update('key_nope', { rpm: 1 }), undefined);
     assert.equal(await redis.exists(apiKeyRecordKey('key_nope')), 0, 'an update does not make a half record');
-    assert.deepEqual((await store.list({ accountId: a.id })).map((k) => k.id), [created.id]);
+    assert.deepEqual(
+      (await store.list({ accountId: a.id })).map((k) => k.id),
+      [created.id],
+    );
   });
 
-  it("carries the key's default cache TTL and its account's cache cap on the access: set, cleared, 0, and reloaded from the record", async () => {
-    const a = await store.accounts.create({ email: 'cache-settings@example.com' });
-    const made = await store.create('cached', { accountId: a.id, rpm: 5, cacheTtlS: 600 }, 'member');
-    assert.equal(made.cacheTtlS, 600);
-    assert.equal(await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'), '600');
-    const row = () => store.record.selectFrom('api_keys').select(['cache_ttl_s', 'admin_rpm']).where('id', '=', made.id).executeTakeFirstOrThrow();
-    assert.deepEqual(await row(), { cache_ttl_s: 600, admin_rpm: null });
-    const hash = hashSecret(made.key);
-    assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5, cacheTtlS: 600 });
+  it(
+    "carries the key's default cache TTL and its account's cache cap on the access: set, cleared, 0, and reloaded " +
+      'from the record',
+    async () => {
+      const a = await store.accounts.create({ email: 'cache-settings@example.com' });
+      const made = await store.create('cached', { accountId: a.id, rpm: 5, cacheTtlS: 600 }, 'member');
+      assert.equal(made.cacheTtlS, 600);
+      assert.equal(await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'), '600');
+      const row = () =>
+        store.record
+          .selectFrom('api_keys')
+          .select(['cache_ttl_s', 'admin_rpm'])
+          .where('id', '=', made.id)
+          .executeTakeFirstOrThrow();
+      assert.deepEqual(await row(), { cache_ttl_s: 600, admin_rpm: null });
+      const hash = hashSecret(made.key);
+      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5, cacheTtlS: 600 });
 
-    // The account's cap: a number, 0 (caching forbidden: kept on the access as 0), or none (left out).
-    const messages: string[] = [];
-    store.onAccessChanged = (message) => void messages.push(message);
-    try {
-      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 60 }))!.cacheMaxTtlS, 60);
-      assert.deepEqual(messages, [`account:${a.id}`], 'every api drops the cached access of the account’s keys');
-      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5, cacheTtlS: 600, cacheMaxTtlS: 60 });
-      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 0 }))!.cacheMaxTtlS, 0);
-      assert.equal(await redis.hget(accountKey(a.id), 'cache_max_ttl'), '0');
-      assert.equal((await store.access(hash) as { cacheMaxTtlS?: number }).cacheMaxTtlS, 0);
-      const cap = async () => (await store.record.selectFrom('accounts').select('cache_max_ttl_s').where('id', '=', a.id).executeTakeFirstOrThrow()).cache_max_ttl_s;
-      assert.equal(await cap(), 0);
+      // The account's cap: a number, 0 (caching forbidden: kept on the access as 0), or none (left out).
+      const messages: string[] = [];
+      store.onAccessChanged = (message) => void messages.push(message);
+      try {
+        assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 60 }))!.cacheMaxTtlS, 60);
+        assert.deepEqual(messages, [`account:${a.id}`], 'every api drops the cached access of the account’s keys');
+        assert.deepEqual(await store.access(hash), {
+          keyId: made.id,
+          accountId: a.id,
+          rpm: 5,
+          cacheTtlS: 600,
+          cacheMaxTtlS: 60,
+        });
+        assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: 0 }))!.cacheMaxTtlS, 0);
+        assert.equal(await redis.hget(accountKey(a.id), 'cache_max_ttl'), '0');
+        assert.equal(((await store.access(hash)) as { cacheMaxTtlS?: number }).cacheMaxTtlS, 0);
+        const cap = async () =>
+          (
+            await store.record
+              .selectFrom('accounts')
+              .select('cache_max_ttl_s')
+              .where('id', '=', a.id)
+              .executeTakeFirstOrThrow()
+          ).cache_max_ttl_s;
+        assert.equal(await cap(), 0);
 
-      // A member changes the key's default as freely as it likes: no ceiling applies (none is kept of it either).
-      messages.length = 0;
-      assert.equal((await store.update(made.id, { cacheTtlS: 7200 }, 'member'))!.cacheTtlS, 7200);
-      assert.deepEqual(messages, [made.id]);
-      assert.deepEqual(await row(), { cache_ttl_s: 7200, admin_rpm: null });
-      // 0 is kept as set, and means no default: the access leaves it out.
-      assert.equal((await store.update(made.id, { cacheTtlS: 0 }, 'member'))!.cacheTtlS, 0);
-      assert.equal('cacheTtlS' in ((await store.access(hash)) as object), false);
-      assert.equal((await store.update(made.id, { cacheTtlS: 30 }, 'admin'))!.cacheTtlS, 30);
-      assert.deepEqual(await store.withAdminLimits([(await store.get(made.id))!]).then(([key]) => key!.adminLimits), {}, 'an admin’s TTL is no ceiling');
+        // A member changes the key's default as freely as it likes: no ceiling applies (none is kept of it either).
+        messages.length = 0;
+        assert.equal((await store.update(made.id, { cacheTtlS: 7200 }, 'member'))!.cacheTtlS, 7200);
+        assert.deepEqual(messages, [made.id]);
+        assert.deepEqual(await row(), { cache_ttl_s: 7200, admin_rpm: null });
+        // 0 is kept as set, and means no default: the access leaves it out.
+        assert.equal((await store.update(made.id, { cacheTtlS: 0 }, 'member'))!.cacheTtlS, 0);
+        assert.equal('cacheTtlS' in ((await store.access(hash)) as object), false);
+        assert.equal((await store.update(made.id, { cacheTtlS: 30 }, 'admin'))!.cacheTtlS, 30);
+        assert.deepEqual(
+          await store.withAdminLimits([(await store.get(made.id))!]).then(([key]) => key!.adminLimits),
+          {},
+          'an admin’s TTL is no ceiling',
+        );
 
-      // Redis loses both (an older snapshot): the record's load brings them back.
-      await redis.hdel(apiKeyRecordKey(made.id), 'cache_ttl');
-      await redis.hdel(accountKey(a.id), 'cache_max_ttl');
-      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5 });
+        // Redis loses both (an older snapshot): the record's load brings them back.
+        await redis.hdel(apiKeyRecordKey(made.id), 'cache_ttl');
+        await redis.hdel(accountKey(a.id), 'cache_max_ttl');
+        assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, rpm: 5 });
+        await loadHotState(redis, store.record);
+        // (The load writes the account's weight too, 1, which the account made here had not.)
+        assert.deepEqual(await store.access(hash), {
+          keyId: made.id,
+          accountId: a.id,
+          weight: 1,
+          rpm: 5,
+          cacheTtlS: 30,
+          cacheMaxTtlS: 0,
+        });
+        assert.deepEqual(
+          [(await store.playgroundAccess(a.id)).cacheMaxTtlS, (await store.playgroundAccess(a.id)).cacheTtlS],
+          [0, undefined],
+          'the Playground key carries the account’s cap',
+        );
+
+        // Cleared: null in the record, '' in Redis, left out of the access.
+        await store.update(made.id, { cacheTtlS: null });
+        assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: null }))!.cacheMaxTtlS, undefined);
+        assert.deepEqual(
+          [
+            await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'),
+            await redis.hget(accountKey(a.id), 'cache_max_ttl'),
+          ],
+          ['', ''],
+        );
+        assert.deepEqual(await row(), { cache_ttl_s: null, admin_rpm: null });
+        assert.equal(await cap(), null);
+        assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
+        await loadHotState(redis, store.record);
+        assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
+      } finally {
+        store.onAccessChanged = undefined;
+      }
+    },
+  );
+
+  it(
+    "carries the key's and its team's MCP tools on the access: an admin's alone to set, kept in the record and " +
+      'reloaded from it',
+    async () => {
+      const a = await store.accounts.create({ email: 'mcp-tools@example.com' });
+      const made = await store.create('agent', { accountId: a.id, mcpTools: ['notes/*'] }, 'admin');
+      const hash = hashSecret(made.key);
+      assert.deepEqual(made.mcpTools, ['notes/*']);
+      assert.deepEqual((await store.access(hash)) as object, {
+        keyId: made.id,
+        accountId: a.id,
+        mcpTools: ['notes/*'],
+      });
+      // A member may neither make a key with tools nor change them, even to fewer.
+      await assert.rejects(
+        store.create('mine', { accountId: a.id, mcpTools: ['notes/read'] }, 'member'),
+        isError(403, 'admin_only'),
+      );
+      await assert.rejects(store.update(made.id, { mcpTools: [] }, 'member'), isError(403, 'admin_only'));
+      assert.equal((await store.accounts.update(a.id, { mcpTools: ['notes/read', 'github/*'] }))!.mcpTools?.length, 2);
+      assert.deepEqual((await store.access(hash)) as object, {
+        keyId: made.id,
+        accountId: a.id,
+        mcpTools: ['notes/*'],
+        teamMcpTools: ['notes/read', 'github/*'],
+      });
+      const rows = async () => [
+        (
+          await store.record
+            .selectFrom('api_keys')
+            .select('mcp_tools')
+            .where('id', '=', made.id)
+            .executeTakeFirstOrThrow()
+        ).mcp_tools,
+        (await store.record.selectFrom('accounts').select('mcp_tools').where('id', '=', a.id).executeTakeFirstOrThrow())
+          .mcp_tools,
+      ];
+      assert.deepEqual(await rows(), ['["notes/*"]', '["notes/read","github/*"]']);
+      // Redis loses both: the record's load brings them back.
+      await redis.hdel(apiKeyRecordKey(made.id), 'mcp_tools');
+      await redis.hdel(accountKey(a.id), 'mcp_tools');
+      assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id });
       await loadHotState(redis, store.record);
-      // (The load writes the account's weight too, 1, which the account made here had not.)
-      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5, cacheTtlS: 30, cacheMaxTtlS: 0 });
-      assert.deepEqual([(await store.playgroundAccess(a.id)).cacheMaxTtlS, (await store.playgroundAccess(a.id)).cacheTtlS], [0, undefined], 'the Playground key carries the account’s cap');
-
-      // Cleared: null in the record, '' in Redis, left out of the access.
-      await store.update(made.id, { cacheTtlS: null });
-      assert.equal((await store.accounts.update(a.id, { cacheMaxTtlS: null }))!.cacheMaxTtlS, undefined);
-      assert.deepEqual([await redis.hget(apiKeyRecordKey(made.id), 'cache_ttl'), await redis.hget(accountKey(a.id), 'cache_max_ttl')], ['', '']);
-      assert.deepEqual(await row(), { cache_ttl_s: null, admin_rpm: null });
-      assert.equal(await cap(), null);
-      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
-      await loadHotState(redis, store.record);
-      assert.deepEqual(await store.access(hash), { keyId: made.id, accountId: a.id, weight: 1, rpm: 5 });
-    } finally {
-      store.onAccessChanged = undefined;
-    }
-  });
-
-  it("carries the key's and its team's MCP tools on the access: an admin's alone to set, kept in the record and reloaded from it", async () => {
-    const a = await store.accounts.create({ email: 'mcp-tools@example.com' });
-    const made = await store.create('agent', { accountId: a.id, mcpTools: ['notes/*'] }, 'admin');
-    const hash = hashSecret(made.key);
-    assert.deepEqual(made.mcpTools, ['notes/*']);
-    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, mcpTools: ['notes/*'] });
-    // A member may neither make a key with tools nor change them, even to fewer.
-    await assert.rejects(store.create('mine', { accountId: a.id, mcpTools: ['notes/read'] }, 'member'), isError(403, 'admin_only'));
-    await assert.rejects(store.update(made.id, { mcpTools: [] }, 'member'), isError(403, 'admin_only'));
-    assert.equal((await store.accounts.update(a.id, { mcpTools: ['notes/read', 'github/*'] }))!.mcpTools?.length, 2);
-    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, mcpTools: ['notes/*'], teamMcpTools: ['notes/read', 'github/*'] });
-    const rows = async () => [
-      (await store.record.selectFrom('api_keys').select('mcp_tools').where('id', '=', made.id).executeTakeFirstOrThrow()).mcp_tools,
-      (await store.record.selectFrom('accounts').select('mcp_tools').where('id', '=', a.id).executeTakeFirstOrThrow()).mcp_tools,
-    ];
-    assert.deepEqual(await rows(), ['["notes/*"]', '["notes/read","github/*"]']);
-    // Redis loses both: the record's load brings them back.
-    await redis.hdel(apiKeyRecordKey(made.id), 'mcp_tools');
-    await redis.hdel(accountKey(a.id), 'mcp_tools');
-    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id });
-    await loadHotState(redis, store.record);
-    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, weight: 1, mcpTools: ['notes/*'], teamMcpTools: ['notes/read', 'github/*'] });
-    // Lifted: every tool again (an empty list would be none).
-    await store.update(made.id, { mcpTools: null }, 'admin');
-    await store.accounts.update(a.id, { mcpTools: [] });
-    assert.deepEqual(await rows(), [null, '[]']);
-    assert.deepEqual((await store.access(hash)) as object, { keyId: made.id, accountId: a.id, weight: 1, teamMcpTools: [] });
-  });
+      assert.deepEqual((await store.access(hash)) as object, {
+        keyId: made.id,
+        accountId: a.id,
+        weight: 1,
+        mcpTools: ['notes/*'],
+        teamMcpTools: ['notes/read', 'github/*'],
+      });
+      // Lifted: every tool again (an empty list would be none).
+      await store.update(made.id, { mcpTools: null }, 'admin');
+      await store.accounts.update(a.id, { mcpTools: [] });
+      assert.deepEqual(await rows(), [null, '[]']);
+      assert.deepEqual((await store.access(hash)) as object, {
+        keyId: made.id,
+        accountId: a.id,
+        weight: 1,
+        teamMcpTools: [],
+      });
+    },
+  );
 
   it('gives the Playground key its own default cache TTL, as any key', async () => {
     const a = await store.accounts.create({ email: 'playground-cache@example.com' });
@@ -281,40 +412,68 @@ describe('KeyStore', () => {
     assert.deepEqual([again.keyId, again.cacheTtlS, again.cacheMaxTtlS], [first.keyId, 90, 120]);
   });
 
-  it('names each person’s Playground key in a team for them; one named "Playground" before is found again and renamed on its next use', async () => {
-    const team = await store.accounts.createTeam({ name: 'Research' });
-    const ana = await store.accounts.create({ email: 'ana@example.com' });
-    const ben = await store.accounts.create({ email: 'ben@example.com' });
-    const anaKey = (await store.playgroundAccess(team.id, ana.id)).keyId;
-    const benKey = (await store.playgroundAccess(team.id, ben.id)).keyId;
-    assert.deepEqual([(await store.get(anaKey))!.name, (await store.get(benKey))!.name], ['Playground (ana@example.com)', 'Playground (ben@example.com)']);
-    // A person's own account holds one Playground key: "Playground" says which.
-    assert.equal((await store.get((await store.playgroundAccess(ana.id)).keyId))!.name, 'Playground');
-    // Ben's, as one made before it was named for him, and Redis lost which key it is: found in the record by its old name, renamed.
-    await store.update(benKey, { name: 'Playground' });
-    await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
-    assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
-    assert.equal((await store.get(benKey))!.name, 'Playground (ben@example.com)');
-    const named = await store.record.selectFrom('api_keys').select('name').where('id', '=', benKey).executeTakeFirstOrThrow();
-    assert.equal(named.name, 'Playground (ben@example.com)', 'renamed in the record too');
-    // Found again by its new name as well.
-    await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
-    assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
-    // A name never longer than a key name may be.
-    const long = await store.accounts.create({ email: `${'x'.repeat(240)}@example.com` });
-    const longName = (await store.get((await store.playgroundAccess(team.id, long.id)).keyId))!.name;
-    assert.ok(longName.length <= 200 && longName.startsWith('Playground (xxx') && longName.endsWith('…)'), longName);
-  });
+  it(
+    'names each person’s Playground key in a team for them; one named "Playground" before is found again and ' +
+      'renamed on its next use',
+    async () => {
+      const team = await store.accounts.createTeam({ name: 'Research' });
+      const ana = await store.accounts.create({ email: 'ana@example.com' });
+      const ben = await store.accounts.create({ email: 'ben@example.com' });
+      const anaKey = (await store.playgroundAccess(team.id, ana.id)).keyId;
+      const benKey = (await store.playgroundAccess(team.id, ben.id)).keyId;
+      assert.deepEqual(
+        [(await store.get(anaKey))!.name, (await store.get(benKey))!.name],
+        ['Playground (ana@example.com)', 'Playground (ben@example.com)'],
+      );
+      // A person's own account holds one Playground key: "Playground" says which.
+      assert.equal((await store.get((await store.playgroundAccess(ana.id)).keyId))!.name, 'Playground');
+      // Ben's, as one made before it was named for him, and Redis lost which key it is: found in the record by its old
+      // name, renamed.
+      await store.update(benKey, { name: 'Playground' });
+      await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
+      assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
+      assert.equal((await store.get(benKey))!.name, 'Playground (ben@example.com)');
+      const named = await store.record
+        .selectFrom('api_keys')
+        .select('name')
+        .where('id', '=', benKey)
+        .executeTakeFirstOrThrow();
+      assert.equal(named.name, 'Playground (ben@example.com)', 'renamed in the record too');
+      // Found again by its new name as well.
+      await redis.hdel(accountKey(team.id), `playground_key:${ben.id}`);
+      assert.equal((await store.playgroundAccess(team.id, ben.id)).keyId, benKey);
+      // A name never longer than a key name may be.
+      const long = await store.accounts.create({ email: `${'x'.repeat(240)}@example.com` });
+      const longName = (await store.get((await store.playgroundAccess(team.id, long.id)).keyId))!.name;
+      assert.ok(longName.length <= 200 && longName.startsWith('Playground (xxx') && longName.endsWith('…)'), longName);
+    },
+  );
 
   it('makes records the billing admission accepts: the account balance decides', async () => {
     const a = await store.accounts.create({ email: 'b@example.com' });
     const key = await store.create('billed', { accountId: a.id });
-    const ask = (requestId: string) => reserve(redis, { requestId, keyId: key.id, accountId: a.id, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, {});
+    const ask = (requestId: string) =>
+      reserve(
+        redis,
+        { requestId, keyId: key.id, accountId: a.id, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 },
+        {},
+      );
     assert.equal((await ask('r1')).ok, false);
     await store.accounts.credit(a.id, usdToMicros(1));
     assert.equal((await ask('r2')).ok, true);
     const free = await store.create('free');
-    const outcome = await reserve(redis, { requestId: 'r3', keyId: free.id, accountId: defaultAccountId, micros: 1000, tokens: 10, deadline: Date.now() + 60_000 }, {});
+    const outcome = await reserve(
+      redis,
+      {
+        requestId: 'r3',
+        keyId: free.id,
+        accountId: defaultAccountId,
+        micros: 1000,
+        tokens: 10,
+        deadline: Date.now() + 60_000,
+      },
+      {},
+    );
     assert.equal(outcome.ok, true);
   });
 
@@ -361,7 +520,7 @@ describe('KeyCache', () => {
     assert.equal((await cache.resolve(key.key))!.keyId, key.id);
     await redis.hset(apiKeyRecordKey(key.id), 'expires', String(Math.floor(Date.now() / 1000) - 10));
     cache.forget('key_someone_else');
-    assert.equal((await cache.resolve(key.key))!.keyId, key.id, 'another key\'s message changes nothing');
+    assert.equal((await cache.resolve(key.key))!.keyId, key.id, "another key's message changes nothing");
     cache.forget(hashSecret(key.key));
     const verdict = await cache.check(key.key);
     assert.ok('refused' in verdict && verdict.refused === 'expired');
@@ -388,14 +547,17 @@ describe('usage aggregates', () => {
       record
         .insertInto('usage_daily')
         .values({ day, account_id: account, key_id: key, model, [metric]: value } as never)
-        .onConflict((oc) => oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet({ [metric]: value } as never))
+        .onConflict((oc) =>
+          oc.columns(['account_id', 'day', 'key_id', 'model']).doUpdateSet({ [metric]: value } as never),
+        )
         .execute();
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'requests', 2);
     await add(day1, 'acct_a', 'key_1', 'gpt|x', 'cost_micros', 1500);
     await add(day2, 'acct_a', 'key_2', 'claude', 'requests', 1);
     await add(day2, 'acct_a', 'key_2', 'claude', 'input_tokens', 40);
     await add(day2, 'acct_b', 'key_3', 'claude', 'requests', 5);
-    const query = (q: Record<string, string>) => readUsage(record, usageQuerySchema.parse({ from: day1, to: day2, ...q }));
+    const query = (q: Record<string, string>) =>
+      readUsage(record, usageQuerySchema.parse({ from: day1, to: day2, ...q }));
 
     assert.deepEqual(
       (await query({ group_by: 'model' })).map((r) => [r.model, r.requests, r.cost_usd]),
@@ -404,10 +566,18 @@ describe('usage aggregates', () => {
         ['gpt|x', 2, 0.0015],
       ],
     );
-    assert.deepEqual((await query({ group_by: 'day,key', account_id: 'acct_a' })).map((r) => [r.day, r.key_id, r.requests, r.input_tokens]), [
-      [day1, 'key_1', 2, 0],
-      [day2, 'key_2', 1, 40],
-    ]);
+    assert.deepEqual(
+      (await query({ group_by: 'day,key', account_id: 'acct_a' })).map((r) => [
+        r.day,
+        r.key_id,
+        r.requests,
+        r.input_tokens,
+      ]),
+      [
+        [day1, 'key_1', 2, 0],
+        [day2, 'key_2', 1, 40],
+      ],
+    );
     const [total] = await query({});
     assert.equal(total!.requests, 8);
     assert.equal(total!.day, undefined);

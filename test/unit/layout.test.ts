@@ -35,18 +35,31 @@ function importsOf(fileName: string, text: string): ImportSite[] {
   const add = (node: ts.Node, specifier: string) =>
     sites.push({ line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, specifier });
   const visit = (node: ts.Node): void => {
-    if ((ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+    if (
+      (ts.isImportDeclaration(node) || ts.isExportDeclaration(node)) &&
+      node.moduleSpecifier &&
+      ts.isStringLiteral(node.moduleSpecifier)
+    ) {
       add(node.moduleSpecifier, node.moduleSpecifier.text);
-    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference) && ts.isStringLiteral(node.moduleReference.expression)) {
+    } else if (
+      ts.isImportEqualsDeclaration(node) &&
+      ts.isExternalModuleReference(node.moduleReference) &&
+      ts.isStringLiteral(node.moduleReference.expression)
+    ) {
       add(node.moduleReference.expression, node.moduleReference.expression.text);
     } else if (
       ts.isCallExpression(node) &&
-      (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword ||
+        (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
       node.arguments[0] &&
       ts.isStringLiteralLike(node.arguments[0])
     ) {
       add(node.arguments[0], node.arguments[0].text);
-    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+    } else if (
+      ts.isImportTypeNode(node) &&
+      ts.isLiteralTypeNode(node.argument) &&
+      ts.isStringLiteral(node.argument.literal)
+    ) {
       add(node.argument.literal, node.argument.literal.text);
     }
     ts.forEachChild(node, visit);
@@ -80,7 +93,8 @@ function layoutOffences(): { offences: string[]; filesPerFolder: Map<string, num
         // Packages (`zod`, `node:fs`) cross no line; only paths into the tree can.
         if (!specifier.startsWith('.') && !specifier.startsWith('/')) continue;
         const target = toPosix(relative(root, resolve(dirname(file), specifier)));
-        if (banned.includes(target.split('/')[0]!)) offences.push(`${toPosix(relative(root, file))}:${line} → ${target}`);
+        if (banned.includes(target.split('/')[0]!))
+          offences.push(`${toPosix(relative(root, file))}:${line} → ${target}`);
       }
     }
     filesPerFolder.set(folder, files);
@@ -96,14 +110,19 @@ function layoutOffences(): { offences: string[]; filesPerFolder: Map<string, num
  */
 const apiLeaves = ['api/http'];
 
-/** The api/ file a leaf's file names outside the leaf; undefined for a package, shared/, storage/ or the leaf itself. */
+/**
+ * The api/ file a leaf's file names outside the leaf; undefined for a package, shared/, storage/ or the leaf itself.
+ */
 function leafCrossing(leaf: string, file: string, specifier: string): string | undefined {
   if (!specifier.startsWith('.') && !specifier.startsWith('/')) return undefined;
   const target = toPosix(relative(root, resolve(root, dirname(file), specifier)));
   return target.startsWith('api/') && !target.startsWith(`${leaf}/`) ? target : undefined;
 }
 
-/** `file:line → target` for each import out of a leaf of api/ into the rest of api/, with the number of files read per leaf. */
+/**
+ * `file:line → target` for each import out of a leaf of api/ into the rest of api/, with the number of files read per
+ * leaf.
+ */
 function leafOffences(): { offences: string[]; filesPerLeaf: Map<string, number> } {
   const offences: string[] = [];
   const filesPerLeaf = new Map<string, number>();
@@ -125,11 +144,21 @@ function leafOffences(): { offences: string[]; filesPerLeaf: Map<string, number>
 /** Every folder of source code: the gateway's halves, its entry points, the benches and the console's pages. */
 const sourceFolders = ['api', 'workers', 'shared', 'storage', 'bin', 'bench', 'console/src'];
 
-/** The file an in-tree specifier names: `./a.js` is `./a.ts` (or `.tsx`) on disk, as NodeNext and the bundler resolve it. */
+/**
+ * The file an in-tree specifier names: `./a.js` is `./a.ts` (or `.tsx`) on disk, as NodeNext and the bundler resolve
+ * it.
+ */
 function resolveInTree(from: string, specifier: string): string | undefined {
   const target = resolve(dirname(from), specifier);
   const stem = target.replace(/\.[cm]?jsx?$/, '');
-  const candidates = [target, `${stem}.ts`, `${stem}.tsx`, `${stem}.mts`, join(target, 'index.ts'), join(target, 'index.tsx')];
+  const candidates = [
+    target,
+    `${stem}.ts`,
+    `${stem}.tsx`,
+    `${stem}.mts`,
+    join(target, 'index.ts'),
+    join(target, 'index.tsx'),
+  ];
   return candidates.find((candidate) => /\.[cm]?[jt]sx?$/.test(candidate) && existsSync(candidate));
 }
 
@@ -196,7 +225,11 @@ describe('source layout', () => {
   it('keeps api/http/ a leaf: it imports nothing else from api/', () => {
     const { offences, filesPerLeaf } = leafOffences();
     for (const [leaf, files] of filesPerLeaf) assert.ok(files > 0, `no TypeScript file read under ${leaf}/`);
-    assert.deepEqual(offences, [], `imports out of a leaf of api/ (${apiLeaves.join(', ')}) into the rest of api/:\n  ${offences.join('\n  ')}`);
+    assert.deepEqual(
+      offences,
+      [],
+      `imports out of a leaf of api/ (${apiLeaves.join(', ')}) into the rest of api/:\n  ${offences.join('\n  ')}`,
+    );
   });
 
   it("tells a leaf's own imports from those that leave it", () => {
@@ -219,8 +252,8 @@ describe('source layout', () => {
     const sample = [
       "/// <reference path='../workers/a.ts' />",
       "import type { A } from '../workers/a.js';",
-      "import {",
-      "  B,",
+      'import {',
+      '  B,',
       "} from '../workers/b.js';",
       "import '../workers/c.js';",
       "export { D } from '../workers/d.js';",
@@ -230,7 +263,7 @@ describe('source layout', () => {
       "const h = require('../workers/h.js');",
       "type I = import('../workers/i.js').I;",
       "// import { J } from '../workers/j.js';",
-      "const k = \"import { K } from '../workers/k.js'\";",
+      'const k = "import { K } from \'../workers/k.js\'";',
     ].join('\n');
     assert.deepEqual(
       importsOf('api/sample.ts', sample).sort((a, b) => a.line - b.line),

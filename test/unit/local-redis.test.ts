@@ -8,7 +8,6 @@ import { locateRedis } from '../../bin/local-redis.js';
 import { freePort, processPrivateRedis } from '../support/redis-server.js';
 import { processAlive } from '../../storage/record/embedded-engine.js';
 
-
 async function gone(pid: number): Promise<boolean> {
   for (let i = 0; i < 100 && processAlive(pid); i++) await new Promise((r) => setTimeout(r, 50));
   return !processAlive(pid);
@@ -42,7 +41,9 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
     const port = await freePort();
     await assert.rejects(
       () => locateRedis({ REDIS_URL: `redis://user:s3cret-pw@127.0.0.1:${port}` }, true),
-      (error: Error) => error.message === `cannot reach Redis at 127.0.0.1:${port} (REDIS_URL): start it, or point REDIS_URL at one that runs.`,
+      (error: Error) =>
+        error.message ===
+        `cannot reach Redis at 127.0.0.1:${port} (REDIS_URL): start it, or point REDIS_URL at one that runs.`,
     );
   });
 
@@ -69,7 +70,8 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
       assert.equal(first.source, 'started');
       assert.match(first.described, new RegExp(`started a private redis-server under ${dataDir} .*\\(pid ${pid}\\)`));
       assert.equal(readFileSync(join(dataDir, 'redis.url'), 'utf8').trim(), first.url);
-      // A second user (another gateway, a CLI) finds the same one, and while it holds a connection the first leaves it running.
+      // A second user (another gateway, a CLI) finds the same one, and while it holds a connection the first leaves it
+      // running.
       const again = await locateRedis(env, false, { defaultUrl: closed, dataDir });
       assert.equal(again.url, first.url);
       assert.equal(again.source, 'private');
@@ -95,7 +97,12 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
     try {
       assert.equal(located.source, 'started');
       assert.notEqual(located.url, other.url);
-      assert.ok(located.described.includes(`a Redis also answers at 127.0.0.1:${new URL(other.url).port}: set REDIS_URL to use that one instead`), located.described);
+      assert.ok(
+        located.described.includes(
+          `a Redis also answers at 127.0.0.1:${new URL(other.url).port}: set REDIS_URL to use that one instead`,
+        ),
+        located.described,
+      );
     } finally {
       await located.release();
       if (processAlive(pid)) process.kill(pid, 'SIGKILL');
@@ -108,7 +115,10 @@ describe('locateRedis (how npm start and the keys CLI find Redis)', () => {
     const located = await locateRedis({ PATH: '/nonexistent' }, true, { defaultUrl: other.url, dataDir });
     assert.equal(located.source, 'default');
     assert.equal(located.warning, true);
-    assert.ok(located.described.includes(`the Redis that answers at 127.0.0.1:${new URL(other.url).port} (its database 0)`), located.described);
+    assert.ok(
+      located.described.includes(`the Redis that answers at 127.0.0.1:${new URL(other.url).port} (its database 0)`),
+      located.described,
+    );
     assert.match(located.described, /set REDIS_URL/);
     assert.equal(await located.release(), 'not ours', 'a Redis it did not start is never stopped');
   });

@@ -33,7 +33,10 @@ const KEY = 'sk-test-media-key-0123456789';
 const catalog = loadCatalog();
 const log = pino({ level: 'silent' });
 // Valid UTF-8 on purpose (NUL, control bytes, a two-byte character): the fake records bodies as text.
-const AUDIO = Buffer.concat([Buffer.from('RIFF\u0024\u0000\u0000\u0000WAVEfmt '), Buffer.from([0, 1, 2, 3, 0x7f, 0xc3, 0xa9, 10, 13])]);
+const AUDIO = Buffer.concat([
+  Buffer.from('RIFF\u0024\u0000\u0000\u0000WAVEfmt '),
+  Buffer.from([0, 1, 2, 3, 0x7f, 0xc3, 0xa9, 10, 13]),
+]);
 
 let fake: FakeOpenAI;
 let media: FakeOpenAIMedia;
@@ -44,10 +47,22 @@ let requestCounter = 0;
 interface Harness {
   ctx: MediaContext;
   progress: number[];
-  checkpoint: { state: Record<string, unknown> | undefined; writes: Array<{ state: Record<string, unknown>; requestsSoFar: number }> };
+  checkpoint: {
+    state: Record<string, unknown> | undefined;
+    writes: Array<{ state: Record<string, unknown>; requestsSoFar: number }>;
+  };
 }
 
-function harness(options: { model?: string; upstreamModel?: string; vendor?: string; signal?: AbortSignal; state?: Record<string, unknown>; onProgress?: (percent: number) => void } = {}): Harness {
+function harness(
+  options: {
+    model?: string;
+    upstreamModel?: string;
+    vendor?: string;
+    signal?: AbortSignal;
+    state?: Record<string, unknown>;
+    onProgress?: (percent: number) => void;
+  } = {},
+): Harness {
   const progress: number[] = [];
   const checkpoint: Harness['checkpoint'] = { state: options.state, writes: [] };
   const model = catalog.get(options.model ?? 'sora-2');
@@ -76,12 +91,15 @@ function harness(options: { model?: string; upstreamModel?: string; vendor?: str
   return { ctx, progress, checkpoint };
 }
 
-
 async function upload(name: string | undefined, contentType: string, bytes: Buffer = AUDIO): Promise<BlobRef> {
   return blobs.put(`uploads/${(requestCounter += 1)}/file`, bytes, contentType, name);
 }
 
-const transcription = (file: BlobRef, extra: Partial<TranscriptionInput> = {}): TranscriptionInput => ({ file, response_format: 'json', ...extra });
+const transcription = (file: BlobRef, extra: Partial<TranscriptionInput> = {}): TranscriptionInput => ({
+  file,
+  response_format: 'json',
+  ...extra,
+});
 
 before(async () => {
   fake = await startFakeOpenAI({ apiKey: KEY });
@@ -105,7 +123,13 @@ describe('openai transcriptions', () => {
   it('sends the upload and every field as multipart, in order, with the file name, type and bytes kept', async () => {
     const file = await upload('speech.wav', 'audio/wav');
     const { ctx } = harness({ model: 'whisper-1' });
-    const input = transcription(file, { language: 'en', prompt: 'Names: Ada.', response_format: 'verbose_json', temperature: 0.2, timestamp_granularities: ['word', 'segment'] });
+    const input = transcription(file, {
+      language: 'en',
+      prompt: 'Names: Ada.',
+      response_format: 'verbose_json',
+      temperature: 0.2,
+      timestamp_granularities: ['word', 'segment'],
+    });
     await openaiAdapter.transcribe!(input, ctx);
 
     const sent = fake.requests[0]!;
@@ -130,14 +154,20 @@ describe('openai transcriptions', () => {
     const { ctx } = harness({ model: 'whisper-1' });
     await openaiAdapter.transcribe!(transcription(await upload(undefined, 'audio/mpeg')), ctx);
     const parts = media.transcriptions[0]!;
-    assert.deepEqual(parts.map((part) => part.name), ['file', 'model', 'response_format']);
+    assert.deepEqual(
+      parts.map((part) => part.name),
+      ['file', 'model', 'response_format'],
+    );
     assert.equal((parts[0] as { filename: string }).filename, 'audio.mp3');
   });
 
   it('hands every response format on exactly as the vendor sent it, with its content type', async () => {
     const file = await upload('speech.wav', 'audio/wav');
     const expected: Record<TranscriptionInput['response_format'], { body: string | RegExp; type: RegExp }> = {
-      json: { body: JSON.stringify({ text: FAKE_TRANSCRIPT_TEXT, usage: { type: 'duration', seconds: 4 } }, null, 2), type: /^application\/json/ },
+      json: {
+        body: JSON.stringify({ text: FAKE_TRANSCRIPT_TEXT, usage: { type: 'duration', seconds: 4 } }, null, 2),
+        type: /^application\/json/,
+      },
       text: { body: `${FAKE_TRANSCRIPT_TEXT}\n`, type: /^text\/plain/ },
       srt: { body: FAKE_SRT, type: /^text\/plain/ },
       vtt: { body: FAKE_VTT, type: /^text\/plain/ },
@@ -145,7 +175,10 @@ describe('openai transcriptions', () => {
     };
     for (const [format, want] of Object.entries(expected)) {
       const { ctx } = harness({ model: 'whisper-1' });
-      const result = await openaiAdapter.transcribe!(transcription(file, { response_format: format as TranscriptionInput['response_format'] }), ctx);
+      const result = await openaiAdapter.transcribe!(
+        transcription(file, { response_format: format as TranscriptionInput['response_format'] }),
+        ctx,
+      );
       if (typeof want.body === 'string') assert.equal(result.body, want.body, format);
       else assert.match(result.body, want.body, format);
       assert.match(result.contentType, want.type, format);
@@ -156,7 +189,9 @@ describe('openai transcriptions', () => {
     const file = await upload('speech.wav', 'audio/wav');
     for (const model of ['gpt-4o-transcribe', 'gpt-4o-mini-transcribe']) {
       for (const format of ['srt', 'vtt', 'verbose_json'] as const) {
-        const error = await gatewayError(openaiAdapter.transcribe!(transcription(file, { response_format: format }), harness({ model }).ctx));
+        const error = await gatewayError(
+          openaiAdapter.transcribe!(transcription(file, { response_format: format }), harness({ model }).ctx),
+        );
         assert.equal(error.status, 400);
         assert.equal(error.param, 'response_format');
         assert.match(error.message, new RegExp(`'${format}' is not supported by ${model}; use json or text`));
@@ -164,26 +199,52 @@ describe('openai transcriptions', () => {
     }
     assert.equal(fake.requests.length, 0);
     for (const format of ['json', 'text'] as const) {
-      const result = await openaiAdapter.transcribe!(transcription(file, { response_format: format }), harness({ model: 'gpt-4o-transcribe' }).ctx);
+      const result = await openaiAdapter.transcribe!(
+        transcription(file, { response_format: format }),
+        harness({ model: 'gpt-4o-transcribe' }).ctx,
+      );
       assert.match(result.body, /Hello from the fake/);
     }
   });
 
   it('maps vendor errors the OpenAI way', async () => {
     const file = await upload('speech.wav', 'audio/wav');
-    fake.enqueue({ status: 400, json: { error: { message: 'Audio file is too short.', type: 'invalid_request_error', param: 'file', code: 'audio_too_short' } } });
-    const refused = await gatewayError(openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
-    assert.deepEqual([refused.status, refused.param, refused.code, refused.retryable], [400, 'file', 'audio_too_short', false]);
-    fake.enqueue({ status: 503, json: { error: { message: 'Overloaded', type: 'server_error', param: null, code: null } } });
-    const overloaded = await gatewayError(openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx));
+    fake.enqueue({
+      status: 400,
+      json: {
+        error: {
+          message: 'Audio file is too short.',
+          type: 'invalid_request_error',
+          param: 'file',
+          code: 'audio_too_short',
+        },
+      },
+    });
+    const refused = await gatewayError(
+      openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx),
+    );
+    assert.deepEqual(
+      [refused.status, refused.param, refused.code, refused.retryable],
+      [400, 'file', 'audio_too_short', false],
+    );
+    fake.enqueue({
+      status: 503,
+      json: { error: { message: 'Overloaded', type: 'server_error', param: null, code: null } },
+    });
+    const overloaded = await gatewayError(
+      openaiAdapter.transcribe!(transcription(file), harness({ model: 'whisper-1' }).ctx),
+    );
     assert.equal(overloaded.retryable, true);
   });
 });
 
 describe('openai translations', () => {
-  it('sends the upload and the translation\'s fields to /audio/translations, and hands the answer on as sent', async () => {
+  it("sends the upload and the translation's fields to /audio/translations, and hands the answer on as sent", async () => {
     const file = await upload('rede.wav', 'audio/wav');
-    const result = await openaiAdapter.translate!({ file, prompt: 'A talk.', response_format: 'srt', temperature: 0.4 }, harness({ model: 'whisper-1' }).ctx);
+    const result = await openaiAdapter.translate!(
+      { file, prompt: 'A talk.', response_format: 'srt', temperature: 0.4 },
+      harness({ model: 'whisper-1' }).ctx,
+    );
     assert.equal(fake.requests[0]!.path, '/v1/audio/translations');
     assert.deepEqual(media.translations[0], [
       { name: 'file', filename: 'rede.wav', type: 'audio/wav', bytes: AUDIO },
@@ -199,12 +260,19 @@ describe('openai translations', () => {
 
   it("maps the vendor's refusal the OpenAI way", async () => {
     const file = await upload('rede.wav', 'audio/wav');
-    const refused = await gatewayError(openaiAdapter.translate!({ file, response_format: 'json' }, harness({ model: 'gpt-4o-transcribe' }).ctx));
+    const refused = await gatewayError(
+      openaiAdapter.translate!({ file, response_format: 'json' }, harness({ model: 'gpt-4o-transcribe' }).ctx),
+    );
     assert.deepEqual([refused.status, refused.param, refused.retryable], [400, 'model', false]);
   });
 });
 
-const videoInput = (extra: Partial<VideoInput> = {}): VideoInput => ({ prompt: 'A lighthouse at dusk', seconds: '8', size: '1280x720', ...extra });
+const videoInput = (extra: Partial<VideoInput> = {}): VideoInput => ({
+  prompt: 'A lighthouse at dusk',
+  seconds: '8',
+  size: '1280x720',
+  ...extra,
+});
 
 describe('openai videos', () => {
   it('creates, checkpoints the id before polling, reports progress, and stores video and thumbnail', async () => {
@@ -220,10 +288,21 @@ describe('openai videos', () => {
     assert.deepEqual(run.progress, [0, 33, 66, 100]);
     assert.deepEqual(
       fake.requests.map((request) => `${request.method} ${request.path}`),
-      ['POST /v1/videos', 'GET /v1/videos/video_fake0001', 'GET /v1/videos/video_fake0001', 'GET /v1/videos/video_fake0001', 'GET /v1/videos/video_fake0001/content', 'GET /v1/videos/video_fake0001/content?variant=thumbnail'],
+      [
+        'POST /v1/videos',
+        'GET /v1/videos/video_fake0001',
+        'GET /v1/videos/video_fake0001',
+        'GET /v1/videos/video_fake0001',
+        'GET /v1/videos/video_fake0001/content',
+        'GET /v1/videos/video_fake0001/content?variant=thumbnail',
+      ],
     );
 
-    assert.deepEqual(result.video, { key: `videos/${run.ctx.requestId}/video.mp4`, contentType: 'video/mp4', size: fakeVideoBytes('video_fake0001').length });
+    assert.deepEqual(result.video, {
+      key: `videos/${run.ctx.requestId}/video.mp4`,
+      contentType: 'video/mp4',
+      size: fakeVideoBytes('video_fake0001').length,
+    });
     assert.deepEqual(await blobs.get(result.video.key), fakeVideoBytes('video_fake0001'));
     assert.equal(result.thumbnail?.contentType, 'image/webp');
     assert.deepEqual(await blobs.get(result.thumbnail!.key), fakeVideoBytes('video_fake0001', 'thumbnail'));
@@ -231,7 +310,12 @@ describe('openai videos', () => {
 
   it("uses a catalog alias's default size when the client gave none", async () => {
     await openaiAdapter.generateVideo!(videoInput({ size: '' }), harness({ model: 'sora-2-landscape' }).ctx);
-    assert.deepEqual(fake.requests[0]!.body, { model: 'sora-2', prompt: 'A lighthouse at dusk', seconds: '8', size: '1280x720' });
+    assert.deepEqual(fake.requests[0]!.body, {
+      model: 'sora-2',
+      prompt: 'A lighthouse at dusk',
+      seconds: '8',
+      size: '1280x720',
+    });
   });
 
   it('sends a reference image as a multipart file part', async () => {
@@ -254,7 +338,10 @@ describe('openai videos', () => {
     const run = harness({ signal: controller.signal, onProgress: () => controller.abort(reason) });
     await assert.rejects(openaiAdapter.generateVideo!(videoInput(), run.ctx), (error) => error === reason);
     assert.deepEqual(run.checkpoint.state, { openaiVideoId: 'video_fake0001' });
-    assert.deepEqual(fake.requests.map((request) => request.method), ['POST']);
+    assert.deepEqual(
+      fake.requests.map((request) => request.method),
+      ['POST'],
+    );
   });
 
   it('a restarted worker resumes polling the checkpointed video instead of creating another', async () => {
@@ -272,7 +359,9 @@ describe('openai videos', () => {
   });
 
   it('a resumed video the vendor no longer knows fails without creating a new one', async () => {
-    const error = await gatewayError(openaiAdapter.generateVideo!(videoInput(), harness({ state: { openaiVideoId: 'video_gone' } }).ctx));
+    const error = await gatewayError(
+      openaiAdapter.generateVideo!(videoInput(), harness({ state: { openaiVideoId: 'video_gone' } }).ctx),
+    );
     assert.deepEqual([error.status, error.code, error.retryable], [502, 'vendor_job_lost', false]);
     assert.equal(media.created, 0);
   });
@@ -305,7 +394,8 @@ describe('openai videos', () => {
 describe('mock transcriptions', () => {
   const file: BlobRef = { key: 'uploads/x/file', contentType: 'audio/wav', size: 48_000, filename: 'speech.wav' };
   const text = 'Mock transcription of speech.wav (48000 bytes).';
-  const run = (extra: Partial<TranscriptionInput>) => transcribeMock(transcription(file, extra), harness({ model: 'whisper-1', vendor: 'mock' }).ctx);
+  const run = (extra: Partial<TranscriptionInput>) =>
+    transcribeMock(transcription(file, extra), harness({ model: 'whisper-1', vendor: 'mock' }).ctx);
 
   it('answers json with text and duration usage', async () => {
     const result = await run({});
@@ -334,8 +424,13 @@ describe('mock transcriptions', () => {
     assert.equal(plain.segments.at(-1).end, 3);
     const words = JSON.parse((await run({ response_format: 'verbose_json', timestamp_granularities: ['word'] })).body);
     assert.equal(words.segments, undefined);
-    assert.deepEqual(words.words.map((word: { word: string }) => word.word), ['Mock', 'transcription', 'of', 'speech.wav', '48000', 'bytes']);
-    const both = JSON.parse((await run({ response_format: 'verbose_json', timestamp_granularities: ['word', 'segment'] })).body);
+    assert.deepEqual(
+      words.words.map((word: { word: string }) => word.word),
+      ['Mock', 'transcription', 'of', 'speech.wav', '48000', 'bytes'],
+    );
+    const both = JSON.parse(
+      (await run({ response_format: 'verbose_json', timestamp_granularities: ['word', 'segment'] })).body,
+    );
     assert.ok(both.words.length > 0 && both.segments.length > 0);
   });
 
@@ -350,7 +445,8 @@ describe('mock transcriptions', () => {
 describe('mock translations', () => {
   const file: BlobRef = { key: 'uploads/x/file', contentType: 'audio/wav', size: 48_000, filename: 'rede.wav' };
   const text = 'Mock translation into English of rede.wav (48000 bytes).';
-  const run = (extra: Partial<TranscriptionInput>) => translateMock(transcription(file, extra), harness({ model: 'whisper-1', vendor: 'mock' }).ctx);
+  const run = (extra: Partial<TranscriptionInput>) =>
+    translateMock(transcription(file, extra), harness({ model: 'whisper-1', vendor: 'mock' }).ctx);
 
   it('answers json with the English text alone, as OpenAI writes a translation', async () => {
     assert.deepEqual(JSON.parse((await run({})).body), { text });
@@ -358,7 +454,10 @@ describe('mock translations', () => {
 
   it('answers verbose_json in English with segments and the duration, no words and no usage', async () => {
     const verbose = JSON.parse((await run({ response_format: 'verbose_json' })).body);
-    assert.deepEqual([verbose.task, verbose.language, verbose.duration, verbose.text], ['translate', 'english', 3, text]);
+    assert.deepEqual(
+      [verbose.task, verbose.language, verbose.duration, verbose.text],
+      ['translate', 'english', 3, text],
+    );
     assert.equal(verbose.segments.length, 2);
     assert.equal(verbose.segments.at(-1).end, 3);
     assert.equal(verbose.words, undefined);
@@ -367,8 +466,14 @@ describe('mock translations', () => {
 
   it('answers text, srt and vtt in their own syntax, and heeds the markers', async () => {
     assert.equal((await run({ response_format: 'text' })).body, `${text}\n`);
-    assert.match((await run({ response_format: 'srt' })).body, /^1\n00:00:00,000 --> 00:00:01,500\nMock translation into English\n\n2\n/);
-    assert.match((await run({ response_format: 'vtt' })).body, /^WEBVTT\n\n00:00:00\.000 --> 00:00:01\.500\nMock translation into English\n\n/);
+    assert.match(
+      (await run({ response_format: 'srt' })).body,
+      /^1\n00:00:00,000 --> 00:00:01,500\nMock translation into English\n\n2\n/,
+    );
+    assert.match(
+      (await run({ response_format: 'vtt' })).body,
+      /^WEBVTT\n\n00:00:00\.000 --> 00:00:01\.500\nMock translation into English\n\n/,
+    );
     assert.equal((await gatewayError(run({ prompt: '[mock:error:503]' }))).status, 503);
   });
 });
@@ -385,11 +490,16 @@ const CONTAINERS = new Set(['moov', 'trak', 'mdia', 'minf', 'dinf', 'stbl']);
 /** Walks ISO BMFF boxes, checking that every size fits its parent exactly. */
 function walk(data: Buffer, start = 0, end = data.length): Box[] {
   const boxes: Box[] = [];
-  for (let offset = start; offset < end; ) {
+  for (let offset = start; offset < end;) {
     const size = data.readUInt32BE(offset);
     const type = data.toString('latin1', offset + 4, offset + 8);
     assert.ok(size >= 8 && offset + size <= end, `box ${type} at ${offset} has size ${size}`);
-    boxes.push({ type, start: offset, end: offset + size, children: CONTAINERS.has(type) ? walk(data, offset + 8, offset + size) : [] });
+    boxes.push({
+      type,
+      start: offset,
+      end: offset + size,
+      children: CONTAINERS.has(type) ? walk(data, offset + 8, offset + size) : [],
+    });
     offset += size;
   }
   return boxes;
@@ -404,7 +514,13 @@ function find(boxes: Box[], path: string): Box {
 
 /** Reads width and height back out of an SPS, independently of the writer. */
 function readSpsSize(sps: Buffer): { width: number; height: number } {
-  const rbsp = Buffer.from(sps.subarray(1).filter((_, index, bytes) => !(index >= 2 && bytes[index] === 3 && bytes[index - 1] === 0 && bytes[index - 2] === 0)));
+  const rbsp = Buffer.from(
+    sps
+      .subarray(1)
+      .filter(
+        (_, index, bytes) => !(index >= 2 && bytes[index] === 3 && bytes[index - 1] === 0 && bytes[index - 2] === 0),
+      ),
+  );
   let bit = 24; // past profile, constraints and level
   const read = () => (rbsp[bit >> 3]! >> (7 - (bit++ & 7))) & 1;
   const ue = () => {
@@ -431,12 +547,18 @@ function readSpsSize(sps: Buffer): { width: number; height: number } {
 function checkMp4(data: Buffer, width: number, height: number, seconds: number): void {
   const boxes = walk(data);
   assert.equal(boxes.at(-1)!.end, data.length);
-  assert.deepEqual(boxes.map((box) => box.type), ['ftyp', 'moov', 'mdat']);
+  assert.deepEqual(
+    boxes.map((box) => box.type),
+    ['ftyp', 'moov', 'mdat'],
+  );
   assert.equal(data.toString('latin1', 8, 12), 'isom');
   const mvhd = find(boxes, 'moov/mvhd');
   assert.equal(data.readUInt32BE(mvhd.start + 24) / data.readUInt32BE(mvhd.start + 20), seconds);
   const tkhd = find(boxes, 'moov/trak/tkhd');
-  assert.deepEqual([data.readUInt32BE(tkhd.start + 84) / 0x10000, data.readUInt32BE(tkhd.start + 88) / 0x10000], [width, height]);
+  assert.deepEqual(
+    [data.readUInt32BE(tkhd.start + 84) / 0x10000, data.readUInt32BE(tkhd.start + 88) / 0x10000],
+    [width, height],
+  );
   const hdlr = find(boxes, 'moov/trak/mdia/hdlr');
   assert.equal(data.toString('latin1', hdlr.start + 16, hdlr.start + 20), 'vide');
   find(boxes, 'moov/trak/mdia/minf/vmhd');
@@ -487,13 +609,24 @@ describe('mock videos', () => {
     assert.equal(run.progress[0], 0);
     assert.equal(run.progress.at(-1), 100);
     assert.ok(run.progress.length >= 3, String(run.progress));
-    assert.deepEqual(run.progress, [...run.progress].sort((a, b) => a - b));
-    assert.deepEqual(result.video, { key: `videos/${run.ctx.requestId}/video.mp4`, contentType: 'video/mp4', size: result.video.size });
+    assert.deepEqual(
+      run.progress,
+      [...run.progress].sort((a, b) => a - b),
+    );
+    assert.deepEqual(result.video, {
+      key: `videos/${run.ctx.requestId}/video.mp4`,
+      contentType: 'video/mp4',
+      size: result.video.size,
+    });
     checkMp4(await blobs.get(result.video.key), 1280, 720, 4);
   });
 
   it('resumes from the checkpointed start instead of starting over', async () => {
-    const done = harness({ vendor: 'mock', model: 'sora-2-portrait', state: { mockVideoStartedAt: Date.now() - 10_000 } });
+    const done = harness({
+      vendor: 'mock',
+      model: 'sora-2-portrait',
+      state: { mockVideoStartedAt: Date.now() - 10_000 },
+    });
     const result = await generateMockVideo({ prompt: 'a cat', seconds: '4', size: '' }, done.ctx);
     assert.deepEqual(done.progress, [100]);
     assert.deepEqual(done.checkpoint.writes, []);
@@ -505,15 +638,28 @@ describe('mock videos', () => {
   });
 
   it('fails on markers, and stops at once when cancelled', async () => {
-    const failed = await gatewayError(generateMockVideo({ prompt: 'a cat [mock:fail]', seconds: '4', size: '720x1280' }, harness({ vendor: 'mock' }).ctx));
+    const failed = await gatewayError(
+      generateMockVideo(
+        { prompt: 'a cat [mock:fail]', seconds: '4', size: '720x1280' },
+        harness({ vendor: 'mock' }).ctx,
+      ),
+    );
     assert.deepEqual([failed.status, failed.type, failed.code], [500, 'server_error', 'video_generation_failed']);
     assert.match(failed.message, /You can retry the request\./);
-    const limited = await gatewayError(generateMockVideo({ prompt: '[mock:error:429]', seconds: '4', size: '720x1280' }, harness({ vendor: 'mock' }).ctx));
+    const limited = await gatewayError(
+      generateMockVideo(
+        { prompt: '[mock:error:429]', seconds: '4', size: '720x1280' },
+        harness({ vendor: 'mock' }).ctx,
+      ),
+    );
     assert.equal(limited.status, 429);
 
     const controller = new AbortController();
     const reason = new Error('client gone');
     const run = harness({ vendor: 'mock', signal: controller.signal, onProgress: () => controller.abort(reason) });
-    await assert.rejects(generateMockVideo({ prompt: 'a cat', seconds: '4', size: '720x1280' }, run.ctx), (error) => error === reason);
+    await assert.rejects(
+      generateMockVideo({ prompt: 'a cat', seconds: '4', size: '720x1280' }, run.ctx),
+      (error) => error === reason,
+    );
   });
 });

@@ -4,7 +4,14 @@ import { Stream } from '@anthropic-ai/sdk/streaming';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import type { AnswerEvent, Usage } from '../../workers/answers/events.js';
-import { AnthropicEventFold, MessagesStreamEncoder, anthropicCounts, messageIdOf, type AnthropicMessage, type MessagesEncoderOptions } from '../../workers/answers/messages-encoder.js';
+import {
+  AnthropicEventFold,
+  MessagesStreamEncoder,
+  anthropicCounts,
+  messageIdOf,
+  type AnthropicMessage,
+  type MessagesEncoderOptions,
+} from '../../workers/answers/messages-encoder.js';
 import { wireFixture } from '../support/fixtures.js';
 
 interface Frame {
@@ -34,11 +41,27 @@ const options: MessagesEncoderOptions = { model: 'claude-alias', inputTokens: 42
 const start: AnswerEvent = { type: 'start', id: 'chatcmpl-abc123', created: 1 };
 const role: AnswerEvent = { type: 'role', choice: 0 };
 const text = (t: string): AnswerEvent => ({ type: 'text', choice: 0, text: t });
-const usage = (u: Partial<Usage> & Record<string, unknown>): AnswerEvent => ({ type: 'usage', usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15, ...u } });
-const finish = (reason: 'stop' | 'length' | 'tool_calls' | 'content_filter' | 'function_call'): AnswerEvent => ({ type: 'finish', choice: 0, reason });
-const call = (index: number, args: string, first?: { id?: string; name: string }): AnswerEvent => ({ type: 'tool-call', choice: 0, index, arguments: args, ...first });
+const usage = (u: Partial<Usage> & Record<string, unknown>): AnswerEvent => ({
+  type: 'usage',
+  usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15, ...u },
+});
+const finish = (reason: 'stop' | 'length' | 'tool_calls' | 'content_filter' | 'function_call'): AnswerEvent => ({
+  type: 'finish',
+  choice: 0,
+  reason,
+});
+const call = (index: number, args: string, first?: { id?: string; name: string }): AnswerEvent => ({
+  type: 'tool-call',
+  choice: 0,
+  index,
+  arguments: args,
+  ...first,
+});
 
-/** Runs batches through a fresh encoder, then end(); the frames as text and parsed, and the frame count the encoder said. */
+/**
+ * Runs batches through a fresh encoder, then end(); the frames as text and parsed, and the frame count the encoder
+ * said.
+ */
 function run(batches: AnswerEvent[][], opts: MessagesEncoderOptions = options) {
   const encoder = new MessagesStreamEncoder(opts);
   let sse = '';
@@ -68,26 +91,46 @@ function foldFrames(frames: Frame[]): AnthropicMessage {
   return fold.message();
 }
 
-const names = (frames: Frame[]) => frames.map((f) => (f.event === 'content_block_delta' ? `delta:${f.data.delta.type}` : f.event));
+const names = (frames: Frame[]) =>
+  frames.map((f) => (f.event === 'content_block_delta' ? `delta:${f.data.delta.type}` : f.event));
 
 describe('anthropicCounts', () => {
   it('takes cache reads and writes out of input_tokens', () => {
-    assert.deepEqual(anthropicCounts({ prompt_tokens: 100, completion_tokens: 7, total_tokens: 107, prompt_tokens_details: { cached_tokens: 30, cache_write_tokens: 20 } }), {
-      input_tokens: 50,
-      output_tokens: 7,
-      cache_creation_input_tokens: 20,
-      cache_read_input_tokens: 30,
-    });
+    assert.deepEqual(
+      anthropicCounts({
+        prompt_tokens: 100,
+        completion_tokens: 7,
+        total_tokens: 107,
+        prompt_tokens_details: { cached_tokens: 30, cache_write_tokens: 20 },
+      }),
+      {
+        input_tokens: 50,
+        output_tokens: 7,
+        cache_creation_input_tokens: 20,
+        cache_read_input_tokens: 30,
+      },
+    );
   });
 
   it('never says fewer than 0 input tokens, and reads missing details as 0', () => {
-    assert.equal(anthropicCounts({ prompt_tokens: 10, completion_tokens: 1, total_tokens: 11, prompt_tokens_details: { cached_tokens: 30 } }).input_tokens, 0);
-    assert.deepEqual(anthropicCounts({ prompt_tokens: 9, completion_tokens: 1, total_tokens: 10, prompt_tokens_details: null }), {
-      input_tokens: 9,
-      output_tokens: 1,
-      cache_creation_input_tokens: 0,
-      cache_read_input_tokens: 0,
-    });
+    assert.equal(
+      anthropicCounts({
+        prompt_tokens: 10,
+        completion_tokens: 1,
+        total_tokens: 11,
+        prompt_tokens_details: { cached_tokens: 30 },
+      }).input_tokens,
+      0,
+    );
+    assert.deepEqual(
+      anthropicCounts({ prompt_tokens: 9, completion_tokens: 1, total_tokens: 10, prompt_tokens_details: null }),
+      {
+        input_tokens: 9,
+        output_tokens: 1,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+      },
+    );
   });
 });
 
@@ -102,8 +145,23 @@ describe('messageIdOf', () => {
 describe('MessagesStreamEncoder', () => {
   it('writes a vendor’s reasoning as an unsigned thinking block before the text', () => {
     const reasoning = (t: string): AnswerEvent => ({ type: 'reasoning', choice: 0, text: t });
-    const { encoder, frames } = run([[start, role, reasoning('First, '), reasoning('think.')], [text('Answer.'), finish('stop'), usage({})]]);
-    assert.deepEqual(names(frames), ['message_start', 'ping', 'content_block_start', 'delta:thinking_delta', 'delta:thinking_delta', 'content_block_stop', 'content_block_start', 'delta:text_delta', 'content_block_stop', 'message_delta', 'message_stop']);
+    const { encoder, frames } = run([
+      [start, role, reasoning('First, '), reasoning('think.')],
+      [text('Answer.'), finish('stop'), usage({})],
+    ]);
+    assert.deepEqual(names(frames), [
+      'message_start',
+      'ping',
+      'content_block_start',
+      'delta:thinking_delta',
+      'delta:thinking_delta',
+      'content_block_stop',
+      'content_block_start',
+      'delta:text_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
+    ]);
     assert.deepEqual(frames[2]!.data.content_block, { type: 'thinking', thinking: '', signature: '' });
     assert.deepEqual(encoder.message().content, [
       { type: 'thinking', thinking: 'First, think.', signature: '' },
@@ -128,7 +186,9 @@ describe('MessagesStreamEncoder', () => {
       'message_delta',
       'message_stop',
     ]);
-    assert.ok(sse.startsWith('id: 0\nevent: message_start\ndata: {"type":"message_start","message":{"id":"msg_abc123",'));
+    assert.ok(
+      sse.startsWith('id: 0\nevent: message_start\ndata: {"type":"message_start","message":{"id":"msg_abc123",'),
+    );
     assert.deepEqual(frames[0]!.data.message, {
       id: 'msg_abc123',
       type: 'message',
@@ -137,11 +197,25 @@ describe('MessagesStreamEncoder', () => {
       content: [],
       stop_reason: null,
       stop_sequence: null,
-      usage: { input_tokens: 42, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, service_tier: 'standard' },
+      usage: {
+        input_tokens: 42,
+        output_tokens: 1,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+        service_tier: 'standard',
+      },
     });
     assert.deepEqual(frames[1]!.data, { type: 'ping' });
-    assert.deepEqual(frames[2]!.data, { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
-    assert.deepEqual(frames[4]!.data, { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'lo, "world"\n' } });
+    assert.deepEqual(frames[2]!.data, {
+      type: 'content_block_start',
+      index: 0,
+      content_block: { type: 'text', text: '' },
+    });
+    assert.deepEqual(frames[4]!.data, {
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'text_delta', text: 'lo, "world"\n' },
+    });
     assert.deepEqual(frames[5]!.data, { type: 'content_block_stop', index: 0 });
     assert.deepEqual(frames[6]!.data, {
       type: 'message_delta',
@@ -160,7 +234,13 @@ describe('MessagesStreamEncoder', () => {
       content: [{ type: 'text', text: 'Hello, "world"\n' }],
       stop_reason: 'end_turn',
       stop_sequence: null,
-      usage: { input_tokens: 12, output_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, service_tier: 'standard' },
+      usage: {
+        input_tokens: 12,
+        output_tokens: 5,
+        cache_creation_input_tokens: 0,
+        cache_read_input_tokens: 0,
+        service_tier: 'standard',
+      },
     });
     assert.deepEqual(foldFrames(frames), message);
 
@@ -187,8 +267,16 @@ describe('MessagesStreamEncoder', () => {
       'message_stop',
     ]);
     assert.deepEqual(frames[2]!.data.content_block, { type: 'tool_use', id: 'call_1', name: 'get_weather', input: {} });
-    assert.deepEqual(frames[3]!.data, { type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: '{"city":' } });
-    assert.deepEqual(frames[6]!.data, { type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: 'call_2', name: 'now', input: {} } });
+    assert.deepEqual(frames[3]!.data, {
+      type: 'content_block_delta',
+      index: 0,
+      delta: { type: 'input_json_delta', partial_json: '{"city":' },
+    });
+    assert.deepEqual(frames[6]!.data, {
+      type: 'content_block_start',
+      index: 1,
+      content_block: { type: 'tool_use', id: 'call_2', name: 'now', input: {} },
+    });
     assert.equal(frames[8]!.data.delta.stop_reason, 'tool_use');
     const message = encoder.message();
     assert.deepEqual(message.content, [
@@ -202,7 +290,13 @@ describe('MessagesStreamEncoder', () => {
   it('writes interleaved tool calls one block at a time, every call whole', () => {
     const { frames, encoder } = run([
       [start, call(0, '', { id: 'call_a', name: 'a' }), call(1, '', { id: 'call_b', name: 'b' })],
-      [call(0, '{"x":'), call(1, '{"y":'), call(0, '1}'), call(1, '2}'), call(2, '{"z":3}', { id: 'call_c', name: 'c' })],
+      [
+        call(0, '{"x":'),
+        call(1, '{"y":'),
+        call(0, '1}'),
+        call(1, '2}'),
+        call(2, '{"z":3}', { id: 'call_c', name: 'c' }),
+      ],
       [finish('tool_calls'), usage({})],
     ]);
     assert.deepEqual(names(frames), [
@@ -247,7 +341,14 @@ describe('MessagesStreamEncoder', () => {
 
   it('opens a new block for text after a tool call', () => {
     const { frames, encoder } = run([
-      [start, text('Let me check.'), call(0, '{"q":"x"}', { id: 'call_1', name: 'search' }), text('Done.'), finish('tool_calls'), usage({})],
+      [
+        start,
+        text('Let me check.'),
+        call(0, '{"q":"x"}', { id: 'call_1', name: 'search' }),
+        text('Done.'),
+        finish('tool_calls'),
+        usage({}),
+      ],
     ]);
     assert.deepEqual(names(frames), [
       'message_start',
@@ -282,7 +383,17 @@ describe('MessagesStreamEncoder', () => {
 
   it('says cached tokens apart from input tokens', () => {
     const { frames, encoder } = run([
-      [start, text('hi'), finish('stop'), usage({ prompt_tokens: 100, completion_tokens: 7, total_tokens: 107, prompt_tokens_details: { cached_tokens: 30, cache_write_tokens: 20 } })],
+      [
+        start,
+        text('hi'),
+        finish('stop'),
+        usage({
+          prompt_tokens: 100,
+          completion_tokens: 7,
+          total_tokens: 107,
+          prompt_tokens_details: { cached_tokens: 30, cache_write_tokens: 20 },
+        }),
+      ],
     ]);
     const counts = { input_tokens: 50, output_tokens: 7, cache_creation_input_tokens: 20, cache_read_input_tokens: 30 };
     assert.deepEqual(frames.at(-2)!.data.usage, counts);
@@ -293,7 +404,12 @@ describe('MessagesStreamEncoder', () => {
   it('ends a stream without usage, and one without a finish', () => {
     const noUsage = run([[start, text('cut'), finish('length')]]);
     assert.equal(noUsage.encoder.usage, undefined);
-    assert.deepEqual(names(noUsage.frames).slice(-4), ['delta:text_delta', 'content_block_stop', 'message_delta', 'message_stop']);
+    assert.deepEqual(names(noUsage.frames).slice(-4), [
+      'delta:text_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
+    ]);
     assert.deepEqual(noUsage.frames.at(-2)!.data, {
       type: 'message_delta',
       delta: { stop_reason: 'max_tokens', stop_sequence: null },
@@ -309,7 +425,8 @@ describe('MessagesStreamEncoder', () => {
   });
 
   it('maps every finish reason', () => {
-    const reasonOf = (events: AnswerEvent[]) => run([[start, ...events, usage({})]]).frames.at(-2)!.data.delta.stop_reason;
+    const reasonOf = (events: AnswerEvent[]) =>
+      run([[start, ...events, usage({})]]).frames.at(-2)!.data.delta.stop_reason;
     assert.equal(reasonOf([text('x'), finish('stop')]), 'end_turn');
     assert.equal(reasonOf([text('x'), finish('length')]), 'max_tokens');
     assert.equal(reasonOf([call(0, '{}', { id: 'c', name: 'f' }), finish('function_call')]), 'tool_use');
@@ -323,7 +440,11 @@ describe('MessagesStreamEncoder', () => {
     const first = encoder.encode([start, text('partial')]);
     const failed = encoder.fail({ type: 'overloaded_error', message: 'Overloaded' });
     assert.equal(failed.count, 1);
-    assert.equal(failed.frames, `id: ${first.count}\nevent: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n`);
+    assert.equal(
+      failed.frames,
+      `id: ${first.count}\nevent: error\ndata: ` +
+        `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n`,
+    );
     assert.deepEqual(encoder.encode([text('more'), finish('stop')]), { frames: '', count: 0 });
     assert.deepEqual(encoder.end(), { frames: '', count: 0 });
     assert.deepEqual(encoder.fail({ type: 'api_error', message: 'again' }), { frames: '', count: 0 });
@@ -334,13 +455,24 @@ describe('MessagesStreamEncoder', () => {
     // Before anything was written: the error is the whole stream.
     const early = new MessagesStreamEncoder(options);
     const only = early.fail({ type: 'api_error', message: 'boom' });
-    assert.deepEqual(parseFrames(only.frames).map((f) => [f.id, f.event]), [[0, 'error']]);
+    assert.deepEqual(
+      parseFrames(only.frames).map((f) => [f.id, f.event]),
+      [[0, 'error']],
+    );
   });
 
   it('gives shortened tool names back as the client wrote them, and an id to a call that had none', () => {
     const toolNames = new Map([['very_long_name_1a2b', 'very_long_name_of_a_client_tool_that_did_not_fit']]);
     const { frames, encoder } = run(
-      [[{ type: 'start', id: 'gen-77', created: 1 }, call(0, '{}', { name: 'very_long_name_1a2b' }), call(1, '{}', { id: '', name: 'short' }), finish('tool_calls'), usage({})]],
+      [
+        [
+          { type: 'start', id: 'gen-77', created: 1 },
+          call(0, '{}', { name: 'very_long_name_1a2b' }),
+          call(1, '{}', { id: '', name: 'short' }),
+          finish('tool_calls'),
+          usage({}),
+        ],
+      ],
       { ...options, toolNames },
     );
     const blocks = frames.filter((f) => f.event === 'content_block_start').map((f) => f.data.content_block);
@@ -353,7 +485,16 @@ describe('MessagesStreamEncoder', () => {
   });
 
   it('keeps a call’s late arguments in the message when its block was already stopped', () => {
-    const { frames, encoder } = run([[start, call(0, '{"a":', { id: 'call_1', name: 't' }), text('between'), call(0, '1}'), finish('tool_calls'), usage({})]]);
+    const { frames, encoder } = run([
+      [
+        start,
+        call(0, '{"a":', { id: 'call_1', name: 't' }),
+        text('between'),
+        call(0, '1}'),
+        finish('tool_calls'),
+        usage({}),
+      ],
+    ]);
     // The stream cannot reopen the block…
     assert.equal(frames.filter((f) => f.event === 'content_block_delta' && f.data.index === 0).length, 1);
     assert.deepEqual(foldFrames(frames).content[0], { type: 'tool_use', id: 'call_1', name: 't', input: {} });
@@ -375,10 +516,23 @@ describe('MessagesStreamEncoder', () => {
 
   it('gives a message at any time, matching what was sent so far', () => {
     const encoder = new MessagesStreamEncoder(options);
-    const sent = parseFrames(encoder.encode([start, text('a'), call(0, '{"k":', { id: 'c1', name: 'f' }), call(1, '{}', { id: 'c2', name: 'g' })]).frames);
+    const sent = parseFrames(
+      encoder.encode([
+        start,
+        text('a'),
+        call(0, '{"k":', { id: 'c1', name: 'f' }),
+        call(1, '{}', { id: 'c2', name: 'g' }),
+      ]).frames,
+    );
     const message = encoder.message();
     assert.equal(message.stop_reason, null);
-    assert.deepEqual(message.usage, { input_tokens: 42, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, service_tier: 'standard' });
+    assert.deepEqual(message.usage, {
+      input_tokens: 42,
+      output_tokens: 1,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 0,
+      service_tier: 'standard',
+    });
     // The waiting call comes last, as it will be written.
     assert.deepEqual(message.content, [
       { type: 'text', text: 'a' },
@@ -433,42 +587,119 @@ describe('AnthropicEventFold', () => {
   it('parses a recorded tool call’s streamed JSON into its input', () => {
     const message = fold(recorded('anthropic-stream-tool-use-input-json-delta.chunks.jsonl'));
     assert.deepEqual(message.content, [
-      { type: 'tool_use', id: 'toolu_01KFbKqPYSuAKujiL6mTfzYA', name: 'json', input: { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] } },
+      {
+        type: 'tool_use',
+        id: 'toolu_01KFbKqPYSuAKujiL6mTfzYA',
+        name: 'json',
+        input: { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] },
+      },
     ]);
     assert.equal(message.usage.output_tokens, 47);
     assert.equal(message.usage.input_tokens, 849);
   });
 
   it('folds thinking, citations, server tools, and passes over what it does not know', () => {
-    const citation = { type: 'web_search_result_location', url: 'https://example.com', title: 'Ex', cited_text: 'fact', encrypted_index: 'e1' };
-    const searchResult = { type: 'web_search_tool_result', tool_use_id: 'srvtoolu_1', content: [{ type: 'web_search_result', url: 'https://example.com', title: 'Ex', encrypted_content: 'x' }] };
+    const citation = {
+      type: 'web_search_result_location',
+      url: 'https://example.com',
+      title: 'Ex',
+      cited_text: 'fact',
+      encrypted_index: 'e1',
+    };
+    const searchResult = {
+      type: 'web_search_tool_result',
+      tool_use_id: 'srvtoolu_1',
+      content: [{ type: 'web_search_result', url: 'https://example.com', title: 'Ex', encrypted_content: 'x' }],
+    };
     const events: Array<[string, unknown]> = [
-      ['message_start', { type: 'message_start', message: { id: 'msg_t', type: 'message', role: 'assistant', model: 'claude-x', content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 10, output_tokens: 1 } } }],
-      ['content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Let me ' } }],
+      [
+        'message_start',
+        {
+          type: 'message_start',
+          message: {
+            id: 'msg_t',
+            type: 'message',
+            role: 'assistant',
+            model: 'claude-x',
+            content: [],
+            stop_reason: null,
+            stop_sequence: null,
+            usage: { input_tokens: 10, output_tokens: 1 },
+          },
+        },
+      ],
+      [
+        'content_block_start',
+        { type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Let me ' } },
+      ],
       ['ping', { type: 'ping' }],
-      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'think.' } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'sig==' } }],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'think.' } },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'sig==' } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 0 }],
-      ['content_block_start', { type: 'content_block_start', index: 1, content_block: { type: 'redacted_thinking', data: 'opaque' } }],
+      [
+        'content_block_start',
+        { type: 'content_block_start', index: 1, content_block: { type: 'redacted_thinking', data: 'opaque' } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 1 }],
-      ['content_block_start', { type: 'content_block_start', index: 2, content_block: { type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 2, delta: { type: 'input_json_delta', partial_json: '{"query": "fa' } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 2, delta: { type: 'input_json_delta', partial_json: 'ct"}' } }],
+      [
+        'content_block_start',
+        {
+          type: 'content_block_start',
+          index: 2,
+          content_block: { type: 'server_tool_use', id: 'srvtoolu_1', name: 'web_search', input: {} },
+        },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 2, delta: { type: 'input_json_delta', partial_json: '{"query": "fa' } },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 2, delta: { type: 'input_json_delta', partial_json: 'ct"}' } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 2 }],
       ['content_block_start', { type: 'content_block_start', index: 3, content_block: searchResult }],
       ['content_block_stop', { type: 'content_block_stop', index: 3 }],
       ['content_block_start', { type: 'content_block_start', index: 4, content_block: { type: 'text', text: '' } }],
       ['content_block_delta', { type: 'content_block_delta', index: 4, delta: { type: 'citations_delta', citation } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 4, delta: { type: 'text_delta', text: 'A fact.' } }],
-      ['content_block_delta', { type: 'content_block_delta', index: 4, delta: { type: 'brand_new_delta', whatever: 1 } }],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 4, delta: { type: 'text_delta', text: 'A fact.' } },
+      ],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 4, delta: { type: 'brand_new_delta', whatever: 1 } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 4 }],
-      ['content_block_start', { type: 'content_block_start', index: 5, content_block: { type: 'future_block', payload: 1 } }],
+      [
+        'content_block_start',
+        { type: 'content_block_start', index: 5, content_block: { type: 'future_block', payload: 1 } },
+      ],
       ['content_block_stop', { type: 'content_block_stop', index: 5 }],
       ['future_event', { type: 'future_event' }],
       ['content_block_delta', 'not an object'],
-      ['content_block_delta', { type: 'content_block_delta', index: 99, delta: { type: 'text_delta', text: 'no such block' } }],
-      ['message_delta', { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 90, server_tool_use: { web_search_requests: 1 }, cache_read_input_tokens: null } }],
+      [
+        'content_block_delta',
+        { type: 'content_block_delta', index: 99, delta: { type: 'text_delta', text: 'no such block' } },
+      ],
+      [
+        'message_delta',
+        {
+          type: 'message_delta',
+          delta: { stop_reason: 'end_turn', stop_sequence: null },
+          usage: { output_tokens: 90, server_tool_use: { web_search_requests: 1 }, cache_read_input_tokens: null },
+        },
+      ],
       ['message_stop', { type: 'message_stop' }],
     ];
     const folded = new AnthropicEventFold();
@@ -501,11 +732,16 @@ describe('AnthropicEventFold', () => {
     assert.equal(partial.stop_reason, null);
     assert.deepEqual(partial.content[0]!.input, {}, 'JSON not yet whole: an empty input');
     events.slice(5).forEach(([name, data]) => folded.add(name, data));
-    assert.deepEqual(folded.message().content[0]!.input, { elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }] });
+    assert.deepEqual(folded.message().content[0]!.input, {
+      elements: [{ location: 'San Francisco', temperature: 58, condition: 'sunny' }],
+    });
   });
 });
 
-/** The official SDK's stream reader: it reads the encoder's SSE as it reads Anthropic's, and its accumulated message must be the encoder's own. */
+/**
+ * The official SDK's stream reader: it reads the encoder's SSE as it reads Anthropic's, and its accumulated message
+ * must be the encoder's own.
+ */
 const sdk = { MessageStream, Stream } as { MessageStream: any; Stream: any };
 
 describe('the Anthropic SDK reading the encoder’s stream', () => {
@@ -526,8 +762,29 @@ describe('the Anthropic SDK reading the encoder’s stream', () => {
 
   it('accumulates the same message as the encoder folds', async () => {
     const cases: AnswerEvent[][] = [
-      [start, role, text('Hel'), text('lo'), finish('stop'), usage({ prompt_tokens: 100, completion_tokens: 7, total_tokens: 107, prompt_tokens_details: { cached_tokens: 30 } })],
-      [start, text('Let me check.'), call(0, '{"q":', { id: 'call_1', name: 'search' }), call(1, '', { id: 'call_2', name: 'b' }), call(0, '"x"}'), call(1, '{"n":2}'), finish('tool_calls'), usage({})],
+      [
+        start,
+        role,
+        text('Hel'),
+        text('lo'),
+        finish('stop'),
+        usage({
+          prompt_tokens: 100,
+          completion_tokens: 7,
+          total_tokens: 107,
+          prompt_tokens_details: { cached_tokens: 30 },
+        }),
+      ],
+      [
+        start,
+        text('Let me check.'),
+        call(0, '{"q":', { id: 'call_1', name: 'search' }),
+        call(1, '', { id: 'call_2', name: 'b' }),
+        call(0, '"x"}'),
+        call(1, '{"n":2}'),
+        finish('tool_calls'),
+        usage({}),
+      ],
       [start, call(0, '', { id: 'call_1', name: 'noargs' }), text('after'), finish('stop')],
     ];
     for (const events of cases) {
@@ -538,7 +795,9 @@ describe('the Anthropic SDK reading the encoder’s stream', () => {
 
   it('raises the error event as an API error', async () => {
     const encoder = new MessagesStreamEncoder(options);
-    const sse = encoder.encode([start, text('x')]).frames + encoder.fail({ type: 'overloaded_error', message: 'Overloaded' }).frames;
+    const sse =
+      encoder.encode([start, text('x')]).frames +
+      encoder.fail({ type: 'overloaded_error', message: 'Overloaded' }).frames;
     await assert.rejects(sdkEvents(sse), (error: any) => {
       assert.equal(error.type, 'overloaded_error');
       assert.match(String(error.message), /Overloaded/);

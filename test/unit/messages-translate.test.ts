@@ -13,8 +13,13 @@ const model = { id: 'gpt-test', max_output_tokens: 16_384 };
 const parse = (body: Record<string, unknown>): MessagesRequest =>
   messagesRequestSchema.parse({ model: 'claude-x', max_tokens: 1024, ...body });
 
-/** Parses a Messages body with the request schema, translates it, and checks the chat request against chat's own schema. */
-function translate(body: Record<string, unknown>, target: { id: string; max_output_tokens: number; web_search?: boolean } = model): { chat: ChatCompletionRequest; dropped: string[] } {
+/**
+ * Parses a Messages body with the request schema, translates it, and checks the chat request against chat's own schema.
+ */
+function translate(
+  body: Record<string, unknown>,
+  target: { id: string; max_output_tokens: number; web_search?: boolean } = model,
+): { chat: ChatCompletionRequest; dropped: string[] } {
   const result = toChatRequest(parse(body), target);
   chatCompletionRequestSchema.parse(result.chat);
   return result;
@@ -49,16 +54,20 @@ describe('chatToolName and toolNamesBack', () => {
     const long = 'x'.repeat(128);
     assert.equal(chatToolName(long).length, 64);
     assert.notEqual(chatToolName(long), chatToolName(`${'x'.repeat(127)}y`));
-    for (const name of [dotted, chatToolName(long), chatToolName('naïve tool')]) assert.match(name, /^[a-zA-Z0-9_-]{1,64}$/);
+    for (const name of [dotted, chatToolName(long), chatToolName('naïve tool')])
+      assert.match(name, /^[a-zA-Z0-9_-]{1,64}$/);
     assert.equal(chatToolName('files.read'), dotted, 'the same name every time');
   });
 
   it('maps only the renamed tools back to the client names', () => {
     const back = toolNamesBack([{ name: 'Read' }, { name: 'files.read' }, { name: 'y'.repeat(100) }]);
-    assert.deepEqual([...back.entries()], [
-      [chatToolName('files.read'), 'files.read'],
-      [chatToolName('y'.repeat(100)), 'y'.repeat(100)],
-    ]);
+    assert.deepEqual(
+      [...back.entries()],
+      [
+        [chatToolName('files.read'), 'files.read'],
+        [chatToolName('y'.repeat(100)), 'y'.repeat(100)],
+      ],
+    );
     assert.equal(toolNamesBack(undefined).size, 0);
   });
 
@@ -110,7 +119,13 @@ describe('toChatRequest: system and plain messages', () => {
       ],
       ...user('hi'),
     });
-    assert.deepEqual(chat.messages[0], { role: 'system', content: [{ type: 'text', text: 'one' }, { type: 'text', text: 'two' }] });
+    assert.deepEqual(chat.messages[0], {
+      role: 'system',
+      content: [
+        { type: 'text', text: 'one' },
+        { type: 'text', text: 'two' },
+      ],
+    });
   });
 
   it('sends no system message for an empty system prompt', () => {
@@ -157,8 +172,19 @@ describe('toChatRequest: user content blocks', () => {
   });
 
   it('refuses an image URL that is not a web URL, and images by file id', () => {
-    rejects(user([{ type: 'image', source: { type: 'url', url: 'file:///etc/passwd' } }]), 'messages[0].content[0].source.url', /http\(s\)/);
-    rejects(user([{ type: 'text', text: 'x' }, { type: 'image', source: { type: 'file', file_id: 'file_1' } }]), 'messages[0].content[1].source', /file_id/);
+    rejects(
+      user([{ type: 'image', source: { type: 'url', url: 'file:///etc/passwd' } }]),
+      'messages[0].content[0].source.url',
+      /http\(s\)/,
+    );
+    rejects(
+      user([
+        { type: 'text', text: 'x' },
+        { type: 'image', source: { type: 'file', file_id: 'file_1' } },
+      ]),
+      'messages[0].content[1].source',
+      /file_id/,
+    );
   });
 
   it('maps a base64 PDF to a file part, named by its title or document.pdf, its context a text part before it', () => {
@@ -180,7 +206,12 @@ describe('toChatRequest: user content blocks', () => {
     const { chat } = translate(
       user([
         { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'body' } },
-        { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'body' }, title: 'Notes', context: 'From the wiki' },
+        {
+          type: 'document',
+          source: { type: 'text', media_type: 'text/plain', data: 'body' },
+          title: 'Notes',
+          context: 'From the wiki',
+        },
       ]),
     );
     assert.deepEqual(chat.messages[0]!.content, [
@@ -216,23 +247,42 @@ describe('toChatRequest: user content blocks', () => {
 
   it('refuses documents by URL or by file id, naming the source', () => {
     rejects(
-      { messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }, { role: 'user', content: [{ type: 'document', source: { type: 'url', url: 'https://x/a.pdf' } }] }] },
+      {
+        messages: [
+          { role: 'user', content: 'a' },
+          { role: 'assistant', content: 'b' },
+          { role: 'user', content: [{ type: 'document', source: { type: 'url', url: 'https://x/a.pdf' } }] },
+        ],
+      },
       'messages[2].content[0].source',
       /only served for Anthropic models/,
     );
-    rejects(user([{ type: 'document', source: { type: 'file', file_id: 'file_1' } }]), 'messages[0].content[0].source', /Files API/);
+    rejects(
+      user([{ type: 'document', source: { type: 'file', file_id: 'file_1' } }]),
+      'messages[0].content[0].source',
+      /Files API/,
+    );
   });
 
   it('drops thinking and unknown blocks, and leaves out a turn they were all of', () => {
     const { chat, dropped } = translate({
       messages: [
         { role: 'user', content: [{ type: 'search_result', source: 's', title: 't', content: [] }] },
-        { role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'container_upload', file_id: 'f' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'hi' },
+            { type: 'container_upload', file_id: 'f' },
+          ],
+        },
         { role: 'user', content: [] },
       ],
     });
     assert.deepEqual(chat.messages, [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }]);
-    assert.deepEqual(dropped, ['messages[].content[] of type search_result', 'messages[].content[] of type container_upload']);
+    assert.deepEqual(dropped, [
+      'messages[].content[] of type search_result',
+      'messages[].content[] of type container_upload',
+    ]);
   });
 
   it('refuses a request left with nothing to send', () => {
@@ -243,17 +293,31 @@ describe('toChatRequest: user content blocks', () => {
     const refusedAt = (body: Record<string, unknown>, path: string) => {
       const result = messagesRequestSchema.safeParse({ model: 'claude-x', max_tokens: 1024, ...body });
       assert.equal(result.success, false);
-      assert.ok(result.error!.issues.some((issue) => issue.path.join('.').startsWith(path)), JSON.stringify(result.error!.issues));
+      assert.ok(
+        result.error!.issues.some((issue) => issue.path.join('.').startsWith(path)),
+        JSON.stringify(result.error!.issues),
+      );
     };
     refusedAt(user([{ type: 'text' }]), 'messages.0.content');
     refusedAt(user([{ type: 'image', source: { type: 'weird' } }]), 'messages.0.content');
-    refusedAt(user([{ type: 'tool_result', tool_use_id: 't', content: [{ type: 'text', text: 1 }] }]), 'messages.0.content');
+    refusedAt(
+      user([{ type: 'tool_result', tool_use_id: 't', content: [{ type: 'text', text: 1 }] }]),
+      'messages.0.content',
+    );
     refusedAt({ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 'x' }] }] }, 'messages.0.content');
   });
 
   it('refuses tool_use in a user turn and tool_result in an assistant turn', () => {
-    rejects(user([{ type: 'tool_use', id: 't', name: 'n', input: {} }]), 'messages[0].content[0].type', /assistant turns/);
-    rejects({ messages: [{ role: 'assistant', content: [{ type: 'tool_result', tool_use_id: 't' }] }] }, 'messages[0].content[0].type', /user turns/);
+    rejects(
+      user([{ type: 'tool_use', id: 't', name: 'n', input: {} }]),
+      'messages[0].content[0].type',
+      /assistant turns/,
+    );
+    rejects(
+      { messages: [{ role: 'assistant', content: [{ type: 'tool_result', tool_use_id: 't' }] }] },
+      'messages[0].content[0].type',
+      /user turns/,
+    );
   });
 });
 
@@ -279,7 +343,14 @@ describe('toChatRequest: tool round trips', () => {
           role: 'user',
           content: [
             { type: 'tool_result', tool_use_id: 'toolu_1', content: '4°C' },
-            { type: 'tool_result', tool_use_id: 'toolu_2', content: [{ type: 'text', text: '6°C' }, { type: 'text', text: 'rain' }] },
+            {
+              type: 'tool_result',
+              tool_use_id: 'toolu_2',
+              content: [
+                { type: 'text', text: '6°C' },
+                { type: 'text', text: 'rain' },
+              ],
+            },
           ],
         },
       ],
@@ -311,57 +382,63 @@ describe('toChatRequest: tool round trips', () => {
     assert.deepEqual(chat.messages[1], {
       role: 'assistant',
       content: null,
-      tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: chatToolName('files.read'), arguments: '{}' } }],
+      tool_calls: [
+        { id: 'toolu_1', type: 'function', function: { name: chatToolName('files.read'), arguments: '{}' } },
+      ],
     });
     assert.deepEqual(chat.messages[2], { role: 'tool', tool_call_id: 'toolu_1', content: '' });
     assert.equal(chat.tools![0]!.type === 'function' && chat.tools![0]!.function.name, chatToolName('files.read'));
   });
 
-  it('puts tool messages before the rest of the turn, says an error in the content, and moves a result image to the user message', () => {
-    const { chat } = translate({
-      tools,
-      messages: [
-        { role: 'user', content: 'go' },
-        {
-          role: 'assistant',
-          content: [
-            { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} },
-            { type: 'tool_use', id: 'toolu_2', name: 'get_weather', input: {} },
-            { type: 'tool_use', id: 'toolu_3', name: 'get_weather', input: {} },
-          ],
-        },
+  it(
+    'puts tool messages before the rest of the turn, says an error in the content, and moves a result image to the ' +
+      'user message',
+    () => {
+      const { chat } = translate({
+        tools,
+        messages: [
+          { role: 'user', content: 'go' },
+          {
+            role: 'assistant',
+            content: [
+              { type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: {} },
+              { type: 'tool_use', id: 'toolu_2', name: 'get_weather', input: {} },
+              { type: 'tool_use', id: 'toolu_3', name: 'get_weather', input: {} },
+            ],
+          },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'also this' },
+              { type: 'tool_result', tool_use_id: 'toolu_1', content: 'no such city', is_error: true },
+              {
+                type: 'tool_result',
+                tool_use_id: 'toolu_2',
+                content: [
+                  { type: 'text', text: 'the map' },
+                  { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } },
+                ],
+              },
+              { type: 'tool_result', tool_use_id: 'toolu_3', is_error: true },
+            ],
+          },
+        ],
+      });
+      assert.deepEqual(chat.messages.slice(2), [
+        { role: 'tool', tool_call_id: 'toolu_1', content: 'Error: no such city' },
+        { role: 'tool', tool_call_id: 'toolu_2', content: 'the map' },
+        { role: 'tool', tool_call_id: 'toolu_3', content: 'Error' },
         {
           role: 'user',
           content: [
+            { type: 'text', text: 'Attached to the result of tool call toolu_2:' },
+            { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } },
             { type: 'text', text: 'also this' },
-            { type: 'tool_result', tool_use_id: 'toolu_1', content: 'no such city', is_error: true },
-            {
-              type: 'tool_result',
-              tool_use_id: 'toolu_2',
-              content: [
-                { type: 'text', text: 'the map' },
-                { type: 'image', source: { type: 'base64', media_type: 'image/png', data: png } },
-              ],
-            },
-            { type: 'tool_result', tool_use_id: 'toolu_3', is_error: true },
           ],
         },
-      ],
-    });
-    assert.deepEqual(chat.messages.slice(2), [
-      { role: 'tool', tool_call_id: 'toolu_1', content: 'Error: no such city' },
-      { role: 'tool', tool_call_id: 'toolu_2', content: 'the map' },
-      { role: 'tool', tool_call_id: 'toolu_3', content: 'Error' },
-      {
-        role: 'user',
-        content: [
-          { type: 'text', text: 'Attached to the result of tool call toolu_2:' },
-          { type: 'image_url', image_url: { url: `data:image/png;base64,${png}` } },
-          { type: 'text', text: 'also this' },
-        ],
-      },
-    ]);
-  });
+      ]);
+    },
+  );
 });
 
 describe('toChatRequest: tools and tool_choice', () => {
@@ -373,7 +450,10 @@ describe('toChatRequest: tools and tool_choice', () => {
   it('maps client and custom tools to functions and leaves out server tools', () => {
     const { chat, dropped } = translate({ tools: [client, search, custom, bash, { name: 'bare' }], ...user('hi') });
     assert.deepEqual(chat.tools, [
-      { type: 'function', function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: {} } } },
+      {
+        type: 'function',
+        function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: {} } },
+      },
       { type: 'function', function: { name: 'lookup', parameters: { type: 'object' }, strict: true } },
       { type: 'function', function: { name: 'bare', parameters: { type: 'object', properties: {} } } },
     ]);
@@ -383,9 +463,17 @@ describe('toChatRequest: tools and tool_choice', () => {
 
   it('gives the web search tool to a model whose vendor searches (web_search_options), and lets the model start it', () => {
     const located = { ...search, user_location: { type: 'approximate', city: 'Oslo', country: 'NO' } };
-    const { chat, dropped } = translate({ tools: [client, located, bash], tool_choice: { type: 'tool', name: search.name }, ...user('news?') }, { ...model, web_search: true });
-    assert.deepEqual(chat.web_search_options, { user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } } });
-    assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['get_weather']);
+    const { chat, dropped } = translate(
+      { tools: [client, located, bash], tool_choice: { type: 'tool', name: search.name }, ...user('news?') },
+      { ...model, web_search: true },
+    );
+    assert.deepEqual(chat.web_search_options, {
+      user_location: { type: 'approximate', approximate: { city: 'Oslo', country: 'NO' } },
+    });
+    assert.deepEqual(
+      chat.tools?.map((tool) => tool.type === 'function' && tool.function.name),
+      ['get_weather'],
+    );
     assert.equal(chat.tool_choice, undefined);
     assert.deepEqual(dropped, ['tools[] of type bash_20250124']);
   });
@@ -396,9 +484,15 @@ describe('toChatRequest: tools and tool_choice', () => {
       return { tool_choice: chat.tool_choice, parallel_tool_calls: chat.parallel_tool_calls };
     };
     assert.deepEqual(choose({ type: 'auto' }), { tool_choice: 'auto', parallel_tool_calls: undefined });
-    assert.deepEqual(choose({ type: 'any', disable_parallel_tool_use: true }), { tool_choice: 'required', parallel_tool_calls: false });
+    assert.deepEqual(choose({ type: 'any', disable_parallel_tool_use: true }), {
+      tool_choice: 'required',
+      parallel_tool_calls: false,
+    });
     assert.deepEqual(choose({ type: 'none' }), { tool_choice: 'none', parallel_tool_calls: undefined });
-    assert.deepEqual(choose({ type: 'auto', disable_parallel_tool_use: false }), { tool_choice: 'auto', parallel_tool_calls: undefined });
+    assert.deepEqual(choose({ type: 'auto', disable_parallel_tool_use: false }), {
+      tool_choice: 'auto',
+      parallel_tool_calls: undefined,
+    });
     assert.deepEqual(choose({ type: 'tool', name: 'lookup', disable_parallel_tool_use: true }), {
       tool_choice: { type: 'function', function: { name: 'lookup' } },
       parallel_tool_calls: false,
@@ -406,12 +500,20 @@ describe('toChatRequest: tools and tool_choice', () => {
   });
 
   it('names a renamed tool by its chat name in tool_choice', () => {
-    const { chat } = translate({ tools: [{ name: 'a.b', input_schema: {} }], tool_choice: { type: 'tool', name: 'a.b' }, ...user('hi') });
+    const { chat } = translate({
+      tools: [{ name: 'a.b', input_schema: {} }],
+      tool_choice: { type: 'tool', name: 'a.b' },
+      ...user('hi'),
+    });
     assert.deepEqual(chat.tool_choice, { type: 'function', function: { name: chatToolName('a.b') } });
   });
 
   it('sends no tool_choice when no tools are left', () => {
-    const { chat } = translate({ tools: [search], tool_choice: { type: 'auto', disable_parallel_tool_use: true }, ...user('hi') });
+    const { chat } = translate({
+      tools: [search],
+      tool_choice: { type: 'auto', disable_parallel_tool_use: true },
+      ...user('hi'),
+    });
     assert.equal(chat.tools, undefined);
     assert.equal(chat.tool_choice, undefined);
     assert.equal(chat.parallel_tool_calls, undefined);
@@ -419,9 +521,17 @@ describe('toChatRequest: tools and tool_choice', () => {
   });
 
   it('refuses forcing a server tool, requiring a call when only server tools were sent, and naming an unknown tool', () => {
-    rejects({ tools: [client, search], tool_choice: { type: 'tool', name: 'web_search' }, ...user('hi') }, 'tool_choice', /web_search' is run by Anthropic/);
+    rejects(
+      { tools: [client, search], tool_choice: { type: 'tool', name: 'web_search' }, ...user('hi') },
+      'tool_choice',
+      /web_search' is run by Anthropic/,
+    );
     rejects({ tools: [search, bash], tool_choice: { type: 'any' }, ...user('hi') }, 'tool_choice', /needs a tool/);
-    rejects({ tools: [client], tool_choice: { type: 'tool', name: 'nope' }, ...user('hi') }, 'tool_choice.name', /not among/);
+    rejects(
+      { tools: [client], tool_choice: { type: 'tool', name: 'nope' }, ...user('hi') },
+      'tool_choice.name',
+      /not among/,
+    );
   });
 });
 
@@ -429,7 +539,10 @@ describe('toChatRequest: sampling, limits and other fields', () => {
   it('clamps max_tokens to the model limit when it has one', () => {
     assert.equal(translate({ max_tokens: 64_000, ...user('hi') }).chat.max_completion_tokens, 16_384);
     assert.equal(translate({ max_tokens: 500, ...user('hi') }).chat.max_completion_tokens, 500);
-    assert.equal(translate({ max_tokens: 64_000, ...user('hi') }, { id: 'm', max_output_tokens: 0 }).chat.max_completion_tokens, 64_000);
+    assert.equal(
+      translate({ max_tokens: 64_000, ...user('hi') }, { id: 'm', max_output_tokens: 0 }).chat.max_completion_tokens,
+      64_000,
+    );
   });
 
   it('passes stop sequences (the first 4), temperature, top_p and the user id; drops top_k', () => {
@@ -452,7 +565,11 @@ describe('toChatRequest: sampling, limits and other fields', () => {
     assert.equal('service_tier' in chat, false);
     assert.deepEqual(dropped, ['stop_sequences[4:] (chat takes at most 4)', 'top_k']);
     // Claude Code's user id is a JSON object of ids, longer than chat's user takes: a stable digest goes instead.
-    const long = JSON.stringify({ device_id: 'b'.repeat(64), account_uuid: '', session_id: 'e1a5cd6e-4efc-4e59-b75d-a37ae835a5b6' });
+    const long = JSON.stringify({
+      device_id: 'b'.repeat(64),
+      account_uuid: '',
+      session_id: 'e1a5cd6e-4efc-4e59-b75d-a37ae835a5b6',
+    });
     const first = translate({ metadata: { user_id: long }, ...user('hi') }).chat.user!;
     assert.match(first, /^user-[0-9a-f]{32}$/);
     assert.equal(translate({ metadata: { user_id: long }, ...user('again') }).chat.user, first);
@@ -460,7 +577,8 @@ describe('toChatRequest: sampling, limits and other fields', () => {
 
   it('sets no sampling field the client left out, and no stop for an empty list', () => {
     const { chat } = translate({ stop_sequences: [], ...user('hi') });
-    for (const key of ['stop', 'temperature', 'top_p', 'user', 'reasoning_effort', 'response_format', 'tools']) assert.equal(key in chat, false, key);
+    for (const key of ['stop', 'temperature', 'top_p', 'user', 'reasoning_effort', 'response_format', 'tools'])
+      assert.equal(key in chat, false, key);
   });
 
   it('maps thinking to reasoning_effort', () => {
@@ -473,7 +591,12 @@ describe('toChatRequest: sampling, limits and other fields', () => {
   });
 
   it('maps a json_schema output format to response_format and drops the rest of output_config and unknown fields', () => {
-    const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false };
+    const schema = {
+      type: 'object',
+      properties: { a: { type: 'string' } },
+      required: ['a'],
+      additionalProperties: false,
+    };
     const { chat, dropped } = translate({
       output_config: { format: { type: 'json_schema', schema }, effort: 'low' },
       context_management: { edits: [] },
@@ -482,7 +605,10 @@ describe('toChatRequest: sampling, limits and other fields', () => {
       inference_geo: null,
       ...user('hi'),
     });
-    assert.deepEqual(chat.response_format, { type: 'json_schema', json_schema: { name: 'output', schema, strict: true } });
+    assert.deepEqual(chat.response_format, {
+      type: 'json_schema',
+      json_schema: { name: 'output', schema, strict: true },
+    });
     assert.deepEqual(dropped, ['output_config.effort', 'context_management', 'container', 'mcp_servers']);
   });
 });
@@ -498,17 +624,65 @@ function claudeCodeTools() {
   });
   const str = { type: 'string' };
   return [
-    { name: 'Task', description: 'Launch a new agent', input_schema: schema({ description: str, prompt: str, subagent_type: str }, ['description', 'prompt']) },
-    { name: 'Bash', description: 'Executes a bash command', input_schema: schema({ command: str, timeout: { type: 'number' } }, ['command']) },
-    { name: 'Glob', description: 'File pattern matching', input_schema: schema({ pattern: str, path: str }, ['pattern']) },
-    { name: 'Grep', description: 'Search file contents', input_schema: schema({ pattern: str, path: str, glob: str }, ['pattern']) },
-    { name: 'Read', description: 'Reads a file', input_schema: schema({ file_path: str, offset: { type: 'number' }, limit: { type: 'number' } }, ['file_path']) },
-    { name: 'Edit', description: 'Edits a file', input_schema: schema({ file_path: str, old_string: str, new_string: str }, ['file_path', 'old_string', 'new_string']) },
-    { name: 'Write', description: 'Writes a file', input_schema: schema({ file_path: str, content: str }, ['file_path', 'content']) },
-    { name: 'NotebookEdit', description: 'Edits a notebook cell', input_schema: schema({ notebook_path: str, new_source: str }, ['notebook_path', 'new_source']) },
-    { name: 'WebFetch', description: 'Fetches a URL', input_schema: schema({ url: { type: 'string', format: 'uri' }, prompt: str }, ['url', 'prompt']) },
-    { name: 'TodoWrite', description: 'Updates the todo list', input_schema: schema({ todos: { type: 'array', items: { type: 'object' } } }, ['todos']) },
-    { name: 'WebSearch', description: 'Searches the web', input_schema: schema({ query: { type: 'string', minLength: 2 } }, ['query']) },
+    {
+      name: 'Task',
+      description: 'Launch a new agent',
+      input_schema: schema({ description: str, prompt: str, subagent_type: str }, ['description', 'prompt']),
+    },
+    {
+      name: 'Bash',
+      description: 'Executes a bash command',
+      input_schema: schema({ command: str, timeout: { type: 'number' } }, ['command']),
+    },
+    {
+      name: 'Glob',
+      description: 'File pattern matching',
+      input_schema: schema({ pattern: str, path: str }, ['pattern']),
+    },
+    {
+      name: 'Grep',
+      description: 'Search file contents',
+      input_schema: schema({ pattern: str, path: str, glob: str }, ['pattern']),
+    },
+    {
+      name: 'Read',
+      description: 'Reads a file',
+      input_schema: schema({ file_path: str, offset: { type: 'number' }, limit: { type: 'number' } }, ['file_path']),
+    },
+    {
+      name: 'Edit',
+      description: 'Edits a file',
+      input_schema: schema({ file_path: str, old_string: str, new_string: str }, [
+        'file_path',
+        'old_string',
+        'new_string',
+      ]),
+    },
+    {
+      name: 'Write',
+      description: 'Writes a file',
+      input_schema: schema({ file_path: str, content: str }, ['file_path', 'content']),
+    },
+    {
+      name: 'NotebookEdit',
+      description: 'Edits a notebook cell',
+      input_schema: schema({ notebook_path: str, new_source: str }, ['notebook_path', 'new_source']),
+    },
+    {
+      name: 'WebFetch',
+      description: 'Fetches a URL',
+      input_schema: schema({ url: { type: 'string', format: 'uri' }, prompt: str }, ['url', 'prompt']),
+    },
+    {
+      name: 'TodoWrite',
+      description: 'Updates the todo list',
+      input_schema: schema({ todos: { type: 'array', items: { type: 'object' } } }, ['todos']),
+    },
+    {
+      name: 'WebSearch',
+      description: 'Searches the web',
+      input_schema: schema({ query: { type: 'string', minLength: 2 } }, ['query']),
+    },
     {
       name: 'mcp__claude-in-chrome__navigate_to_a_page_and_wait_until_the_network_is_idle',
       description: 'An MCP tool with a long name',
@@ -526,7 +700,11 @@ describe('toChatRequest: a Claude Code request', () => {
     max_tokens: 32_000,
     stream: true,
     system: [
-      { type: 'text', text: "You are Claude Code, Anthropic's official CLI for Claude.", cache_control: { type: 'ephemeral' } },
+      {
+        type: 'text',
+        text: "You are Claude Code, Anthropic's official CLI for Claude.",
+        cache_control: { type: 'ephemeral' },
+      },
       { type: 'text', text: 'You are an interactive CLI tool that helps users with software engineering tasks.' },
       { type: 'text', text: '<env>Working directory: /repo</env>', cache_control: { type: 'ephemeral', ttl: '1h' } },
     ],
@@ -551,7 +729,12 @@ describe('toChatRequest: a Claude Code request', () => {
         role: 'user',
         content: [
           { type: 'tool_result', tool_use_id: 'toolu_01A', content: '     1→error TS2307: Cannot find module' },
-          { type: 'tool_result', tool_use_id: 'toolu_01B', content: [{ type: 'text', text: 'Navigated.' }], cache_control: { type: 'ephemeral' } },
+          {
+            type: 'tool_result',
+            tool_use_id: 'toolu_01B',
+            content: [{ type: 'text', text: 'Navigated.' }],
+            cache_control: { type: 'ephemeral' },
+          },
         ],
       },
     ],
@@ -580,7 +763,10 @@ describe('toChatRequest: a Claude Code request', () => {
     assert.equal('stream' in chat, false);
     assert.equal(chat.tools!.length, 12);
     const names = chat.tools!.map((tool) => (tool.type === 'function' ? tool.function.name : ''));
-    assert.deepEqual(names.slice(0, 11), tools.slice(0, 11).map((tool) => tool.name));
+    assert.deepEqual(
+      names.slice(0, 11),
+      tools.slice(0, 11).map((tool) => tool.name),
+    );
     assert.equal(names[11], chatToolName(mcpName));
     assert.equal(names[11]!.length, 64);
     assert.deepEqual(toolNamesBack(tools).get(names[11]!), mcpName);
@@ -609,8 +795,16 @@ describe('toChatRequest: a Claude Code request', () => {
         role: 'assistant',
         content: "I'll read the build log.",
         tool_calls: [
-          { id: 'toolu_01A', type: 'function', function: { name: 'Read', arguments: '{"file_path":"/repo/build.log"}' } },
-          { id: 'toolu_01B', type: 'function', function: { name: chatToolName(mcpName), arguments: '{"url":"http://localhost:3000"}' } },
+          {
+            id: 'toolu_01A',
+            type: 'function',
+            function: { name: 'Read', arguments: '{"file_path":"/repo/build.log"}' },
+          },
+          {
+            id: 'toolu_01B',
+            type: 'function',
+            function: { name: chatToolName(mcpName), arguments: '{"url":"http://localhost:3000"}' },
+          },
         ],
       },
       { role: 'tool', tool_call_id: 'toolu_01A', content: '     1→error TS2307: Cannot find module' },
@@ -624,7 +818,10 @@ describe('toChatRequest: size', () => {
   it('translates a long tool-using conversation in one pass', () => {
     const messages: unknown[] = [{ role: 'user', content: 'start' }];
     for (let i = 0; i < 30_000; i++) {
-      messages.push({ role: 'assistant', content: [{ type: 'tool_use', id: `toolu_${i}`, name: 'Read', input: { i } }] });
+      messages.push({
+        role: 'assistant',
+        content: [{ type: 'tool_use', id: `toolu_${i}`, name: 'Read', input: { i } }],
+      });
       messages.push({ role: 'user', content: [{ type: 'tool_result', tool_use_id: `toolu_${i}`, content: 'ok' }] });
     }
     const request = parse({ messages, tools: [{ name: 'Read', input_schema: { type: 'object' } }] });
@@ -643,7 +840,14 @@ describe('withoutUnsignedThinking (what an Anthropic model is sent)', () => {
     const messages = parse({
       messages: [
         { role: 'user', content: 'hi' },
-        { role: 'assistant', content: [{ type: 'thinking', thinking: 'another vendor’s', signature: '' }, signed, { type: 'text', text: 'Hello' }] },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'thinking', thinking: 'another vendor’s', signature: '' },
+            signed,
+            { type: 'text', text: 'Hello' },
+          ],
+        },
         { role: 'user', content: 'again' },
       ],
     }).messages;

@@ -19,11 +19,23 @@ const external = Object.values(networkInterfaces())
   .flat()
   .find((address) => address && address.family === 'IPv4' && !address.internal)?.address;
 
-
 describe('who may read the metrics', () => {
   it('loopback is 127.0.0.0/8, ::1 and IPv4 loopback seen by an IPv6 socket; nothing else', () => {
-    for (const address of ['127.0.0.1', '127.1.2.3', '::1', '::ffff:127.0.0.1']) assert.equal(isLoopback(address), true, address);
-    for (const address of [undefined, '', '10.0.0.1', '192.0.2.2', '::ffff:10.0.0.1', 'fd00::1', '::', '0.0.0.0', '128.0.0.1', '1127.0.0.1', '127.0.0.1.example']) {
+    for (const address of ['127.0.0.1', '127.1.2.3', '::1', '::ffff:127.0.0.1'])
+      assert.equal(isLoopback(address), true, address);
+    for (const address of [
+      undefined,
+      '',
+      '10.0.0.1',
+      '192.0.2.2',
+      '::ffff:10.0.0.1',
+      'fd00::1',
+      '::',
+      '0.0.0.0',
+      '128.0.0.1',
+      '1127.0.0.1',
+      '127.0.0.1.example',
+    ]) {
       assert.equal(isLoopback(address), false, String(address));
     }
   });
@@ -57,27 +69,39 @@ describe('a worker’s METRICS_PORT listener', () => {
     }
   });
 
-  it('without METRICS_TOKEN: answers loopback, refuses any other peer 403, whatever X-Forwarded-For says', { skip: external ? false : 'no address off loopback on this machine' }, async () => {
-    const listener = await startMetricsListener(0, '0.0.0.0', log);
-    listeners.push(listener);
-    const served = await rawGet('127.0.0.1', listener.port, '/metrics');
-    assert.equal(served.status, 200);
-    assert.match(served.body, /^# HELP switchyard_/m);
-    const forged: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }];
-    for (const headers of forged) {
-      const refused = await rawGet(external!, listener.port, '/metrics', headers);
-      assert.equal(refused.status, 403, JSON.stringify(headers));
-      assert.match(refused.body, /set METRICS_TOKEN/);
-    }
-  });
+  it(
+    'without METRICS_TOKEN: answers loopback, refuses any other peer 403, whatever X-Forwarded-For says',
+    { skip: external ? false : 'no address off loopback on this machine' },
+    async () => {
+      const listener = await startMetricsListener(0, '0.0.0.0', log);
+      listeners.push(listener);
+      const served = await rawGet('127.0.0.1', listener.port, '/metrics');
+      assert.equal(served.status, 200);
+      assert.match(served.body, /^# HELP switchyard_/m);
+      const forged: Array<Record<string, string>> = [{}, { 'x-forwarded-for': '127.0.0.1' }];
+      for (const headers of forged) {
+        const refused = await rawGet(external!, listener.port, '/metrics', headers);
+        assert.equal(refused.status, 403, JSON.stringify(headers));
+        assert.match(refused.body, /set METRICS_TOKEN/);
+      }
+    },
+  );
 
   it('with METRICS_TOKEN: its bearer from every peer, loopback included', async () => {
     const listener = await startMetricsListener(0, '0.0.0.0', log, 'scrape-token');
     listeners.push(listener);
     for (const host of external ? ['127.0.0.1', external] : ['127.0.0.1']) {
       assert.equal((await rawGet(host, listener.port, '/metrics')).status, 401, host);
-      assert.equal((await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer wrong' })).status, 401, host);
-      assert.equal((await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer scrape-token' })).status, 200, host);
+      assert.equal(
+        (await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer wrong' })).status,
+        401,
+        host,
+      );
+      assert.equal(
+        (await rawGet(host, listener.port, '/metrics', { authorization: 'Bearer scrape-token' })).status,
+        200,
+        host,
+      );
     }
   });
 });

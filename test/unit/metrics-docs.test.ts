@@ -28,7 +28,8 @@ function registered(): Array<{ name: string; labels: string[] }> {
   });
 }
 
-const families = (rows: Map<string, string>) => [...rows.keys()].filter((name) => name.endsWith('*')).map((name) => name.slice(0, -1));
+const families = (rows: Map<string, string>) =>
+  [...rows.keys()].filter((name) => name.endsWith('*')).map((name) => name.slice(0, -1));
 
 describe('the metrics table (docs/operating.md) against the registry', () => {
   it('documents every metric the gateway registers, each of its labels named', () => {

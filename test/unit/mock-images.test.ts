@@ -48,10 +48,10 @@ function context(options: ContextOptions): MediaContext {
   };
 }
 
-const generation = (fields: Record<string, unknown>) => ({ model: 'dall-e-3', prompt: 'a red fox', ...fields }) as ImageGenerationInput;
+const generation = (fields: Record<string, unknown>) =>
+  ({ model: 'dall-e-3', prompt: 'a red fox', ...fields }) as ImageGenerationInput;
 const edit = (fields: Record<string, unknown>, images: BlobRef[]) =>
   ({ model: 'gpt-image-1', prompt: 'add a hat', ...fields, images }) as ImageEditInput;
-
 
 interface DecodedPng {
   width: number;
@@ -61,17 +61,24 @@ interface DecodedPng {
   pixels: Buffer;
 }
 
-/** Checks a PNG the way a decoder would: signature, chunk CRCs, IHDR first, IEND last, IDAT inflating to the right length. */
+/**
+ * Checks a PNG the way a decoder would: signature, chunk CRCs, IHDR first, IEND last, IDAT inflating to the right
+ * length.
+ */
 function decodePng(png: Buffer): DecodedPng {
   assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'PNG signature');
   const types: string[] = [];
   const idat: Buffer[] = [];
   let header: Buffer | undefined;
-  for (let offset = 8; offset < png.length; ) {
+  for (let offset = 8; offset < png.length;) {
     const length = png.readUInt32BE(offset);
     const type = png.toString('ascii', offset + 4, offset + 8);
     const data = png.subarray(offset + 8, offset + 8 + length);
-    assert.equal(png.readUInt32BE(offset + 8 + length), computeCrc32(png.subarray(offset + 4, offset + 8 + length)), `CRC of ${type}`);
+    assert.equal(
+      png.readUInt32BE(offset + 8 + length),
+      computeCrc32(png.subarray(offset + 4, offset + 8 + length)),
+      `CRC of ${type}`,
+    );
     types.push(type);
     if (type === 'IHDR') header = data;
     if (type === 'IDAT') idat.push(data);
@@ -117,7 +124,10 @@ describe('mock images', () => {
         assert.equal(image.contentType, 'image/png');
         const png = decodePng(image.bytes!);
         const expected = parseImageSize(size);
-        assert.deepEqual([png.width, png.height, png.bitDepth, png.colourType], [expected.width, expected.height, 8, 2]);
+        assert.deepEqual(
+          [png.width, png.height, png.bitDepth, png.colourType],
+          [expected.width, expected.height, 8, 2],
+        );
       }
     });
   }
@@ -127,7 +137,10 @@ describe('mock images', () => {
     assert.deepEqual(parseImageSize(undefined), { width: 1024, height: 1024 });
     assert.equal(parseImageSize('1024x768').height, 768);
     for (const size of ['big', '0x10', '99999x10', '10x']) {
-      assert.throws(() => parseImageSize(size), (error: unknown) => error instanceof GatewayError && error.param === 'size');
+      assert.throws(
+        () => parseImageSize(size),
+        (error: unknown) => error instanceof GatewayError && error.param === 'size',
+      );
     }
   });
 
@@ -144,7 +157,10 @@ describe('mock images', () => {
   });
 
   it('plays the family: revised_prompt for dall-e-3, usage and top-level fields for GPT image models', async () => {
-    const dalle3 = await mockAdapter.generateImages!(generation({ size: '1024x1024' }), context({ upstreamModel: 'dall-e-3' }));
+    const dalle3 = await mockAdapter.generateImages!(
+      generation({ size: '1024x1024' }),
+      context({ upstreamModel: 'dall-e-3' }),
+    );
     assert.match(dalle3.images[0]!.revised_prompt!, /a red fox/);
     assert.equal(dalle3.usage, undefined);
     const dalle2Context = context({ upstreamModel: 'dall-e-2', modelId: 'dall-e-2' });
@@ -190,7 +206,13 @@ describe('mock images', () => {
   });
 
   it('edits: PNGs of the requested size that depend on the uploads; at least one image is needed', async () => {
-    const upload = (first: number) => encodeGradientPng(4, 4, [[first, 1, 1], [2, 2, 2], [3, 3, 3], [4, 4, 4]]);
+    const upload = (first: number) =>
+      encodeGradientPng(4, 4, [
+        [first, 1, 1],
+        [2, 2, 2],
+        [3, 3, 3],
+        [4, 4, 4],
+      ]);
     const first = await blobs.put('uploads/mock1/image-0', upload(1), 'image/png');
     const second = await blobs.put('uploads/mock2/image-0', upload(9), 'image/png');
     const ctx = context({ upstreamModel: 'gpt-image-1', modelId: 'gpt-image-1' });
@@ -199,7 +221,10 @@ describe('mock images', () => {
     assert.deepEqual([png.width, png.height], [1536, 1024]);
     const b = await mockAdapter.editImages!(edit({ size: '1536x1024' }, [second]), ctx);
     assert.notDeepEqual(a.images[0]!.bytes, b.images[0]!.bytes);
-    assert.deepEqual((await mockAdapter.editImages!(edit({ size: '1536x1024' }, [first]), ctx)).images[0]!.bytes, a.images[0]!.bytes);
+    assert.deepEqual(
+      (await mockAdapter.editImages!(edit({ size: '1536x1024' }, [first]), ctx)).images[0]!.bytes,
+      a.images[0]!.bytes,
+    );
 
     const none = await gatewayError(mockAdapter.editImages!(edit({}, []), ctx));
     assert.equal(none.status, 400);
@@ -213,7 +238,12 @@ describe('mock images', () => {
     const check = Buffer.from('123456789', 'ascii');
     assert.equal(computeCrc32(check), 0xcbf43926);
     assert.equal(crc32(check), 0xcbf43926);
-    const sample = encodeGradientPng(33, 17, [[10, 20, 30], [40, 50, 60], [70, 80, 90], [100, 110, 120]]);
+    const sample = encodeGradientPng(33, 17, [
+      [10, 20, 30],
+      [40, 50, 60],
+      [70, 80, 90],
+      [100, 110, 120],
+    ]);
     assert.equal(computeCrc32(sample), crc32(sample));
     decodePng(sample);
   });

@@ -19,7 +19,15 @@ type Json = Record<string, any>;
 
 function makeContext(signal = new AbortController().signal, upstreamModel = 'mock-chat'): CallContext {
   const model = loadCatalog().get('mock-chat')!;
-  return { requestId: 'r1', signal, channel: { vendor: 'mock', baseUrl: '', apiKey: '' }, upstreamModel, model, log: pino({ level: 'silent' }), http };
+  return {
+    requestId: 'r1',
+    signal,
+    channel: { vendor: 'mock', baseUrl: '', apiKey: '' },
+    upstreamModel,
+    model,
+    log: pino({ level: 'silent' }),
+    http,
+  };
 }
 
 /** The mock implements every capability; this spares a `!` on each call. */
@@ -32,7 +40,8 @@ async function collect(stream: AsyncIterable<AnswerEvent[]>): Promise<AnswerEven
 }
 
 /** The events alone, as a vendor that does not speak the chat wire form would yield them. */
-const withoutWire = (batches: AnswerEvent[][]) => batches.map((batch) => batch.map(({ wire: _wire, ...event }) => event as AnswerEvent));
+const withoutWire = (batches: AnswerEvent[][]) =>
+  batches.map((batch) => batch.map(({ wire: _wire, ...event }) => event as AnswerEvent));
 async function* replay(batches: AnswerEvent[][]): AsyncGenerator<AnswerEvent[]> {
   yield* batches;
 }
@@ -60,7 +69,10 @@ const weatherTool = {
     },
   },
 };
-const timeTool = { type: 'function' as const, function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } } } } };
+const timeTool = {
+  type: 'function' as const,
+  function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } } } },
+};
 
 async function chatBody(request: ChatCompletionRequest): Promise<Json> {
   return encodeAnswer(await mock.chat(request, makeContext())).parsed;
@@ -72,7 +84,10 @@ interface ChoiceState {
   finish?: string;
 }
 
-/** Rebuilds each choice's message (or text_completion text) from its chunks, the way a client does; a function_call is call 0. */
+/**
+ * Rebuilds each choice's message (or text_completion text) from its chunks, the way a client does; a function_call is
+ * call 0.
+ */
 function reassemble(chunks: Json[]) {
   const choices = new Map<number, ChoiceState>();
   for (const chunk of chunks) {
@@ -148,7 +163,14 @@ describe('mock chat, non-stream', () => {
 
   it('quotes at most 200 characters of the last user text', async () => {
     const long = 'x'.repeat(500);
-    const body = await chatBody({ model: 'mock-chat', messages: [{ role: 'user', content: 'first' }, { role: 'assistant', content: 'ok' }, { role: 'user', content: [{ type: 'text', text: long }] }] });
+    const body = await chatBody({
+      model: 'mock-chat',
+      messages: [
+        { role: 'user', content: 'first' },
+        { role: 'assistant', content: 'ok' },
+        { role: 'user', content: [{ type: 'text', text: long }] },
+      ],
+    });
     assert.equal(body.choices[0].message.content, `Mock reply to: "${'x'.repeat(200)}"`);
   });
 
@@ -172,7 +194,10 @@ describe('mock chat, non-stream', () => {
 
   it('returns n choices with indices 0..n-1', async () => {
     const body = await chatBody(chat('twice', { n: 2 }));
-    assert.deepEqual(body.choices.map((c: Json) => c.index), [0, 1]);
+    assert.deepEqual(
+      body.choices.map((c: Json) => c.index),
+      [0, 1],
+    );
     assert.equal(body.choices[0].message.content, body.choices[1].message.content);
     assert.equal(body.usage.completion_tokens, 2 * countTextTokens(body.choices[0].message.content));
   });
@@ -184,7 +209,11 @@ describe('mock chat, non-stream', () => {
       tool_choice: 'required',
       messages: [
         { role: 'user', content: 'call get_weather' },
-        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }] },
+        {
+          role: 'assistant',
+          content: null,
+          tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }],
+        },
         { role: 'tool', tool_call_id: 'call_1', content: 'Sunny and 21 degrees' },
       ],
     });
@@ -205,7 +234,14 @@ describe('mock chat, tool calls', () => {
     assert.match(call.id, /^call_/);
     assert.equal(call.type, 'function');
     assert.equal(call.function.name, 'get_weather');
-    assert.deepEqual(JSON.parse(call.function.arguments), { city: 'mock', days: 1, metric: true, unit: 'celsius', tags: ['mock'], country: 'mock' });
+    assert.deepEqual(JSON.parse(call.function.arguments), {
+      city: 'mock',
+      days: 1,
+      metric: true,
+      unit: 'celsius',
+      tags: ['mock'],
+      country: 'mock',
+    });
     const again = await chatBody(chat('Please call the weather tool', { tools: [weatherTool] }));
     assert.deepEqual(again.choices, body.choices);
   });
@@ -222,7 +258,9 @@ describe('mock chat, tool calls', () => {
     assert.equal(mentioned.choices[0].message.tool_calls[0].function.name, 'get_time');
     const partOfWord = await chatBody(chat('what is get_timezone in Oslo', { tools: [weatherTool, timeTool] }));
     assert.equal(partOfWord.choices[0].finish_reason, 'stop');
-    const forced = await chatBody(chat('hi', { tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } } }));
+    const forced = await chatBody(
+      chat('hi', { tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } } }),
+    );
     assert.equal(forced.choices[0].message.tool_calls.length, 1);
     assert.equal(forced.choices[0].message.tool_calls[0].function.name, 'get_time');
   });
@@ -230,14 +268,21 @@ describe('mock chat, tool calls', () => {
   it('calls the first two tools in parallel when a call is required', async () => {
     const body = await chatBody(chat('hi', { tools: [weatherTool, timeTool], tool_choice: 'required' }));
     const calls = body.choices[0].message.tool_calls as Json[];
-    assert.deepEqual(calls.map((c) => c.function.name), ['get_weather', 'get_time']);
+    assert.deepEqual(
+      calls.map((c) => c.function.name),
+      ['get_weather', 'get_time'],
+    );
     assert.notEqual(calls[0]!.id, calls[1]!.id);
-    const serial = await chatBody(chat('hi', { tools: [weatherTool, timeTool], tool_choice: 'required', parallel_tool_calls: false }));
+    const serial = await chatBody(
+      chat('hi', { tools: [weatherTool, timeTool], tool_choice: 'required', parallel_tool_calls: false }),
+    );
     assert.equal(serial.choices[0].message.tool_calls.length, 1);
   });
 
   it('uses function_call for legacy functions', async () => {
-    const body = await chatBody(chat('hi', { functions: [weatherTool.function], function_call: { name: 'get_weather' } }));
+    const body = await chatBody(
+      chat('hi', { functions: [weatherTool.function], function_call: { name: 'get_weather' } }),
+    );
     const choice = body.choices[0];
     assert.equal(choice.finish_reason, 'function_call');
     assert.equal(choice.message.content, null);
@@ -266,7 +311,9 @@ describe('mock chat, stream', () => {
       assert.equal(chunk.object, 'chat.completion.chunk');
       assert.equal(chunk.model, 'mock-chat');
     }
-    assert.deepEqual(chunks[0]!.choices, [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
+    assert.deepEqual(chunks[0]!.choices, [
+      { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null },
+    ]);
     const middle = chunks.slice(1, -2);
     assert.ok(middle.length > 2, 'content should arrive in several pieces');
     for (const chunk of middle) {
@@ -277,7 +324,10 @@ describe('mock chat, stream', () => {
     assert.deepEqual(finishChunk.choices, [{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     assert.deepEqual(usageChunk.choices, []);
     // The usage chunk is its own batch, a lone usage event; no earlier batch reports usage.
-    assert.deepEqual(batches.at(-1)!.map((event) => event.type), ['usage']);
+    assert.deepEqual(
+      batches.at(-1)!.map((event) => event.type),
+      ['usage'],
+    );
     assert.deepEqual((batches.at(-1)![0] as UsageEvent).usage, usageChunk.usage);
     assert.deepEqual(usage, usageChunk.usage);
     assert.ok(batches.slice(0, -1).every((batch) => batch.every((event) => event.type !== 'usage')));
@@ -291,7 +341,10 @@ describe('mock chat, stream', () => {
   it('interleaves n=2 choices, each complete and in order', async () => {
     const { chunks } = await streamChunks(chat('two of them', { n: 2 }));
     const choiceChunks = chunks.slice(0, -1);
-    assert.deepEqual(choiceChunks.slice(0, 2).map((c) => c.choices[0].index), [0, 1]);
+    assert.deepEqual(
+      choiceChunks.slice(0, 2).map((c) => c.choices[0].index),
+      [0, 1],
+    );
     assert.ok(choiceChunks.every((c) => c.choices.length === 1));
     const states = reassemble(choiceChunks);
     assert.equal(states.size, 2);
@@ -343,8 +396,15 @@ describe('mock chat, stream', () => {
 
   it('streams legacy function_call deltas', async () => {
     const { chunks } = await streamChunks(chat('call it', { functions: [weatherTool.function] }));
-    assert.deepEqual(chunks[0]!.choices[0].delta, { role: 'assistant', content: null, function_call: { name: 'get_weather', arguments: '' } });
-    const args = chunks.slice(1, -2).map((c) => c.choices[0].delta.function_call.arguments).join('');
+    assert.deepEqual(chunks[0]!.choices[0].delta, {
+      role: 'assistant',
+      content: null,
+      function_call: { name: 'get_weather', arguments: '' },
+    });
+    const args = chunks
+      .slice(1, -2)
+      .map((c) => c.choices[0].delta.function_call.arguments)
+      .join('');
     assert.equal(JSON.parse(args).city, 'mock');
     assert.equal(chunks.at(-2)!.choices[0].finish_reason, 'function_call');
   });
@@ -385,10 +445,27 @@ describe('mock chat, stream', () => {
 describe('mock answer events', () => {
   const toolsRequest = chat('hi', { tools: [weatherTool, timeTool], tool_choice: 'required' });
   const functionRequest = chat('call it', { functions: [weatherTool.function] });
-  const completion: CompletionRequest = { model: 'mock-instruct', prompt: ['Once upon a time', 'Far away'], n: 2, echo: true, max_tokens: 50 };
+  const completion: CompletionRequest = {
+    model: 'mock-instruct',
+    prompt: ['Once upon a time', 'Far away'],
+    n: 2,
+    echo: true,
+    max_tokens: 50,
+  };
 
   it('implements every capability in one adapter', () => {
-    const methods = ['chat', 'streamChat', 'complete', 'streamCompletion', 'embed', 'generateImages', 'editImages', 'transcribe', 'translate', 'generateVideo'];
+    const methods = [
+      'chat',
+      'streamChat',
+      'complete',
+      'streamCompletion',
+      'embed',
+      'generateImages',
+      'editImages',
+      'transcribe',
+      'translate',
+      'generateVideo',
+    ];
     for (const method of methods) assert.equal(typeof mockAdapter[method as keyof VendorAdapter], 'function', method);
   });
 
@@ -404,10 +481,16 @@ describe('mock answer events', () => {
       assert.equal(typeof answer.wire, 'string');
       const { wire: _wire, ...fields } = answer;
       // The encoder adds the tier that served it; the mock's own body names none.
-      assert.deepEqual(encodeAnswer(fields, { legacyFunctions }).parsed, { ...JSON.parse(answer.wire!), service_tier: 'default' });
+      assert.deepEqual(encodeAnswer(fields, { legacyFunctions }).parsed, {
+        ...JSON.parse(answer.wire!),
+        service_tier: 'default',
+      });
     }
     const functionAnswer = await mock.chat(functionRequest, makeContext());
-    assert.deepEqual(functionAnswer.choices[0]!.toolCalls.map((call) => [call.id, call.name]), [['', 'get_weather']]);
+    assert.deepEqual(
+      functionAnswer.choices[0]!.toolCalls.map((call) => [call.id, call.name]),
+      [['', 'get_weather']],
+    );
 
     const text = await mock.complete(completion, makeContext());
     const { wire: _wire, ...fields } = text;
@@ -428,20 +511,34 @@ describe('mock answer events', () => {
       assert.equal(events.filter((event) => event.type === 'start').length, 1);
       const first = JSON.parse(chunks[0]!) as Json;
       const { wire: _wire, ...start } = events[0]!;
-      assert.deepEqual(start, { type: 'start', id: first.id, created: first.created, model: 'mock-chat', systemFingerprint: 'fp_mock' });
-      const roles = events.filter((event) => event.type === 'role').map((event) => (event as { choice: number }).choice);
+      assert.deepEqual(start, {
+        type: 'start',
+        id: first.id,
+        created: first.created,
+        model: 'mock-chat',
+        systemFingerprint: 'fp_mock',
+      });
+      const roles = events
+        .filter((event) => event.type === 'role')
+        .map((event) => (event as { choice: number }).choice);
       assert.deepEqual(roles, [...new Set(roles)].sort(), 'one role event per choice');
       assert.equal(roles.length, request.n ?? 1);
     }
     const plain = withoutWire(await collect(mock.streamChat(chat('hi'), makeContext())))[0]!;
     assert.deepEqual(plain.slice(1), [{ type: 'role', choice: 0 }]);
     const opened = withoutWire(await collect(mock.streamChat(toolsRequest, makeContext())))[0]!;
-    assert.deepEqual(opened.map((event) => event.type), ['start', 'role', 'tool-call']);
+    assert.deepEqual(
+      opened.map((event) => event.type),
+      ['start', 'role', 'tool-call'],
+    );
     const { id, ...call } = opened[2] as ToolCallEvent;
     assert.match(id!, /^call_/);
     assert.deepEqual(call, { type: 'tool-call', choice: 0, index: 0, name: 'get_weather', arguments: '' });
     const legacy = withoutWire(await collect(mock.streamChat(functionRequest, makeContext())))[0]!;
-    assert.deepEqual(legacy.slice(1), [{ type: 'role', choice: 0 }, { type: 'tool-call', choice: 0, index: 0, name: 'get_weather', arguments: '' }]);
+    assert.deepEqual(legacy.slice(1), [
+      { type: 'role', choice: 0 },
+      { type: 'tool-call', choice: 0, index: 0, name: 'get_weather', arguments: '' },
+    ]);
 
     const text = await collect(mock.streamCompletion(completion, makeContext()));
     assert.equal(text[0]![0]!.type, 'start');
@@ -457,12 +554,21 @@ describe('mock answer events', () => {
 
     // No prompts, no text chunks: start still comes first, and the lone usage chunk stays optional.
     const empty = (includeUsage: boolean) =>
-      encodeStream(mock.streamCompletion({ model: 'mock-instruct', prompt: [] }, makeContext()), { form: 'text_completion', includeUsage });
+      encodeStream(mock.streamCompletion({ model: 'mock-instruct', prompt: [] }, makeContext()), {
+        form: 'text_completion',
+        includeUsage,
+      });
     const bare = await empty(false);
-    assert.deepEqual(bare.batches.flat().map((event) => event.type), ['start', 'usage']);
+    assert.deepEqual(
+      bare.batches.flat().map((event) => event.type),
+      ['start', 'usage'],
+    );
     assert.deepEqual(bare.chunks, []);
     assert.deepEqual(bare.usage, { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 });
-    assert.deepEqual((await empty(true)).parsed.map((chunk) => chunk.choices), [[]]);
+    assert.deepEqual(
+      (await empty(true)).parsed.map((chunk) => chunk.choices),
+      [[]],
+    );
   });
 
   it('says in events, encoded without wire, the same text and tool calls as its wire chunks', async () => {
@@ -500,9 +606,17 @@ describe('mock error markers', () => {
 
   it('throws from the first next() of a stream, before any chunk', async () => {
     const iterator = mock.streamChat(chat('[mock:error:429]'), makeContext())[Symbol.asyncIterator]();
-    await assert.rejects(iterator.next(), (error) => error instanceof GatewayError && error.status === 429 && error.retryable);
-    const completions = mock.streamCompletion({ model: 'mock-instruct', prompt: '[mock:error:502]' }, makeContext())[Symbol.asyncIterator]();
-    await assert.rejects(completions.next(), (error) => error instanceof GatewayError && error.status === 502 && error.retryable);
+    await assert.rejects(
+      iterator.next(),
+      (error) => error instanceof GatewayError && error.status === 429 && error.retryable,
+    );
+    const completions = mock
+      .streamCompletion({ model: 'mock-instruct', prompt: '[mock:error:502]' }, makeContext())
+      [Symbol.asyncIterator]();
+    await assert.rejects(
+      completions.next(),
+      (error) => error instanceof GatewayError && error.status === 502 && error.retryable,
+    );
   });
 
   it('makes 4xx errors non-retryable, and works for completions and embeddings', async () => {
@@ -540,18 +654,28 @@ describe('mock request checks', () => {
 });
 
 describe('mock legacy completions', () => {
-  const completion = (extra: Partial<CompletionRequest> = {}): CompletionRequest => ({ model: 'mock-instruct', prompt: 'Once upon a time', ...extra });
+  const completion = (extra: Partial<CompletionRequest> = {}): CompletionRequest => ({
+    model: 'mock-instruct',
+    prompt: 'Once upon a time',
+    ...extra,
+  });
   const completionBody = (answer: Answer) => encodeAnswer(answer, { form: 'text_completion' }).parsed;
 
   it('returns a text_completion with the default 16-token limit', async () => {
-    const result = await mock.complete(completion({ prompt: 'A rather long prompt that will make the reply exceed sixteen tokens for sure' }), makeContext());
+    const result = await mock.complete(
+      completion({ prompt: 'A rather long prompt that will make the reply exceed sixteen tokens for sure' }),
+      makeContext(),
+    );
     const body = completionBody(result);
     assert.match(body.id, /^cmpl-/);
     assert.equal(body.object, 'text_completion');
     assert.equal(body.choices[0].finish_reason, 'length');
     assert.equal(body.choices[0].logprobs, null);
     assert.equal(body.usage.completion_tokens, 16);
-    assert.equal(body.usage.prompt_tokens, countTextTokens('A rather long prompt that will make the reply exceed sixteen tokens for sure'));
+    assert.equal(
+      body.usage.prompt_tokens,
+      countTextTokens('A rather long prompt that will make the reply exceed sixteen tokens for sure'),
+    );
     assert.deepEqual(result.usage, body.usage);
   });
 
@@ -560,27 +684,41 @@ describe('mock legacy completions', () => {
     assert.ok(echoed.choices[0].text.startsWith('Once upon a time Mock completion of'));
 
     const tokens = encodeText('Hello, world');
-    const fromTokens = completionBody(await mock.complete(completion({ prompt: tokens, max_tokens: 50 }), makeContext()));
+    const fromTokens = completionBody(
+      await mock.complete(completion({ prompt: tokens, max_tokens: 50 }), makeContext()),
+    );
     assert.equal(fromTokens.usage.prompt_tokens, tokens.length);
     assert.ok(fromTokens.choices[0].text.includes('"Hello, world"'));
 
     const many = completionBody(await mock.complete(completion({ prompt: ['a', 'b'], n: 2 }), makeContext()));
-    assert.deepEqual(many.choices.map((c: Json) => c.index), [0, 1, 2, 3]);
+    assert.deepEqual(
+      many.choices.map((c: Json) => c.index),
+      [0, 1, 2, 3],
+    );
     assert.ok(many.choices[2].text.includes('"b"'));
   });
 
   it('streams text_completion chunks, finish on the last, then a usage chunk', async () => {
-    const { batches, parsed: chunks, usage } = await encodeStream(mock.streamCompletion(completion({ max_tokens: 50, stop: '"' }), makeContext()), {
+    const {
+      batches,
+      parsed: chunks,
+      usage,
+    } = await encodeStream(mock.streamCompletion(completion({ max_tokens: 50, stop: '"' }), makeContext()), {
       form: 'text_completion',
     });
     const usageChunk = chunks.at(-1)!;
     const textChunks = chunks.slice(0, -1);
-    assert.ok(textChunks.every((c) => c.object === 'text_completion' && c.id === chunks[0]!.id && c.choices.length === 1));
+    assert.ok(
+      textChunks.every((c) => c.object === 'text_completion' && c.id === chunks[0]!.id && c.choices.length === 1),
+    );
     assert.ok(textChunks.slice(0, -1).every((c) => c.choices[0].finish_reason === null));
     assert.equal(textChunks.at(-1)!.choices[0].finish_reason, 'stop');
     assert.equal(textChunks.map((c) => c.choices[0].text).join(''), ' Mock completion of: ');
     assert.deepEqual(usageChunk.choices, []);
-    assert.deepEqual(batches.at(-1)!.map((event) => event.type), ['usage']);
+    assert.deepEqual(
+      batches.at(-1)!.map((event) => event.type),
+      ['usage'],
+    );
     assert.ok(batches.slice(0, -1).every((batch) => batch.every((event) => event.type !== 'usage')));
     const plain = completionBody(await mock.complete(completion({ max_tokens: 50, stop: '"' }), makeContext()));
     assert.deepEqual(usageChunk.usage, plain.usage);
@@ -590,7 +728,10 @@ describe('mock legacy completions', () => {
 
 describe('mock embeddings', () => {
   const embed = async (input: string | string[] | number[], extra: Json = {}) => {
-    const result = await mock.embed({ model: 'mock-embedding', input, ...extra }, makeContext(undefined, 'mock-embedding'));
+    const result = await mock.embed(
+      { model: 'mock-embedding', input, ...extra },
+      makeContext(undefined, 'mock-embedding'),
+    );
     return { body: JSON.parse(result.body) as Json, usage: result.usage };
   };
   const norm = (vector: number[]) => Math.sqrt(vector.reduce((sum, v) => sum + v * v, 0));

@@ -35,13 +35,21 @@ function context(requestId = 'req_1', signal = new AbortController().signal): Ca
   };
 }
 
-type Result = { flagged: boolean; categories: Record<string, boolean>; category_scores: Record<string, number>; category_applied_input_types: Record<string, string[]> };
+type Result = {
+  flagged: boolean;
+  categories: Record<string, boolean>;
+  category_scores: Record<string, number>;
+  category_applied_input_types: Record<string, string[]>;
+};
 const resultsOf = (body: string) => (JSON.parse(body) as { results: Result[] }).results;
 
 describe('the moderation request schema', () => {
   it("reads a text, a list of texts and a list of parts, defaulting the model and keeping only the spec's fields", () => {
     assert.deepEqual(parse({ input: 'x' }), { model: 'omni-moderation-latest', input: 'x' });
-    assert.deepEqual(parse({ input: '', model: 'text-moderation-stable', user: 'u', extra: [1] }), { model: 'text-moderation-stable', input: '' });
+    assert.deepEqual(parse({ input: '', model: 'text-moderation-stable', user: 'u', extra: [1] }), {
+      model: 'text-moderation-stable',
+      input: '',
+    });
     assert.deepEqual(parse({ input: ['a', 'b'] }).input, ['a', 'b']);
     const parts = parse({
       input: [
@@ -75,15 +83,27 @@ describe('the moderation request schema', () => {
     assert.deepEqual(refusal({ input: Array(33).fill('x') }), [400, 'input', 'invalid_value']);
     assert.deepEqual(refusal({ input: ['x', { type: 'text', text: 'y' }] }), [400, 'input[1]', 'invalid_type']);
     assert.deepEqual(refusal({ input: [{ type: 'text', text: 'y' }, 'x'] }), [400, 'input[1]', 'invalid_type']);
-    assert.deepEqual(refusal({ input: [{ type: 'image_url', image_url: {} }] }), [400, 'input[0].image_url.url', 'missing_required_parameter']);
-    assert.deepEqual(refusal({ input: [{ type: 'image_url', image_url: { url: 'javascript:alert(1)' } }] }), [400, 'input[0].image_url.url', 'invalid_value']);
+    assert.deepEqual(refusal({ input: [{ type: 'image_url', image_url: {} }] }), [
+      400,
+      'input[0].image_url.url',
+      'missing_required_parameter',
+    ]);
+    assert.deepEqual(refusal({ input: [{ type: 'image_url', image_url: { url: 'javascript:alert(1)' } }] }), [
+      400,
+      'input[0].image_url.url',
+      'invalid_value',
+    ]);
     assert.deepEqual(refusal({ input: 'x', model: '' }), [400, 'model', 'invalid_value']);
     assert.deepEqual(refusal({ input: 'x', model: 7 }), [400, 'model', 'invalid_type']);
   });
 
   it('refuses a list of a million items by its length, without reading them', () => {
     const huge = { input: new Array(1_000_000).fill({ type: 'text', text: 'x' }) };
-    assert.throws(() => parse(huge), (error: unknown) => error instanceof GatewayError && error.param === 'input' && /maximum length 32/.test(error.message));
+    assert.throws(
+      () => parse(huge),
+      (error: unknown) =>
+        error instanceof GatewayError && error.param === 'input' && /maximum length 32/.test(error.message),
+    );
   });
 
   it("counts the texts' tokens, never the images", async () => {
@@ -113,7 +133,11 @@ describe("the mock's moderation", () => {
       assert.deepEqual(Object.keys(result.category_scores), [...moderationCategories]);
       assert.equal(result.flagged, false);
     }
-    assert.deepEqual(answer.usage, { prompt_tokens: countTextTokens('hello') + countTextTokens('world'), completion_tokens: 0, total_tokens: countTextTokens('hello') + countTextTokens('world') });
+    assert.deepEqual(answer.usage, {
+      prompt_tokens: countTextTokens('hello') + countTextTokens('world'),
+      completion_tokens: 0,
+      total_tokens: countTextTokens('hello') + countTextTokens('world'),
+    });
     // A retried job (the same request id) answers the same; another request has its own id, the same scores.
     assert.equal((await moderateMock(request(['hello', 'world']), context('req_a'))).body, answer.body);
     const other = await moderateMock(request('hello'), context('req_b'));
@@ -122,15 +146,26 @@ describe("the mock's moderation", () => {
   });
 
   it('flags the categories its markers name, and only known ones', async () => {
-    const [result] = resultsOf((await moderateMock(request('x [mock:flag:self-harm/intent] [mock:flag:nonsense] [mock:flag:hate]'), context())).body) as [Result];
+    const [result] = resultsOf(
+      (await moderateMock(request('x [mock:flag:self-harm/intent] [mock:flag:nonsense] [mock:flag:hate]'), context()))
+        .body,
+    ) as [Result];
     assert.equal(result.flagged, true);
-    assert.deepEqual(Object.entries(result.categories).filter(([, flag]) => flag).map(([name]) => name), ['hate', 'self-harm/intent']);
+    assert.deepEqual(
+      Object.entries(result.categories)
+        .filter(([, flag]) => flag)
+        .map(([name]) => name),
+      ['hate', 'self-harm/intent'],
+    );
     assert.ok(result.category_scores.hate! >= 0.9 && result.category_scores.hate! < 1);
     assert.ok(result.category_scores.violence! < 0.02);
   });
 
   it('fails as its error marker asks, and stops at an aborted signal', async () => {
-    await assert.rejects(moderateMock(request(['fine', 'x [mock:error:503]']), context()), (error: unknown) => error instanceof GatewayError && error.status === 503 && error.retryable);
+    await assert.rejects(
+      moderateMock(request(['fine', 'x [mock:error:503]']), context()),
+      (error: unknown) => error instanceof GatewayError && error.status === 503 && error.retryable,
+    );
     const aborted = new AbortController();
     aborted.abort(new Error('client left'));
     await assert.rejects(moderateMock(request('x'), context('req_1', aborted.signal)), /client left/);

@@ -8,11 +8,7 @@ import { GatewayError } from '../../shared/errors.js';
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
-import {
-  mapOpenAIError,
-  openaiAdapter,
-  scrubSecrets,
-} from '../../workers/vendors/openai/index.js';
+import { mapOpenAIError, openaiAdapter, scrubSecrets } from '../../workers/vendors/openai/index.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import type { CallContext, VendorHttp } from '../../workers/vendors/types.js';
@@ -48,8 +44,12 @@ function context(signal: AbortSignal = new AbortController().signal, http: Vendo
 }
 
 const chatRequest = (extra: Record<string, unknown> = {}): ChatCompletionRequest =>
-  ({ model: 'gpt-4o', messages: [{ role: 'user', content: 'Hi' }], temperature: 0.2, ...extra }) as ChatCompletionRequest;
-
+  ({
+    model: 'gpt-4o',
+    messages: [{ role: 'user', content: 'Hi' }],
+    temperature: 0.2,
+    ...extra,
+  }) as ChatCompletionRequest;
 
 /** Asserts a rejection with a GatewayError and returns it for closer checks. */
 
@@ -129,21 +129,39 @@ describe('openai adapter: outgoing requests', () => {
       const request = chatRequest(asked ? { service_tier: asked } : {});
       await openaiAdapter.chat!(request, { ...context(), serviceTier: 'flex' });
       await collect(openaiAdapter.streamChat!({ ...request, stream: true }, { ...context(), serviceTier: 'priority' }));
-      assert.deepEqual(fake.requests.map((sent) => (sent.body as { service_tier?: unknown }).service_tier), ['flex', 'priority'], `asked ${asked}`);
+      assert.deepEqual(
+        fake.requests.map((sent) => (sent.body as { service_tier?: unknown }).service_tier),
+        ['flex', 'priority'],
+        `asked ${asked}`,
+      );
     }
   });
 
-  it('sends no service_tier to a vendor that sells none (DeepSeek, xAI, any OpenAI-compatible server), nor on a legacy completion or embeddings', async () => {
-    const compatible = { ...context(), channel: { vendor: 'vllm', baseUrl: fake.url, apiKey: KEY } };
-    await openaiAdapter.chat!(chatRequest({ service_tier: 'flex' }), compatible);
-    await collect(openaiAdapter.streamChat!(chatRequest({ service_tier: 'priority', stream: true }), compatible));
-    const completion = { model: 'instruct', prompt: 'Say hi', max_tokens: 5, service_tier: 'flex' } as CompletionRequest;
-    await openaiAdapter.complete!(completion, { ...context(), serviceTier: 'flex' });
-    await collect(openaiAdapter.streamCompletion!({ ...completion, stream: true }, { ...context(), serviceTier: 'flex' }));
-    await openaiAdapter.embed!({ model: 'emb', input: 'a', service_tier: 'flex' } as EmbeddingRequest, { ...context(), serviceTier: 'flex' });
-    assert.equal(fake.requests.length, 5);
-    for (const sent of fake.requests) assert.equal('service_tier' in (sent.body as object), false, sent.path);
-  });
+  it(
+    'sends no service_tier to a vendor that sells none (DeepSeek, xAI, any OpenAI-compatible server), nor on a ' +
+      'legacy completion or embeddings',
+    async () => {
+      const compatible = { ...context(), channel: { vendor: 'vllm', baseUrl: fake.url, apiKey: KEY } };
+      await openaiAdapter.chat!(chatRequest({ service_tier: 'flex' }), compatible);
+      await collect(openaiAdapter.streamChat!(chatRequest({ service_tier: 'priority', stream: true }), compatible));
+      const completion = {
+        model: 'instruct',
+        prompt: 'Say hi',
+        max_tokens: 5,
+        service_tier: 'flex',
+      } as CompletionRequest;
+      await openaiAdapter.complete!(completion, { ...context(), serviceTier: 'flex' });
+      await collect(
+        openaiAdapter.streamCompletion!({ ...completion, stream: true }, { ...context(), serviceTier: 'flex' }),
+      );
+      await openaiAdapter.embed!({ model: 'emb', input: 'a', service_tier: 'flex' } as EmbeddingRequest, {
+        ...context(),
+        serviceTier: 'flex',
+      });
+      assert.equal(fake.requests.length, 5);
+      for (const sent of fake.requests) assert.equal('service_tier' in (sent.body as object), false, sent.path);
+    },
+  );
 
   it('reads the service_tier the answer says: the body, and a stream from its first chunk', async () => {
     fake.setServiceTier('default');
@@ -151,21 +169,47 @@ describe('openai adapter: outgoing requests', () => {
     assert.equal(answer.serviceTier, 'default');
     fake.setServiceTier(null);
     assert.equal((await openaiAdapter.chat!(chatRequest(), context())).serviceTier, undefined, 'null says none');
-    const first = (fields: Record<string, unknown>) => ({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', ...fields });
-    fake.enqueue({ sse: sseOf(first({ service_tier: 'flex', choices: [{ index: 0, delta: { content: 'a' }, finish_reason: null }] }), first({ service_tier: 'default', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }), '[DONE]') });
-    const events = (await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), { ...context(), serviceTier: 'flex' }))).flat();
-    assert.deepEqual(events.filter((event) => event.type === 'start').map((event) => event.type === 'start' && event.serviceTier), ['flex']);
+    const first = (fields: Record<string, unknown>) => ({
+      id: 'c1',
+      object: 'chat.completion.chunk',
+      created: 1,
+      model: 'm',
+      ...fields,
+    });
+    fake.enqueue({
+      sse: sseOf(
+        first({ service_tier: 'flex', choices: [{ index: 0, delta: { content: 'a' }, finish_reason: null }] }),
+        first({ service_tier: 'default', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }),
+        '[DONE]',
+      ),
+    });
+    const events = (
+      await collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), { ...context(), serviceTier: 'flex' }))
+    ).flat();
+    assert.deepEqual(
+      events.filter((event) => event.type === 'start').map((event) => event.type === 'start' && event.serviceTier),
+      ['flex'],
+    );
   });
 });
 
 describe('openai adapter: answers', () => {
   it('returns the non-stream body byte for byte, with usage and what it says', async () => {
-    const text = '{ "id":"x", "object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"caf\\u00e9 ☕"},"finish_reason":"stop"}],\n "usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}} }';
+    const text =
+      '{ "id":"x", ' +
+      '"object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"caf\\u00e9 ' +
+      '☕"},"finish_reason":"stop"}],\n ' +
+      '"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5,"prompt_tokens_details":{"cached_tokens":1}} ' +
+      '}';
     fake.enqueue({ status: 200, headers: { 'content-type': 'application/json' }, text });
     const answer = await openaiAdapter.chat!(chatRequest(), context());
     assert.equal(answer.wire, text);
     // As it came, saying the tier that served it.
-    assert.equal(encodeAnswer(answer).body, withServiceTier(text, 'default'), 'the chat encoder sends the vendor body as it came');
+    assert.equal(
+      encodeAnswer(answer).body,
+      withServiceTier(text, 'default'),
+      'the chat encoder sends the vendor body as it came',
+    );
     assert.equal(JSON.parse(encodeAnswer(answer).body).service_tier, 'default');
     assert.deepEqual(answer.usage, {
       prompt_tokens: 3,
@@ -178,10 +222,30 @@ describe('openai adapter: answers', () => {
   });
 
   it('reads tool calls of a plain answer', async () => {
-    const message = { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] };
-    fake.enqueue({ status: 200, json: { id: 'y', object: 'chat.completion', created: 5, model: 'm', choices: [{ index: 0, message, finish_reason: 'tool_calls' }] } });
+    const message = {
+      role: 'assistant',
+      content: null,
+      tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }],
+    };
+    fake.enqueue({
+      status: 200,
+      json: {
+        id: 'y',
+        object: 'chat.completion',
+        created: 5,
+        model: 'm',
+        choices: [{ index: 0, message, finish_reason: 'tool_calls' }],
+      },
+    });
     const answer = await openaiAdapter.chat!(chatRequest(), context());
-    assert.deepEqual(answer.choices, [{ index: 0, text: null, toolCalls: [{ id: 'call_1', name: 'f', arguments: '{"a":1}' }], finishReason: 'tool_calls' }]);
+    assert.deepEqual(answer.choices, [
+      {
+        index: 0,
+        text: null,
+        toolCalls: [{ id: 'call_1', name: 'f', arguments: '{"a":1}' }],
+        finishReason: 'tool_calls',
+      },
+    ]);
     assert.equal(answer.created, 5);
     assert.equal(answer.model, 'm');
   });
@@ -195,7 +259,9 @@ describe('openai adapter: answers', () => {
     assert.deepEqual(asked.parsed.at(-1)!.choices, []);
     assert.deepEqual(asked.parsed.at(-1)!.usage, FAKE_USAGE);
 
-    const unasked = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), { includeUsage: false });
+    const unasked = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), {
+      includeUsage: false,
+    });
     assert.deepEqual(unasked.chunks, asked.chunks.slice(0, -1));
     assert.deepEqual(unasked.usage, FAKE_USAGE, 'usage is read for billing either way');
   });
@@ -220,7 +286,10 @@ describe('openai adapter: answers', () => {
       const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
       const expected = fixtureData(file).filter((data) => data !== '[DONE]');
       // Each as it came, saying the tier that served it.
-      assert.deepEqual(encoded.chunks, expected.map((data) => withServiceTier(data, 'default')));
+      assert.deepEqual(
+        encoded.chunks,
+        expected.map((data) => withServiceTier(data, 'default')),
+      );
       assert.deepEqual(encoded.usage, JSON.parse(expected.at(-1)!).usage);
 
       // The tool calls the events describe are the ones the chunks carry.
@@ -254,7 +323,12 @@ describe('openai adapter: answers', () => {
     const spread = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
     assert.ok(spread.batches.length > 1);
     assert.ok(spread.batches.every((batch) => batch.length > 0));
-    assert.deepEqual(spread.chunks, fixtureData(file).filter((data) => data !== '[DONE]').map((data) => withServiceTier(data, 'default')));
+    assert.deepEqual(
+      spread.chunks,
+      fixtureData(file)
+        .filter((data) => data !== '[DONE]')
+        .map((data) => withServiceTier(data, 'default')),
+    );
 
     fake.enqueue({ sseFile: `${FIXTURES}/${file}` });
     const single = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
@@ -284,27 +358,47 @@ describe('openai adapter: answers', () => {
     assert.deepEqual(answer.usage, FAKE_USAGE);
     assert.equal(answer.choices[0]!.text, JSON.parse(answer.wire!).choices[0].text);
 
-    const encoded = await encodeStream(openaiAdapter.streamCompletion!({ ...request, stream: true }, context()), { form: 'text_completion' });
+    const encoded = await encodeStream(openaiAdapter.streamCompletion!({ ...request, stream: true }, context()), {
+      form: 'text_completion',
+    });
     assert.equal(encoded.parsed.map((chunk) => chunk.choices[0]?.text ?? '').join(''), FAKE_REPLY_PIECES.join(''));
     assert.deepEqual(encoded.parsed.at(-1)!.choices, []);
-    const text = encoded.batches.flat().flatMap((event) => (event.type === 'text' ? [event.text] : [])).join('');
+    const text = encoded.batches
+      .flat()
+      .flatMap((event) => (event.type === 'text' ? [event.text] : []))
+      .join('');
     assert.equal(text, FAKE_REPLY_PIECES.join(''));
   });
 
   it('forwards usage reported on an ordinary chunk even when the client did not ask for usage', async () => {
-    const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } };
+    const finish = {
+      id: 'c1',
+      choices: [{ index: 0, delta: {}, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
+    };
     fake.enqueue({ sse: sseOf(contentChunk('a'), finish, '[DONE]') });
-    const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), { includeUsage: false });
-    assert.deepEqual(encoded.chunks, [contentChunk('a'), finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })));
+    const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()), {
+      includeUsage: false,
+    });
+    assert.deepEqual(
+      encoded.chunks,
+      [contentChunk('a'), finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })),
+    );
     assert.deepEqual(encoded.usage, finish.usage);
   });
 
   it('passes on a chunk that carries nothing the event model names (logprobs alone)', async () => {
-    const logprobsOnly = { id: 'c1', choices: [{ index: 0, delta: {}, logprobs: { content: [] }, finish_reason: null }] };
+    const logprobsOnly = {
+      id: 'c1',
+      choices: [{ index: 0, delta: {}, logprobs: { content: [] }, finish_reason: null }],
+    };
     const finish = { id: 'c1', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] };
     fake.enqueue({ sse: sseOf(contentChunk('a'), logprobsOnly, finish, '[DONE]') });
     const encoded = await encodeStream(openaiAdapter.streamChat!(chatRequest({ stream: true }), context()));
-    assert.deepEqual(encoded.chunks, [contentChunk('a'), logprobsOnly, finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })));
+    assert.deepEqual(
+      encoded.chunks,
+      [contentChunk('a'), logprobsOnly, finish].map((chunk) => JSON.stringify({ ...chunk, service_tier: 'default' })),
+    );
   });
 });
 
@@ -314,15 +408,29 @@ describe('openai adapter: vendor errors', () => {
   });
 
   it('keeps a 400 as the client error it is, before any stream event', async () => {
-    fake.enqueue({ status: 400, json: errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens') });
+    fake.enqueue({
+      status: 400,
+      json: errorBody(
+        "Unsupported parameter: 'max_tokens'.",
+        'invalid_request_error',
+        'unsupported_parameter',
+        'max_tokens',
+      ),
+    });
     const error = await gatewayError(collect(openaiAdapter.streamChat!(chatRequest({ stream: true }), context())));
-    assert.deepEqual(error.toBody(), errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens'));
+    assert.deepEqual(
+      error.toBody(),
+      errorBody("Unsupported parameter: 'max_tokens'.", 'invalid_request_error', 'unsupported_parameter', 'max_tokens'),
+    );
     assert.equal(error.status, 400);
     assert.equal(error.retryable, false);
   });
 
   it('maps the fake upstream refusing a bad key (401) to a generic 502 without vendor text', async () => {
-    const context401 = { ...context(), channel: { vendor: 'openai', baseUrl: fake.url, apiKey: 'sk-wrong-key-abcdefghijkl' } };
+    const context401 = {
+      ...context(),
+      channel: { vendor: 'openai', baseUrl: fake.url, apiKey: 'sk-wrong-key-abcdefghijkl' },
+    };
     const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context401));
     assert.equal(error.status, 502);
     assert.equal(error.code, 'vendor_auth_failed');
@@ -339,20 +447,31 @@ describe('openai adapter: vendor errors', () => {
   });
 
   it('makes a 429 retryable and honours retry-after', async () => {
-    fake.enqueue({ status: 429, headers: { 'retry-after': '2' }, json: errorBody('Rate limit reached.', 'requests', 'rate_limit_exceeded') });
+    fake.enqueue({
+      status: 429,
+      headers: { 'retry-after': '2' },
+      json: errorBody('Rate limit reached.', 'requests', 'rate_limit_exceeded'),
+    });
     const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 429);
     assert.equal(error.retryable, true);
     assert.equal(error.retryAfterMs, 2000);
     assert.equal(error.message, 'Rate limit reached.');
 
-    fake.enqueue({ status: 429, headers: { 'retry-after-ms': '150', 'retry-after': '9' }, json: errorBody('Slow down.', 'tokens') });
+    fake.enqueue({
+      status: 429,
+      headers: { 'retry-after-ms': '150', 'retry-after': '9' },
+      json: errorBody('Slow down.', 'tokens'),
+    });
     const precise = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(precise.retryAfterMs, 150);
   });
 
   it('turns a 429 insufficient_quota into a non-retryable 503 with a generic message', async () => {
-    fake.enqueue({ status: 429, json: errorBody('You exceeded your current quota, check your plan.', 'insufficient_quota', 'insufficient_quota') });
+    fake.enqueue({
+      status: 429,
+      json: errorBody('You exceeded your current quota, check your plan.', 'insufficient_quota', 'insufficient_quota'),
+    });
     const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(error.status, 503);
     assert.equal(error.type, 'server_error');
@@ -379,7 +498,9 @@ describe('openai adapter: vendor errors', () => {
   });
 
   it('scrubs secrets from vendor messages', async () => {
-    const message = `Bad request for key ${KEY}, also sk-proj-AbCdEf123456 and Bearer abc.def and token 0123456789abcdef0123456789abcdef`;
+    const message =
+      `Bad request for key ${KEY}, also sk-proj-AbCdEf123456 and Bearer abc.def and token ` +
+      `0123456789abcdef0123456789abcdef`;
     fake.enqueue({ status: 400, json: errorBody(message, 'invalid_request_error') });
     const error = await gatewayError(openaiAdapter.chat!(chatRequest(), context()));
     assert.equal(
@@ -403,7 +524,8 @@ describe('openai adapter: broken transport and streams', () => {
     const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context()))
+          seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 1);
@@ -417,7 +539,8 @@ describe('openai adapter: broken transport and streams', () => {
     const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context()))
+          seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 2);
@@ -434,11 +557,14 @@ describe('openai adapter: broken transport and streams', () => {
   });
 
   it('throws on an error payload mid-stream, scrubbed', async () => {
-    fake.enqueue({ sse: sseOf(contentChunk('a'), { error: { message: `backend failed for ${KEY}`, type: 'server_error' } }) });
+    fake.enqueue({
+      sse: sseOf(contentChunk('a'), { error: { message: `backend failed for ${KEY}`, type: 'server_error' } }),
+    });
     const seen: string[] = [];
     const error = await gatewayError(
       (async () => {
-        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context())) seen.push(...wireChunks(batch));
+        for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context()))
+          seen.push(...wireChunks(batch));
       })(),
     );
     assert.equal(seen.length, 1);
@@ -450,7 +576,9 @@ describe('openai adapter: broken transport and streams', () => {
   it('rejects with the abort, not a GatewayError, when the caller aborts mid-stream', async () => {
     fake.enqueue({ sse: sseOf(contentChunk('a')), hang: true });
     const controller = new AbortController();
-    const iterator = openaiAdapter.streamChat!(chatRequest({ stream: true }), context(controller.signal))[Symbol.asyncIterator]();
+    const iterator = openaiAdapter.streamChat!(chatRequest({ stream: true }), context(controller.signal))[
+      Symbol.asyncIterator
+    ]();
     const first = await iterator.next();
     assert.equal(first.done, false);
     const pending = iterator.next();
@@ -474,7 +602,9 @@ describe('openai adapter: broken transport and streams', () => {
   });
 
   it('times out a silent upstream (first byte, then idle) as retryable 504', async () => {
-    const impatient = createVendorHttp(loadConfig({ VENDOR_FIRST_BYTE_TIMEOUT_MS: '200', VENDOR_IDLE_TIMEOUT_MS: '200' }));
+    const impatient = createVendorHttp(
+      loadConfig({ VENDOR_FIRST_BYTE_TIMEOUT_MS: '200', VENDOR_IDLE_TIMEOUT_MS: '200' }),
+    );
     try {
       fake.enqueue({ hang: true });
       const silent = await gatewayError(openaiAdapter.chat!(chatRequest(), context(undefined, impatient)));
@@ -486,7 +616,11 @@ describe('openai adapter: broken transport and streams', () => {
       const seen: string[] = [];
       const idle = await gatewayError(
         (async () => {
-          for await (const batch of openaiAdapter.streamChat!(chatRequest({ stream: true }), context(undefined, impatient))) seen.push(...wireChunks(batch));
+          for await (const batch of openaiAdapter.streamChat!(
+            chatRequest({ stream: true }),
+            context(undefined, impatient),
+          ))
+            seen.push(...wireChunks(batch));
         })(),
       );
       assert.equal(seen.length, 1);
@@ -514,9 +648,15 @@ describe('mapOpenAIError and scrubSecrets', () => {
   });
 
   it('leaves ordinary text alone and redacts key-like tokens', () => {
-    assert.equal(scrubSecrets('The model `gpt-4o-2024-08-06` does not exist'), 'The model `gpt-4o-2024-08-06` does not exist');
+    assert.equal(
+      scrubSecrets('The model `gpt-4o-2024-08-06` does not exist'),
+      'The model `gpt-4o-2024-08-06` does not exist',
+    );
     assert.equal(scrubSecrets('key xai-AbCdEfGhIjKl12 here'), 'key [redacted] here');
-    assert.equal(scrubSecrets('Incorrect API key provided: sk-abc***********wxyz.'), 'Incorrect API key provided: [redacted].');
+    assert.equal(
+      scrubSecrets('Incorrect API key provided: sk-abc***********wxyz.'),
+      'Incorrect API key provided: [redacted].',
+    );
     assert.equal(scrubSecrets('secret=mysecretvalue!', ['mysecretvalue!']), 'secret=[redacted]');
   });
 });
@@ -526,10 +666,14 @@ describe('readOpenAIChoice: a vendor’s visible reasoning', () => {
     for (const field of ['reasoning_content', 'reasoning']) {
       const out: AnswerEvent[] = [];
       readOpenAIChoice({ index: 0, delta: { [field]: 'Thinking…', content: 'Hi' }, finish_reason: null }, out);
-      assert.deepEqual(out, [
-        { type: 'reasoning', choice: 0, text: 'Thinking…' },
-        { type: 'text', choice: 0, text: 'Hi' },
-      ], field);
+      assert.deepEqual(
+        out,
+        [
+          { type: 'reasoning', choice: 0, text: 'Thinking…' },
+          { type: 'text', choice: 0, text: 'Hi' },
+        ],
+        field,
+      );
     }
     const none: AnswerEvent[] = [];
     readOpenAIChoice({ index: 0, delta: { reasoning_content: null, content: 'Hi' } }, none);

@@ -8,9 +8,18 @@ import { GatewayError } from '../../shared/errors.js';
 import { loadCatalog } from '../../shared/catalog.js';
 import { loadConfig } from '../../shared/config.js';
 import { openaiAdapter } from '../../workers/vendors/openai/index.js';
-import { openAIRealtimeUrl, openOpenAIRealtime, type OpenAIRealtimeOptions } from '../../workers/vendors/openai/realtime.js';
+import {
+  openAIRealtimeUrl,
+  openOpenAIRealtime,
+  type OpenAIRealtimeOptions,
+} from '../../workers/vendors/openai/realtime.js';
 import { createVendorHttp } from '../../workers/vendors/vendor-http.js';
-import type { RealtimeOpenContext, RealtimeServerEvent, RealtimeVendorEvents, RealtimeVendorSession } from '../../workers/vendors/types.js';
+import type {
+  RealtimeOpenContext,
+  RealtimeServerEvent,
+  RealtimeVendorEvents,
+  RealtimeVendorSession,
+} from '../../workers/vendors/types.js';
 import { gatewayError } from '../support/assertions.js';
 import { startFakeOpenAIRealtime, type FakeOpenAIRealtime } from '../support/fake-openai-realtime.js';
 import { closeServer, listenOnLoopback } from '../support/fake-server.js';
@@ -116,8 +125,13 @@ async function startRawVendor(options: { greet?: string[]; read?: boolean } = {}
   server.on('upgrade', (request, socket: Socket) => {
     sockets.push(socket);
     socket.on('error', () => {});
-    const accept = createHash('sha1').update(`${String(request.headers['sec-websocket-key'])}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
-    socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+    const accept = createHash('sha1')
+      .update(`${String(request.headers['sec-websocket-key'])}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`)
+      .digest('base64');
+    socket.write(
+      `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ` +
+        `${accept}\r\n\r\n`,
+    );
     for (const text of options.greet ?? []) socket.write(textFrame(text));
     // What the client sends is read and ignored (a close frame too), unless told not to read at all.
     if (options.read !== false) socket.resume();
@@ -136,12 +150,20 @@ async function startRawVendor(options: { greet?: string[]; read?: boolean } = {}
   };
 }
 
-const sessionCreated = JSON.stringify({ type: 'session.created', event_id: 'event_1', session: { type: 'realtime', object: 'realtime.session', id: 'sess_raw', model: 'gpt-realtime' } });
+const sessionCreated = JSON.stringify({
+  type: 'session.created',
+  event_id: 'event_1',
+  session: { type: 'realtime', object: 'realtime.session', id: 'sess_raw', model: 'gpt-realtime' },
+});
 
 describe('OpenAI realtime adapter', () => {
   let fake: FakeOpenAIRealtime;
   const open: RealtimeVendorSession[] = [];
-  const start = async (events: RealtimeVendorEvents, extra: Partial<RealtimeOpenContext> = {}, options?: OpenAIRealtimeOptions) => {
+  const start = async (
+    events: RealtimeVendorEvents,
+    extra: Partial<RealtimeOpenContext> = {},
+    options?: OpenAIRealtimeOptions,
+  ) => {
     const session = await openOpenAIRealtime(context(fake.url, fake.key, extra), events, options);
     open.push(session);
     return session;
@@ -157,9 +179,18 @@ describe('OpenAI realtime adapter', () => {
   });
 
   it('builds the realtime URL from the channel base URL', () => {
-    assert.equal(openAIRealtimeUrl('https://api.openai.com/v1', 'gpt-realtime'), 'wss://api.openai.com/v1/realtime?model=gpt-realtime');
-    assert.equal(openAIRealtimeUrl('http://127.0.0.1:9/v1/', 'gpt-realtime-mini'), 'ws://127.0.0.1:9/v1/realtime?model=gpt-realtime-mini');
-    assert.equal(openAIRealtimeUrl('https://proxy.example/openai/v1?tenant=a', 'a b'), 'wss://proxy.example/openai/v1/realtime?tenant=a&model=a+b');
+    assert.equal(
+      openAIRealtimeUrl('https://api.openai.com/v1', 'gpt-realtime'),
+      'wss://api.openai.com/v1/realtime?model=gpt-realtime',
+    );
+    assert.equal(
+      openAIRealtimeUrl('http://127.0.0.1:9/v1/', 'gpt-realtime-mini'),
+      'ws://127.0.0.1:9/v1/realtime?model=gpt-realtime-mini',
+    );
+    assert.equal(
+      openAIRealtimeUrl('https://proxy.example/openai/v1?tenant=a', 'a b'),
+      'wss://proxy.example/openai/v1/realtime?tenant=a&model=a+b',
+    );
   });
 
   it('is the OpenAI adapter openRealtime', async () => {
@@ -172,15 +203,26 @@ describe('OpenAI realtime adapter', () => {
   it('opens with the channel key, resolves at session.created, and relays both ways untouched', async () => {
     const events = recorder();
     const session = await start(events, { upstreamModel: 'gpt-realtime-mini' });
-    assert.deepEqual(events.events.map((event) => event.type), ['session.created'], 'session.created arrives before the open resolves');
+    assert.deepEqual(
+      events.events.map((event) => event.type),
+      ['session.created'],
+      'session.created arrives before the open resolves',
+    );
     const vendor = fake.sessions.at(-1)!;
     assert.equal(vendor.model, 'gpt-realtime-mini');
     assert.equal(vendor.headers.authorization, `Bearer ${fake.key}`);
     assert.equal(fake.upgrades.at(-1)!.path, '/v1/realtime?model=gpt-realtime-mini');
 
     const sent = [
-      { type: 'session.update', event_id: 'evt_a', session: { type: 'realtime', output_modalities: ['text'], instructions: 'Ünïcödé ✓' } },
-      { type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hi' }] } },
+      {
+        type: 'session.update',
+        event_id: 'evt_a',
+        session: { type: 'realtime', output_modalities: ['text'], instructions: 'Ünïcödé ✓' },
+      },
+      {
+        type: 'conversation.item.create',
+        item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hi' }] },
+      },
       { type: 'response.create' },
     ];
     for (const event of sent) session.send(event);
@@ -193,14 +235,22 @@ describe('OpenAI realtime adapter', () => {
   it('maps refusals at the upgrade as the chat adapter maps HTTP errors', async () => {
     const wrongKey = await gatewayError(openOpenAIRealtime(context(fake.url, 'sk-wrong-key-0123456789'), recorder()));
     assert.deepEqual([wrongKey.status, wrongKey.code, wrongKey.retryable], [502, 'vendor_auth_failed', false]);
-    assert.doesNotMatch(JSON.stringify({ message: wrongKey.message, cause: wrongKey.cause }), /sk-wrong-key-0123456789/);
+    assert.doesNotMatch(
+      JSON.stringify({ message: wrongKey.message, cause: wrongKey.cause }),
+      /sk-wrong-key-0123456789/,
+    );
 
-    const unknown = await gatewayError(openOpenAIRealtime(context(fake.url, fake.key, { upstreamModel: 'gpt-nothing' }), recorder()));
+    const unknown = await gatewayError(
+      openOpenAIRealtime(context(fake.url, fake.key, { upstreamModel: 'gpt-nothing' }), recorder()),
+    );
     assert.deepEqual([unknown.status, unknown.code], [404, 'model_not_found']);
 
     fake.refuseUpgrades({ status: 429, retryAfterSeconds: 7 });
     const limited = await gatewayError(openOpenAIRealtime(context(fake.url, fake.key), recorder()));
-    assert.deepEqual([limited.status, limited.type, limited.retryable, limited.retryAfterMs], [429, 'rate_limit_exceeded', true, 7000]);
+    assert.deepEqual(
+      [limited.status, limited.type, limited.retryable, limited.retryAfterMs],
+      [429, 'rate_limit_exceeded', true, 7000],
+    );
 
     fake.refuseUpgrades({ status: 503, message: 'The engine is overloaded.' });
     const down = await gatewayError(openOpenAIRealtime(context(fake.url, fake.key), recorder()));
@@ -211,46 +261,66 @@ describe('OpenAI realtime adapter', () => {
     assert.deepEqual([quota.status, quota.code, quota.retryable], [503, 'vendor_quota_exhausted', false]);
     fake.refuseUpgrades(undefined);
 
-    fake.failAfterUpgrade({ type: 'invalid_request_error', code: 'invalid_api_key', message: 'Incorrect API key provided.' });
+    fake.failAfterUpgrade({
+      type: 'invalid_request_error',
+      code: 'invalid_api_key',
+      message: 'Incorrect API key provided.',
+    });
     const afterUpgrade = await gatewayError(openOpenAIRealtime(context(fake.url, fake.key), recorder()));
     assert.deepEqual([afterUpgrade.status, afterUpgrade.code], [502, 'vendor_auth_failed']);
     fake.failAfterUpgrade(undefined);
   });
 
-  it('fails the open within its deadline when the vendor is unreachable, stalls the upgrade, or never says session.created', async () => {
-    const unreachable = await gatewayError(openOpenAIRealtime(context(`http://127.0.0.1:${await freePort()}/v1`, fake.key), recorder()));
-    assert.deepEqual([unreachable.status, unreachable.code, unreachable.retryable], [502, 'vendor_unreachable', true]);
+  it(
+    'fails the open within its deadline when the vendor is unreachable, stalls the upgrade, or never says ' +
+      'session.created',
+    async () => {
+      const unreachable = await gatewayError(
+        openOpenAIRealtime(context(`http://127.0.0.1:${await freePort()}/v1`, fake.key), recorder()),
+      );
+      assert.deepEqual(
+        [unreachable.status, unreachable.code, unreachable.retryable],
+        [502, 'vendor_unreachable', true],
+      );
 
-    fake.stallUpgrades(true);
-    try {
-      const stalled = await gatewayError(openOpenAIRealtime(context(fake.url, fake.key, { connectTimeoutMs: 300 }), recorder()));
-      assert.deepEqual([stalled.status, stalled.code, stalled.retryable], [504, 'vendor_timeout', true]);
-    } finally {
-      fake.stallUpgrades(false);
-    }
+      fake.stallUpgrades(true);
+      try {
+        const stalled = await gatewayError(
+          openOpenAIRealtime(context(fake.url, fake.key, { connectTimeoutMs: 300 }), recorder()),
+        );
+        assert.deepEqual([stalled.status, stalled.code, stalled.retryable], [504, 'vendor_timeout', true]);
+      } finally {
+        fake.stallUpgrades(false);
+      }
 
-    const silent = await startRawVendor();
-    try {
-      const mute = await gatewayError(openOpenAIRealtime(context(silent.url, 'k', { connectTimeoutMs: 300 }), recorder()));
-      assert.deepEqual([mute.status, mute.code], [504, 'vendor_timeout']);
-    } finally {
-      await silent.close();
-    }
+      const silent = await startRawVendor();
+      try {
+        const mute = await gatewayError(
+          openOpenAIRealtime(context(silent.url, 'k', { connectTimeoutMs: 300 }), recorder()),
+        );
+        assert.deepEqual([mute.status, mute.code], [504, 'vendor_timeout']);
+      } finally {
+        await silent.close();
+      }
 
-    const chatty = await startRawVendor({ greet: [JSON.stringify({ type: 'conversation.created', event_id: 'e' })] });
-    try {
-      const wrong = await gatewayError(openOpenAIRealtime(context(chatty.url, 'k'), recorder()));
-      assert.deepEqual([wrong.status, wrong.code], [502, 'vendor_bad_response']);
-    } finally {
-      await chatty.close();
-    }
-  });
+      const chatty = await startRawVendor({ greet: [JSON.stringify({ type: 'conversation.created', event_id: 'e' })] });
+      try {
+        const wrong = await gatewayError(openOpenAIRealtime(context(chatty.url, 'k'), recorder()));
+        assert.deepEqual([wrong.status, wrong.code], [502, 'vendor_bad_response']);
+      } finally {
+        await chatty.close();
+      }
+    },
+  );
 
   it('gives up the open when its signal is aborted, before or during it', async () => {
     const reason = new Error('client gone');
     const before = new AbortController();
     before.abort(reason);
-    await assert.rejects(openOpenAIRealtime(context(fake.url, fake.key, { signal: before.signal }), recorder()), (error) => error === reason);
+    await assert.rejects(
+      openOpenAIRealtime(context(fake.url, fake.key, { signal: before.signal }), recorder()),
+      (error) => error === reason,
+    );
 
     fake.stallUpgrades(true);
     try {
@@ -330,7 +400,8 @@ describe('OpenAI realtime adapter', () => {
       const events = recorder();
       const session = await openOpenAIRealtime(context(raw.url, 'k'), events, { maxBufferedBytes: 1024 * 1024 });
       const audio = Buffer.alloc(192 * 1024).toString('base64');
-      for (let i = 0; i < 2_000 && events.ends.length === 0; i++) session.send({ type: 'input_audio_buffer.append', audio });
+      for (let i = 0; i < 2_000 && events.ends.length === 0; i++)
+        session.send({ type: 'input_audio_buffer.append', audio });
       const end = await events.ended();
       assert.deepEqual([end.code, end.error?.code], [1011, 'vendor_timeout']);
       assert.match(end.error!.message, /stopped reading/);
@@ -348,7 +419,10 @@ describe('OpenAI realtime adapter', () => {
       raw.send('[1,2]');
       raw.send(JSON.stringify({ type: 'rate_limits.updated', event_id: 'e2', rate_limits: [] }));
       await events.next('rate_limits.updated');
-      assert.deepEqual(events.events.map((event) => event.type), ['session.created', 'rate_limits.updated']);
+      assert.deepEqual(
+        events.events.map((event) => event.type),
+        ['session.created', 'rate_limits.updated'],
+      );
       session.close();
     } finally {
       await raw.close();

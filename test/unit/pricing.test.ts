@@ -62,7 +62,12 @@ describe('catalog prices', () => {
       case 'speech':
         return has(pricing.per_1m_characters) || (has(pricing.input_per_1m) && has(pricing.audio_output_per_1m));
       case 'realtime':
-        return has(pricing.input_per_1m) && has(pricing.output_per_1m) && has(pricing.audio_input_per_1m) && has(pricing.audio_output_per_1m);
+        return (
+          has(pricing.input_per_1m) &&
+          has(pricing.output_per_1m) &&
+          has(pricing.audio_input_per_1m) &&
+          has(pricing.audio_output_per_1m)
+        );
       case 'moderation':
         return has(pricing.input_per_1m);
       default: {
@@ -85,14 +90,20 @@ describe('catalog prices', () => {
       const keys = Object.keys(prices.pricing(model.id).per_image ?? {});
       for (const size of model.image_sizes ?? []) {
         if (size === 'auto' && !keys.includes('auto')) continue;
-        assert.ok(keys.some((key) => key === size || key.startsWith(`${size}/`)), `${model.id} has no price for ${size}`);
+        assert.ok(
+          keys.some((key) => key === size || key.startsWith(`${size}/`)),
+          `${model.id} has no price for ${size}`,
+        );
       }
     }
   });
 
   it('gives every catalog model an integer worst case and charge', () => {
     for (const model of catalog.all()) {
-      const cost = prices.costMicros(model.id, use({ inputTokens: 1234, outputTokens: 567, images: 1, audioSeconds: 61, videoSeconds: 4 }));
+      const cost = prices.costMicros(
+        model.id,
+        use({ inputTokens: 1234, outputTokens: 567, images: 1, audioSeconds: 61, videoSeconds: 4 }),
+      );
       assert.ok(Number.isSafeInteger(cost) && cost >= 0, `${model.id}: ${cost}`);
     }
   });
@@ -125,7 +136,10 @@ describe('costMicros', () => {
 
   it('bills cached tokens (a part of input) at the cached price, else at the input price', () => {
     // gpt-5: 6,000 uncached × 1.25 + 4,000 cached × 0.125 + 2,000 out × 10.
-    assert.equal(prices.costMicros('gpt-5', use({ inputTokens: 10_000, cachedTokens: 4_000, outputTokens: 2_000 })), 7_500 + 500 + 20_000);
+    assert.equal(
+      prices.costMicros('gpt-5', use({ inputTokens: 10_000, cachedTokens: 4_000, outputTokens: 2_000 })),
+      7_500 + 500 + 20_000,
+    );
     // gpt-4o: 400 uncached × 2.5 + 600 cached × 1.25.
     assert.equal(prices.costMicros('gpt-4o', use({ inputTokens: 1000, cachedTokens: 600 })), 1_000 + 750);
     // gpt-4-turbo lists no cached price (its prompts are not cached): every input token at the input price.
@@ -145,10 +159,19 @@ describe('costMicros', () => {
 
   it('bills every token at the long-context price past the threshold', () => {
     // gemini-2.5-pro: above 200,000 prompt tokens, $2.50 in and $15 out instead of $1.25 and $10.
-    assert.equal(prices.costMicros('gemini-2.5-pro', use({ inputTokens: 200_000, outputTokens: 1000 })), 250_000 + 10_000);
-    assert.equal(prices.costMicros('gemini-2.5-pro', use({ inputTokens: 250_000, outputTokens: 1000 })), 625_000 + 15_000);
+    assert.equal(
+      prices.costMicros('gemini-2.5-pro', use({ inputTokens: 200_000, outputTokens: 1000 })),
+      250_000 + 10_000,
+    );
+    assert.equal(
+      prices.costMicros('gemini-2.5-pro', use({ inputTokens: 250_000, outputTokens: 1000 })),
+      625_000 + 15_000,
+    );
     // grok-4-0709 lists no long-context cached price: the normal one (0.75) stays.
-    assert.equal(prices.costMicros('grok-4-0709', use({ inputTokens: 200_000, cachedTokens: 100_000 })), 600_000 + 75_000);
+    assert.equal(
+      prices.costMicros('grok-4-0709', use({ inputTokens: 200_000, cachedTokens: 100_000 })),
+      600_000 + 75_000,
+    );
   });
 
   it('bills transcription per minute, pro-rated per started second', () => {
@@ -173,18 +196,25 @@ describe('costMicros', () => {
     assert.equal(dalle3({ imageSize: '1792x1024', imageQuality: 'standard' }), 80_000);
     assert.equal(dalle3({ imageSize: '1792x1024' }), 80_000, 'quality unknown: the cheapest of that size');
     assert.equal(dalle3({ imageSize: '640x480' }), 40_000, 'size unknown: the cheapest entry');
-    assert.equal(prices.costMicros('dall-e-2', use({ images: 1, imageSize: '512x512', imageQuality: 'standard' })), 18_000);
+    assert.equal(
+      prices.costMicros('dall-e-2', use({ images: 1, imageSize: '512x512', imageQuality: 'standard' })),
+      18_000,
+    );
     // No size asked: the vendor makes (and charges) its default, 1024x1024, not the cheapest 256x256.
     assert.equal(prices.costMicros('dall-e-2', use({ images: 2 })), 40_000);
     assert.equal(dalle3({}), 40_000, 'dall-e-3 unsized: 1024x1024, standard');
     assert.equal(dalle3({ imageQuality: 'hd' }), 80_000, 'dall-e-3 unsized and hd: 1024x1024/hd');
-    assert.equal(prices.costMicros('gpt-image-1', use({ images: 1, imageSize: '1536x1024', imageQuality: 'high' })), 250_000);
+    assert.equal(
+      prices.costMicros('gpt-image-1', use({ images: 1, imageSize: '1536x1024', imageQuality: 'high' })),
+      250_000,
+    );
     assert.equal(prices.costMicros('gpt-image-1', use({ images: 1, imageSize: 'auto', imageQuality: 'auto' })), 11_000);
   });
 
   it('sums a million small requests to the exact integer', () => {
     let total = 0;
-    for (let i = 0; i < 1_000_000; i++) total += prices.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }));
+    for (let i = 0; i < 1_000_000; i++)
+      total += prices.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }));
     assert.equal(total, 7_500_000_000);
     assert.equal(microsToUsd(total), 7500);
     // What this avoids: the same sum in float dollars is off.
@@ -211,7 +241,13 @@ describe('costMicros', () => {
     assert.equal(marked.markupPercent, 15);
     assert.equal(marked.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 })), 8_625);
     // 4 micros × 1.1 = 4.4 → 5.
-    assert.equal(new PriceList(catalog.all(), { markupPercent: 10 }).costMicros('gpt-4o-mini', use({ inputTokens: 7, outputTokens: 3 })), 5);
+    assert.equal(
+      new PriceList(catalog.all(), { markupPercent: 10 }).costMicros(
+        'gpt-4o-mini',
+        use({ inputTokens: 7, outputTokens: 3 }),
+      ),
+      5,
+    );
     assert.equal(marked.costMicros('gpt-4o', none), 0);
     assert.throws(() => new PriceList(catalog.all(), { markupPercent: -1 }), /markup/);
     assert.throws(() => new PriceList(catalog.all(), { markupPercent: 1.5 }), /markup/);
@@ -240,12 +276,19 @@ describe('costMicros', () => {
     const grown = fc.constantFrom('inputTokens', 'outputTokens', 'images', 'audioSeconds', 'videoSeconds' as const);
     const lists = [0, 7, 15, 100, 333].map((markupPercent) => new PriceList(catalog.all(), { markupPercent }));
     fc.assert(
-      fc.property(fc.constantFrom(...ids), metered, grown, fc.integer({ min: 1, max: 500_000 }), fc.constantFrom(...lists), (id, base, key, more, list) => {
-        const before = list.costMicros(id, base);
-        const after = list.costMicros(id, { ...base, [key]: base[key] + more });
-        assert.ok(Number.isSafeInteger(before) && before >= 0);
-        assert.ok(after >= before, `${id}: ${key} +${more}: ${before} → ${after}`);
-      }),
+      fc.property(
+        fc.constantFrom(...ids),
+        metered,
+        grown,
+        fc.integer({ min: 1, max: 500_000 }),
+        fc.constantFrom(...lists),
+        (id, base, key, more, list) => {
+          const before = list.costMicros(id, base);
+          const after = list.costMicros(id, { ...base, [key]: base[key] + more });
+          assert.ok(Number.isSafeInteger(before) && before >= 0);
+          assert.ok(after >= before, `${id}: ${key} +${more}: ${before} → ${after}`);
+        },
+      ),
       { numRuns: 2_000 },
     );
   });
@@ -255,16 +298,25 @@ describe('worstCaseMicros', () => {
   it('reserves chat prompt plus the most output of every choice', () => {
     // gpt-4o: 1,000 prompt tokens counted are priced as 1,258 (a quarter more and 8: another tokenizer's count)
     // × 2.5 (+1 micro for the rounding of a cached/uncached split) + 2 × 500 out × 10. The tokens are as counted.
-    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000), { micros: 3_146 + 10_000, tokens: 2_000 });
+    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, n: 2 }), 1000), {
+      micros: 3_146 + 10_000,
+      tokens: 2_000,
+    });
     // max_completion_tokens wins over max_tokens.
-    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 9, max_completion_tokens: 100 }), 0), { micros: 1_000, tokens: 100 });
+    assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 9, max_completion_tokens: 100 }), 0), {
+      micros: 1_000,
+      tokens: 100,
+    });
     // Nothing asked: the model's max_output_tokens (16,384); more asked is capped at it.
     const full = { micros: 3_146 + 163_840, tokens: 17_384 };
     assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({}), 1000), full);
     assert.deepEqual(prices.worstCaseMicros('gpt-4o', chat({ max_tokens: 1_000_000 }), 1000), full);
     // Priced as uncached, at long-context prices past the threshold.
     // 250,000 counted: 312,508 priced, × 2.5 (+1).
-    assert.equal(prices.worstCaseMicros('gemini-2.5-pro', chat({ max_tokens: 1000 }), 250_000).micros, 781_271 + 15_000);
+    assert.equal(
+      prices.worstCaseMicros('gemini-2.5-pro', chat({ max_tokens: 1000 }), 250_000).micros,
+      781_271 + 15_000,
+    );
   });
 
   it('holds enough for a vendor whose own count of the prompt beats ours', () => {
@@ -292,42 +344,64 @@ describe('worstCaseMicros', () => {
   });
 
   it('reserves embeddings for the prompt', () => {
-    const request: EndpointRequest = { endpoint: 'embeddings', payload: embeddingRequestSchema.parse({ model: 'm', input: 'x' }) };
+    const request: EndpointRequest = {
+      endpoint: 'embeddings',
+      payload: embeddingRequestSchema.parse({ model: 'm', input: 'x' }),
+    };
     // 1,000 counted, 1,258 priced × 0.02, and the micro of a split's rounding.
     assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 1000), { micros: 27, tokens: 1000 });
     assert.deepEqual(prices.worstCaseMicros('text-embedding-3-small', request, 0), { micros: 0, tokens: 0 });
   });
 
-  it('reserves n images at the asked size (else the model\'s default) and quality, the priciest when unsaid', () => {
+  it("reserves n images at the asked size (else the model's default) and quality, the priciest when unsaid", () => {
     const generate = (fields: Record<string, unknown>): EndpointRequest => ({
       endpoint: 'images.generations',
       payload: imageGenerationRequestSchema.parse({ prompt: 'p', ...fields }),
     });
-    assert.deepEqual(prices.worstCaseMicros('dall-e-3', generate({ n: 2, size: '1792x1024', quality: 'hd' }), 10), { micros: 240_000, tokens: 10 });
+    assert.deepEqual(prices.worstCaseMicros('dall-e-3', generate({ n: 2, size: '1792x1024', quality: 'hd' }), 10), {
+      micros: 240_000,
+      tokens: 10,
+    });
     // Unsized: the model's default size (what the vendor makes), at its priciest quality.
     assert.equal(prices.worstCaseMicros('dall-e-3', generate({}), 10).micros, 80_000);
     assert.equal(prices.worstCaseMicros('dall-e-2', generate({ n: 2 }), 10).micros, 40_000);
     assert.equal(prices.worstCaseMicros('dall-e-3', generate({ size: '1024x1024' }), 10).micros, 80_000);
-    assert.equal(prices.worstCaseMicros('gpt-image-1', generate({ size: 'auto', quality: 'auto' }), 10).micros, 250_000);
+    assert.equal(
+      prices.worstCaseMicros('gpt-image-1', generate({ size: 'auto', quality: 'auto' }), 10).micros,
+      250_000,
+    );
     const edit: EndpointRequest = {
       endpoint: 'images.edits',
-      payload: { ...imageEditFieldsSchema.parse({ prompt: 'p', n: '3', size: '1024x1024', quality: 'low' }), images: [blob] },
+      payload: {
+        ...imageEditFieldsSchema.parse({ prompt: 'p', n: '3', size: '1024x1024', quality: 'low' }),
+        images: [blob],
+      },
     };
     assert.equal(prices.worstCaseMicros('gpt-image-1', edit, 10).micros, 33_000);
   });
 
   it('reserves transcription for an hour of audio unless told otherwise', () => {
-    const request: EndpointRequest = { endpoint: 'audio.transcriptions', payload: { file: blob, response_format: 'json' } };
+    const request: EndpointRequest = {
+      endpoint: 'audio.transcriptions',
+      payload: { file: blob, response_format: 'json' },
+    };
     assert.equal(DEFAULT_MAX_AUDIO_SECONDS, 3_600);
     assert.deepEqual(prices.worstCaseMicros('whisper-1', request, 0), { micros: 360_000, tokens: 0 });
     assert.equal(prices.worstCaseMicros('whisper-1', request, 0, 60).micros, 6_000);
   });
 
   it('reserves video seconds at the size price', () => {
-    const video = (seconds: string, size: string): EndpointRequest => ({ endpoint: 'videos', payload: { prompt: 'p', seconds, size } });
+    const video = (seconds: string, size: string): EndpointRequest => ({
+      endpoint: 'videos',
+      payload: { prompt: 'p', seconds, size },
+    });
     assert.equal(prices.worstCaseMicros('sora-2-pro', video('12', '1792x1024'), 0).micros, 6_000_000);
     assert.equal(prices.worstCaseMicros('sora-2', video('4', '720x1280'), 0).micros, 400_000);
-    assert.equal(prices.worstCaseMicros('sora-2-pro-landscape', video('8', ''), 0).micros, 2_400_000, 'no size: the default size');
+    assert.equal(
+      prices.worstCaseMicros('sora-2-pro-landscape', video('8', ''), 0).micros,
+      2_400_000,
+      'no size: the default size',
+    );
   });
 
   it('adds the markup', () => {
@@ -337,14 +411,31 @@ describe('worstCaseMicros', () => {
   });
 
   it('covers any chat charge the request can lead to (property)', () => {
-    const chatModels = catalog.all().filter((m) => m.capability === 'chat' || m.capability === 'reasoning').map((m) => m.id);
+    const chatModels = catalog
+      .all()
+      .filter((m) => m.capability === 'chat' || m.capability === 'reasoning')
+      .map((m) => m.id);
     fc.assert(
-      fc.property(fc.constantFrom(...chatModels), fc.integer({ min: 0, max: 400_000 }), fc.integer({ min: 1, max: 200_000 }), fc.double({ min: 0, max: 1, noNaN: true }), fc.double({ min: 0, max: 1, noNaN: true }), (id, prompt, maxTokens, cachedShare, outShare) => {
-        const reserved = prices.worstCaseMicros(id, chat({ max_tokens: maxTokens }), prompt).micros;
-        const cap = Math.min(maxTokens, catalog.get(id)!.max_output_tokens);
-        const charged = prices.costMicros(id, use({ inputTokens: prompt, cachedTokens: Math.floor(prompt * cachedShare), outputTokens: Math.floor(cap * outShare) }));
-        assert.ok(charged <= reserved, `${id}: charged ${charged} > reserved ${reserved}`);
-      }),
+      fc.property(
+        fc.constantFrom(...chatModels),
+        fc.integer({ min: 0, max: 400_000 }),
+        fc.integer({ min: 1, max: 200_000 }),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        fc.double({ min: 0, max: 1, noNaN: true }),
+        (id, prompt, maxTokens, cachedShare, outShare) => {
+          const reserved = prices.worstCaseMicros(id, chat({ max_tokens: maxTokens }), prompt).micros;
+          const cap = Math.min(maxTokens, catalog.get(id)!.max_output_tokens);
+          const charged = prices.costMicros(
+            id,
+            use({
+              inputTokens: prompt,
+              cachedTokens: Math.floor(prompt * cachedShare),
+              outputTokens: Math.floor(cap * outShare),
+            }),
+          );
+          assert.ok(charged <= reserved, `${id}: charged ${charged} > reserved ${reserved}`);
+        },
+      ),
       { numRuns: 1_000 },
     );
   });
@@ -354,7 +445,11 @@ describe('pricing file', () => {
   const config = (file: string | undefined, markup = 0) => ({ pricingFile: file, pricingMarkupPercent: markup });
 
   it('uses the catalog prices without one', () => {
-    assert.deepEqual(PriceList.load(catalog, config(undefined)).pricing('gpt-4o'), { input_per_1m: 2.5, output_per_1m: 10, cached_input_per_1m: 1.25 });
+    assert.deepEqual(PriceList.load(catalog, config(undefined)).pricing('gpt-4o'), {
+      input_per_1m: 2.5,
+      output_per_1m: 10,
+      cached_input_per_1m: 1.25,
+    });
   });
 
   it('replaces the prices of the models it names, whole', () => {
@@ -376,14 +471,20 @@ describe('pricing file', () => {
     ];
     for (const [name, content, problem] of cases) {
       const file = pricingFile(name, content);
-      assert.throws(() => PriceList.load(catalog, config(file)), (error: Error) => {
-        assert.ok(error.message.includes(file), `${name}: ${error.message}`);
-        assert.match(error.message, problem);
-        return true;
-      });
+      assert.throws(
+        () => PriceList.load(catalog, config(file)),
+        (error: Error) => {
+          assert.ok(error.message.includes(file), `${name}: ${error.message}`);
+          assert.match(error.message, problem);
+          return true;
+        },
+      );
     }
     const absent = join(dir, 'absent.json');
-    assert.throws(() => PriceList.load(catalog, config(absent)), (error: Error) => error.message.includes(absent) && /ENOENT/.test(error.message));
+    assert.throws(
+      () => PriceList.load(catalog, config(absent)),
+      (error: Error) => error.message.includes(absent) && /ENOENT/.test(error.message),
+    );
   });
 });
 
@@ -415,7 +516,11 @@ describe('usdToMicros and microsToUsd', () => {
 
 describe('service tiers', () => {
   const tiered = new PriceList(catalog.all(), {
-    tierPrices: { priority: { numerator: 2, denominator: 1 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 2 } },
+    tierPrices: {
+      priority: { numerator: 2, denominator: 1 },
+      default: { numerator: 1, denominator: 1 },
+      flex: { numerator: 1, denominator: 2 },
+    },
   });
   const responses = (serviceTier: 'priority' | 'default' | 'flex' | undefined, maxOutput: number): EndpointRequest =>
     ({
@@ -439,54 +544,117 @@ describe('service tiers', () => {
   it('rounds the tier price once, up, in integer micros, and applies the markup after it', () => {
     // One input token of gpt-4o is 2.5 micros, billed 3; at flex, half of that rounds up to 2.
     assert.equal(tiered.costMicros('gpt-4o', use({ inputTokens: 1 }), 'flex'), 2);
-    const third = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 1, denominator: 1 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 333_333, denominator: 1_000_000 } } });
+    const third = new PriceList(catalog.all(), {
+      tierPrices: {
+        priority: { numerator: 1, denominator: 1 },
+        default: { numerator: 1, denominator: 1 },
+        flex: { numerator: 333_333, denominator: 1_000_000 },
+      },
+    });
     // 7,500 × 0.333333 = 2,499.9975 → 2,500.
     assert.equal(third.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }), 'flex'), 2_500);
     const marked = new PriceList(catalog.all(), { markupPercent: 10, tierPrices: tiered.tierPrices });
     // 3,750 at flex, then 10 % on the total: 4,125.
     assert.equal(marked.costMicros('gpt-4o', use({ inputTokens: 1000, outputTokens: 500 }), 'flex'), 4_125);
     // Large amounts stay exact past 2^53 in the product.
-    const huge = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 999_999_999, denominator: 1_000_000 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 2 } } });
+    const huge = new PriceList(catalog.all(), {
+      tierPrices: {
+        priority: { numerator: 999_999_999, denominator: 1_000_000 },
+        default: { numerator: 1, denominator: 1 },
+        flex: { numerator: 1, denominator: 2 },
+      },
+    });
     const big = tiered.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }));
-    assert.equal(huge.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }), 'priority'), Number((BigInt(big) * 999_999_999n + 999_999n) / 1_000_000n));
+    assert.equal(
+      huge.costMicros('gpt-4o', use({ outputTokens: 1_000_000_000 }), 'priority'),
+      Number((BigInt(big) * 999_999_999n + 999_999n) / 1_000_000n),
+    );
   });
 
-  it('reserves at the dearest tier a chat or Responses request may be billed at: flex at the default price, priority at the priority price, rounding up', () => {
-    const listed = tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500 }), 1000);
-    assert.deepEqual(listed, { micros: 3_146 + 5_000, tokens: 1_500 });
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'auto' }), 1000), listed);
-    // A flex request is billed default when it is not served as flex: it is reserved at the default price.
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000), listed);
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000), { micros: 16_292, tokens: 1_500 });
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'fast' }), 1000), { micros: 16_292, tokens: 1_500 });
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('flex', 500), 1000), listed);
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('priority', 500), 1000), { micros: 16_292, tokens: 1_500 });
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses(undefined, 500), 1000), listed);
-    // A legacy completion has no tier: listed price, whatever its body says.
-    const completion = { endpoint: 'completions', payload: { model: 'gpt-4o', prompt: 'hi', max_tokens: 500, service_tier: 'priority' } } as unknown as EndpointRequest;
-    assert.deepEqual(tiered.worstCaseMicros('gpt-4o', completion, 1000), listed);
-    // The reservation covers the charge of the most the request may use, at every tier it may be billed at.
-    for (const band of ['priority', 'default', 'flex'] as const) {
-      assert.ok(tiersBilledFor(band).includes('default'), `${band} may be billed default`);
-      for (const tier of tiersBilledFor(band)) {
-        const charge = tiered.costMicros('gpt-4o', use({ inputTokens: reservedPromptTokens(1000), outputTokens: 500 }), tier);
-        assert.ok(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: band }), 1000).micros >= charge, `${band} billed ${tier}`);
+  it(
+    'reserves at the dearest tier a chat or Responses request may be billed at: flex at the default price, ' +
+      'priority at the priority price, rounding up',
+    () => {
+      const listed = tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500 }), 1000);
+      assert.deepEqual(listed, { micros: 3_146 + 5_000, tokens: 1_500 });
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'auto' }), 1000), listed);
+      // A flex request is billed default when it is not served as flex: it is reserved at the default price.
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000), listed);
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000), {
+        micros: 16_292,
+        tokens: 1_500,
+      });
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'fast' }), 1000), {
+        micros: 16_292,
+        tokens: 1_500,
+      });
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('flex', 500), 1000), listed);
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses('priority', 500), 1000), {
+        micros: 16_292,
+        tokens: 1_500,
+      });
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', responses(undefined, 500), 1000), listed);
+      // A legacy completion has no tier: listed price, whatever its body says.
+      const completion = {
+        endpoint: 'completions',
+        payload: { model: 'gpt-4o', prompt: 'hi', max_tokens: 500, service_tier: 'priority' },
+      } as unknown as EndpointRequest;
+      assert.deepEqual(tiered.worstCaseMicros('gpt-4o', completion, 1000), listed);
+      // The reservation covers the charge of the most the request may use, at every tier it may be billed at.
+      for (const band of ['priority', 'default', 'flex'] as const) {
+        assert.ok(tiersBilledFor(band).includes('default'), `${band} may be billed default`);
+        for (const tier of tiersBilledFor(band)) {
+          const charge = tiered.costMicros(
+            'gpt-4o',
+            use({ inputTokens: reservedPromptTokens(1000), outputTokens: 500 }),
+            tier,
+          );
+          assert.ok(
+            tiered.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: band }), 1000).micros >= charge,
+            `${band} billed ${tier}`,
+          );
+        }
       }
-    }
-    // Whatever the tier prices: a flex price above the default one (an operator's odd choice) is reserved too.
-    const odd = new PriceList(catalog.all(), { tierPrices: { priority: { numerator: 1, denominator: 2 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 3, denominator: 2 } } });
-    const oddFlex = odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000).micros;
-    assert.equal(odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000).micros, oddFlex, 'priority may be billed flex');
-    assert.ok(oddFlex > listed.micros);
-  });
+      // Whatever the tier prices: a flex price above the default one (an operator's odd choice) is reserved too.
+      const odd = new PriceList(catalog.all(), {
+        tierPrices: {
+          priority: { numerator: 1, denominator: 2 },
+          default: { numerator: 1, denominator: 1 },
+          flex: { numerator: 3, denominator: 2 },
+        },
+      });
+      const oddFlex = odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'flex' }), 1000).micros;
+      assert.equal(
+        odd.worstCaseMicros('gpt-4o', chat({ max_tokens: 500, service_tier: 'priority' }), 1000).micros,
+        oddFlex,
+        'priority may be billed flex',
+      );
+      assert.ok(oddFlex > listed.micros);
+    },
+  );
 
   it('lists each tier multiple as an exact decimal, from the configuration', () => {
     assert.deepEqual(tiered.tierMultiples(), { priority: '2', default: '1', flex: '0.5' });
-    assert.deepEqual(PriceList.load(catalog, { pricingFile: undefined, pricingMarkupPercent: 0, serviceTierPrices: { priority: { numerator: 3, denominator: 2 }, default: { numerator: 1, denominator: 1 }, flex: { numerator: 1, denominator: 4 } } }).tierMultiples(), {
-      priority: '1.5',
-      default: '1',
-      flex: '0.25',
-    });
-    assert.throws(() => new PriceList(catalog.all(), { tierPrices: { ...tiered.tierPrices, flex: { numerator: 1, denominator: 0 } } }), /flex tier/);
+    assert.deepEqual(
+      PriceList.load(catalog, {
+        pricingFile: undefined,
+        pricingMarkupPercent: 0,
+        serviceTierPrices: {
+          priority: { numerator: 3, denominator: 2 },
+          default: { numerator: 1, denominator: 1 },
+          flex: { numerator: 1, denominator: 4 },
+        },
+      }).tierMultiples(),
+      {
+        priority: '1.5',
+        default: '1',
+        flex: '0.25',
+      },
+    );
+    assert.throws(
+      () =>
+        new PriceList(catalog.all(), { tierPrices: { ...tiered.tierPrices, flex: { numerator: 1, denominator: 0 } } }),
+      /flex tier/,
+    );
   });
 });

@@ -14,8 +14,14 @@ describe('queue dashboard redaction', () => {
       ['Authorization: Bearer abc.def', 'Authorization: Bearer [redacted]'],
       ['authorization=Basic dXNlcjpwYXNzd29yZA==', 'authorization=Basic [redacted]'],
       ['{"x-api-key":"k-123","password": "hunter2"}', '{"x-api-key":"[redacted]","password": "[redacted]"}'],
-      ['https://user:pw@host.test/a?x=1&signature=abc&expires=2', 'https://[redacted]@host.test/a?x=1&signature=[redacted]&expires=2'],
-      ['https://b.s3.test/o?X-Amz-Credential=AK%2F1&X-Amz-Signature=ff00', 'https://b.s3.test/o?X-Amz-Credential=[redacted]&X-Amz-Signature=[redacted]'],
+      [
+        'https://user:pw@host.test/a?x=1&signature=abc&expires=2',
+        'https://[redacted]@host.test/a?x=1&signature=[redacted]&expires=2',
+      ],
+      [
+        'https://b.s3.test/o?X-Amz-Credential=AK%2F1&X-Amz-Signature=ff00',
+        'https://b.s3.test/o?X-Amz-Credential=[redacted]&X-Amz-Signature=[redacted]',
+      ],
       ['keys AIzaSyA1234567890abcdefghijklmnopq and AKIAIOSFODNN7EXAMPLE', 'keys [redacted] and [redacted]'],
       ['jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlMTIz end', 'jwt [redacted] end'],
       ['aws wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY', 'aws [redacted]'],
@@ -57,15 +63,45 @@ describe('queue dashboard redaction', () => {
   });
 
   it('redacts secret-named fields whole, at any depth', () => {
-    assert.deepEqual(redactor.value({ a: { headers: { Authorization: 'x', 'X-Goog-Api-Key': 'y' }, api_key: 'z', client_secret: { n: 1 }, token: 'Hello' } }), {
-      a: { headers: { Authorization: '[redacted]', 'X-Goog-Api-Key': '[redacted]' }, api_key: '[redacted]', client_secret: '[redacted]', token: 'Hello' },
-    });
+    assert.deepEqual(
+      redactor.value({
+        a: {
+          headers: { Authorization: 'x', 'X-Goog-Api-Key': 'y' },
+          api_key: 'z',
+          client_secret: { n: 1 },
+          token: 'Hello',
+        },
+      }),
+      {
+        a: {
+          headers: { Authorization: '[redacted]', 'X-Goog-Api-Key': '[redacted]' },
+          api_key: '[redacted]',
+          client_secret: '[redacted]',
+          token: 'Hello',
+        },
+      },
+    );
   });
 
   it('shows a JSON return value parsed and redacted, any other as text', () => {
-    const body = JSON.stringify({ data: [{ b64_json: Buffer.alloc(70, 3).toString('base64'), url: 'https://gw.test/v1/files/x.png?expires=1&signature=abc' }] });
-    assert.deepEqual(redactor.returnValue({ body }), { body: { data: [{ b64_json: '[base64: 70 bytes]', url: 'https://gw.test/v1/files/x.png?expires=1&signature=[redacted]' }] } });
-    assert.deepEqual(redactor.returnValue({ body: `data: {"k":"${vendorKey}"}\n\n` }), { body: 'data: {"k":"[redacted]"}\n\n' });
+    const body = JSON.stringify({
+      data: [
+        {
+          b64_json: Buffer.alloc(70, 3).toString('base64'),
+          url: 'https://gw.test/v1/files/x.png?expires=1&signature=abc',
+        },
+      ],
+    });
+    assert.deepEqual(redactor.returnValue({ body }), {
+      body: {
+        data: [
+          { b64_json: '[base64: 70 bytes]', url: 'https://gw.test/v1/files/x.png?expires=1&signature=[redacted]' },
+        ],
+      },
+    });
+    assert.deepEqual(redactor.returnValue({ body: `data: {"k":"${vendorKey}"}\n\n` }), {
+      body: 'data: {"k":"[redacted]"}\n\n',
+    });
     assert.equal(redactor.returnValue(null), null);
   });
 
@@ -74,7 +110,10 @@ describe('queue dashboard redaction', () => {
     assert.deepEqual(redactor.strings(metrics), { data: metrics.data, meta: { note: 'by [redacted]' } });
     // What the formatters made is not redacted twice.
     const formatted = redactor.value({ note: `by ${vendorKey}` });
-    assert.equal((redactor.strings({ jobs: [{ data: formatted }] }) as { jobs: Array<{ data: unknown }> }).jobs[0]!.data, formatted);
+    assert.equal(
+      (redactor.strings({ jobs: [{ data: formatted }] }) as { jobs: Array<{ data: unknown }> }).jobs[0]!.data,
+      formatted,
+    );
   });
 
   it('cuts very long strings', () => {
@@ -83,9 +122,14 @@ describe('queue dashboard redaction', () => {
   });
 
   it('shows at most 8,000 characters of one job, however many strings it holds', () => {
-    const data = { parts: Array.from({ length: 20 }, (_, i) => `${String(i).padStart(2, '0')} ${'word '.repeat(199)}ok`) };
+    const data = {
+      parts: Array.from({ length: 20 }, (_, i) => `${String(i).padStart(2, '0')} ${'word '.repeat(199)}ok`),
+    };
     const shown = (redactor.value(data) as { parts: string[] }).parts;
-    assert.ok(shown.slice(0, 8).join('') === data.parts.slice(0, 8).join(''), 'the first 8,000 characters are shown whole');
+    assert.ok(
+      shown.slice(0, 8).join('') === data.parts.slice(0, 8).join(''),
+      'the first 8,000 characters are shown whole',
+    );
     assert.equal(shown[8], '[1000 characters not shown]');
     assert.equal(shown.at(-1), '[1000 characters not shown]');
     // The budget is per job: the next one shows its text again.

@@ -20,13 +20,16 @@ import { createNodeServer } from '../../api/http/node-server.js';
 const slack = 1500;
 
 async function connections(server: Server): Promise<number> {
-  return new Promise((resolve, reject) => server.getConnections((error, count) => (error ? reject(error) : resolve(count))));
+  return new Promise((resolve, reject) =>
+    server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+  );
 }
 
 async function waitForConnections(server: Server, count: number, withinMs: number, what: string): Promise<void> {
   const until = Date.now() + withinMs;
   while ((await connections(server)) !== count) {
-    if (Date.now() > until) assert.fail(`${what}: the server still has ${await connections(server)} connection(s) ${withinMs} ms on`);
+    if (Date.now() > until)
+      assert.fail(`${what}: the server still has ${await connections(server)} connection(s) ${withinMs} ms on`);
     await pause(50);
   }
 }
@@ -36,9 +39,14 @@ describe('answers on a bare socket, and the socket after them', () => {
   let port: number;
   const clients: Socket[] = [];
 
-  /** The api's Node server, with a header deadline of `headers` ms and every other one too long to end a socket here. */
+  /**
+   * The api's Node server, with a header deadline of `headers` ms and every other one too long to end a socket here.
+   */
   async function listen(headers: number): Promise<void> {
-    server = createNodeServer({ headersMs: headers, requestMs: 120_000, bodyIdleMs: 120_000, keepAliveMs: 120_000 }, (_req, res) => res.end('{}'));
+    server = createNodeServer(
+      { headersMs: headers, requestMs: 120_000, bodyIdleMs: 120_000, keepAliveMs: 120_000 },
+      (_req, res) => res.end('{}'),
+    );
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     port = (server.address() as { port: number }).port;
   }
@@ -63,22 +71,38 @@ describe('answers on a bare socket, and the socket after them', () => {
 
   const cases: Array<[name: string, head: string, status: number, headers: number]> = [
     // Just past Node's 16 KB of headers, in one write: the api reads it whole and answers once.
-    ['431, headers too large', `GET /v1/models HTTP/1.1\r\nHost: gateway\r\nx-big: ${'a'.repeat(17 * 1024)}`, 431, 60_000],
+    [
+      '431, headers too large',
+      `GET /v1/models HTTP/1.1\r\nHost: gateway\r\nx-big: ${'a'.repeat(17 * 1024)}`,
+      431,
+      60_000,
+    ],
     ['400, a malformed request line', 'GET /v1/models HTTP/9.9 nonsense\r\nHost: gateway\r\n', 400, 60_000],
     ['405, CONNECT', 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n', 405, 60_000],
     // The header deadline is the answer here: 1 s, then the linger.
     ['408, headers that never end', 'GET /v1/models HTTP/1.1\r\nHost: gateway\r\nx-slow: ', 408, 1000],
   ];
 
-  it('a refused WebSocket upgrade (api/jobs/events.ts answers it the same way): its headers, then the socket goes after the linger', async () => {
-    await listen(60_000);
-    server.on('upgrade', (_req, socket: Duplex) => writeRawError(socket, new GatewayError(429, 'Too many sockets.', { code: 'too_many_sockets', headers: { 'retry-after': '1' } })));
-    const socket = await silentClient('GET /v1/jobs/job_1/events HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
-    await waitForConnections(server, 0, lingerMs + slack, 'the refused upgrade');
-    const text = await readAll(socket);
-    assert.match(text, /^HTTP\/1\.1 429 /);
-    assert.match(text, /\r\nretry-after: 1\r\n/);
-  });
+  it(
+    'a refused WebSocket upgrade (api/jobs/events.ts answers it the same way): its headers, then the socket goes ' +
+      'after the linger',
+    async () => {
+      await listen(60_000);
+      server.on('upgrade', (_req, socket: Duplex) =>
+        writeRawError(
+          socket,
+          new GatewayError(429, 'Too many sockets.', { code: 'too_many_sockets', headers: { 'retry-after': '1' } }),
+        ),
+      );
+      const socket = await silentClient(
+        'GET /v1/jobs/job_1/events HTTP/1.1\r\nHost: gateway\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n',
+      );
+      await waitForConnections(server, 0, lingerMs + slack, 'the refused upgrade');
+      const text = await readAll(socket);
+      assert.match(text, /^HTTP\/1\.1 429 /);
+      assert.match(text, /\r\nretry-after: 1\r\n/);
+    },
+  );
 
   for (const [name, head, status, headers] of cases) {
     it(`${name}: a client that never reads nor closes loses the socket after the linger`, async () => {
@@ -106,7 +130,8 @@ describe('answers on a bare socket, and the socket after them', () => {
     const body = JSON.parse(match[2]!) as { error: { code: string; type: string; message: string; param: null } };
     assert.equal(body.error.code, 'request_timeout');
     assert.equal(body.error.param, null);
-    // It read to the end and closed its side (allowHalfOpen is off here): the api lets go at once, not after the linger.
+    // It read to the end and closed its side (allowHalfOpen is off here): the api lets go at once, not after the
+    // linger.
     await waitForConnections(server, 0, lingerMs / 2, 'after the client read the 408');
   });
 });

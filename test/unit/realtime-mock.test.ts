@@ -12,7 +12,6 @@ import { readRealtimeUsage } from '../../shared/money/realtime.js';
 
 const model = loadCatalog(undefined).get('mock-realtime')!;
 
-
 function open(streamDelayMs = 0) {
   const events: RealtimeServerEvent[] = [];
   const closes: Array<{ code: number; reason: string }> = [];
@@ -64,17 +63,30 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
   it('answers text with deltas and a response.done whose usage counts the tokens', async () => {
     const { session, next, events } = await started();
     const updated = next('session.updated');
-    session.send({ type: 'session.update', session: { type: 'realtime', output_modalities: ['text'], instructions: 'Be brief.' } });
+    session.send({
+      type: 'session.update',
+      session: { type: 'realtime', output_modalities: ['text'], instructions: 'Be brief.' },
+    });
     assert.deepEqual((await updated).session && (await updated).session!['output_modalities' as never], ['text']);
     const added = next('conversation.item.done');
-    session.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Say something nice' }] } });
+    session.send({
+      type: 'conversation.item.create',
+      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Say something nice' }] },
+    });
     await added;
     const done = next('response.done');
     session.send({ type: 'response.create' });
-    const response = (await done).response as { status: string; usage: unknown; output: Array<{ content: Array<{ text: string }> }> };
+    const response = (await done).response as {
+      status: string;
+      usage: unknown;
+      output: Array<{ content: Array<{ text: string }> }>;
+    };
     assert.equal(response.status, 'completed');
     assert.equal(response.output[0]!.content[0]!.text, 'Mock reply: Say something nice');
-    const deltas = events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
+    const deltas = events
+      .filter((e) => e.type === 'response.output_text.delta')
+      .map((e) => e.delta)
+      .join('');
     assert.equal(deltas, 'Mock reply: Say something nice');
     const tokens = readRealtimeUsage(response.usage);
     assert.ok(tokens.textInput > 0 && tokens.textOutput > 0, JSON.stringify(tokens));
@@ -93,7 +105,9 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
     const done = next('response.done');
     session.send({ type: 'response.create' });
     const response = (await done).response as { usage: unknown };
-    const audio = Buffer.concat(events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(String(e.delta), 'base64')));
+    const audio = Buffer.concat(
+      events.filter((e) => e.type === 'response.output_audio.delta').map((e) => Buffer.from(String(e.delta), 'base64')),
+    );
     assert.ok(audio.length > 0 && audio.length % 2 === 0);
     // A real tone: samples vary, and none is silent throughout.
     const samples = new Set<number>();
@@ -123,9 +137,27 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
     const { session, next } = await started();
     session.send({
       type: 'session.update',
-      session: { type: 'realtime', output_modalities: ['text'], tools: [{ type: 'function', name: 'get_weather', description: 'weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }] },
+      session: {
+        type: 'realtime',
+        output_modalities: ['text'],
+        tools: [
+          {
+            type: 'function',
+            name: 'get_weather',
+            description: 'weather',
+            parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+          },
+        ],
+      },
     });
-    session.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Please call get_weather for Paris' }] } });
+    session.send({
+      type: 'conversation.item.create',
+      item: {
+        type: 'message',
+        role: 'user',
+        content: [{ type: 'input_text', text: 'Please call get_weather for Paris' }],
+      },
+    });
     const args = next('response.function_call_arguments.done');
     const done = next('response.done');
     session.send({ type: 'response.create' });
@@ -133,7 +165,10 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
     assert.equal(call.name, 'get_weather');
     assert.deepEqual(JSON.parse(String(call.arguments)), { city: 'mock' });
     await done;
-    session.send({ type: 'conversation.item.create', item: { type: 'function_call_output', call_id: call.call_id, output: '{"sky":"clear"}' } });
+    session.send({
+      type: 'conversation.item.create',
+      item: { type: 'function_call_output', call_id: call.call_id, output: '{"sky":"clear"}' },
+    });
     const text = next('response.output_text.done');
     session.send({ type: 'response.create' });
     assert.equal((await text).text, 'The function said: {"sky":"clear"}');
@@ -142,7 +177,14 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
 
   it('cancels a response: response.done with status cancelled', async () => {
     const { session, next } = await started(50);
-    session.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'one two three four five six seven eight nine ten eleven twelve' }] } });
+    session.send({
+      type: 'conversation.item.create',
+      item: {
+        type: 'message',
+        role: 'user',
+        content: [{ type: 'input_text', text: 'one two three four five six seven eight nine ten eleven twelve' }],
+      },
+    });
     const first = next('response.output_audio.delta');
     const done = next('response.done');
     session.send({ type: 'response.create' });
@@ -168,7 +210,10 @@ describe('the mock vendor speaks OpenAI GA Realtime events', () => {
 
   it('closes from its side on the marker, after an error event', async () => {
     const { session, next, closes } = await started();
-    session.send({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: '[mock:vendor-close]' }] } });
+    session.send({
+      type: 'conversation.item.create',
+      item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: '[mock:vendor-close]' }] },
+    });
     const error = next('error');
     session.send({ type: 'response.create' });
     await error;

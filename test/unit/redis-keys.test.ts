@@ -69,7 +69,8 @@ function keysBuiltElsewhere(): Map<string, string[]> {
       readFileSync(path, 'utf8')
         .split('\n')
         .forEach((text, i) => {
-          if (builds.some((pattern) => pattern.test(text))) sites.set(file, [...(sites.get(file) ?? []), `${file}:${i + 1}: ${text.trim()}`]);
+          if (builds.some((pattern) => pattern.test(text)))
+            sites.set(file, [...(sites.get(file) ?? []), `${file}:${i + 1}: ${text.trim()}`]);
         });
     }
   }
@@ -80,7 +81,8 @@ describe('Redis keys', () => {
   it('are built in shared/redis-keys.ts only', () => {
     const sites = keysBuiltElsewhere();
     const offences = [...sites.values()].flat();
-    if (offences.length > 0) assert.fail(`keys built outside ${keysModule} (move the builder there):\n  ${offences.join('\n  ')}`);
+    if (offences.length > 0)
+      assert.fail(`keys built outside ${keysModule} (move the builder there):\n  ${offences.join('\n  ')}`);
   });
 
   it('keep the names a running Redis holds', () => {
@@ -110,7 +112,10 @@ describe('Redis keys', () => {
     assert.equal(sessionKey('ab12'), 'sy:{acct}:session:ab12');
     assert.equal(accountSessionsKey('acct_1'), 'sy:{acct}:account-sessions:acct_1');
     // The first 32 hex digits of sha256('a@example.com').
-    assert.equal(signinFailuresKey('email', 'a@example.com'), 'sy:{acct}:signin-fail:email:08168cd80dfd534ab0f10af10f1303fe');
+    assert.equal(
+      signinFailuresKey('email', 'a@example.com'),
+      'sy:{acct}:signin-fail:email:08168cd80dfd534ab0f10af10f1303fe',
+    );
     assert.equal(janitorLockKey, 'sy:janitor');
     assert.equal(blobUrlSecretKey, 'sy:blob-url-secret');
     assert.equal(accountKey('acct_1'), 'sy:{acct}:account:acct_1');

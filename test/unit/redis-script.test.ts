@@ -41,19 +41,39 @@ describe('the one way to call a Redis script', () => {
   after(() => redis.disconnect());
 
   it('turns named keys and arguments into KEYS and ARGV in their declared order, lists spread in place', async () => {
-    const echo = redisScript({ name: 'test_echo', files: [new URL('../fixtures/lua/echo-keys-and-args.lua', import.meta.url)], keys: ['first', 'rest'], args: ['count', 'names'], reply: as<string[][]>() });
-    assert.deepEqual(echo.positional({ first: 'k1', rest: ['k2', 'k3'], count: 2, names: ['a', 'b'] }), [3, 'k1', 'k2', 'k3', 2, 'a', 'b']);
+    const echo = redisScript({
+      name: 'test_echo',
+      files: [new URL('../fixtures/lua/echo-keys-and-args.lua', import.meta.url)],
+      keys: ['first', 'rest'],
+      args: ['count', 'names'],
+      reply: as<string[][]>(),
+    });
+    assert.deepEqual(echo.positional({ first: 'k1', rest: ['k2', 'k3'], count: 2, names: ['a', 'b'] }), [
+      3,
+      'k1',
+      'k2',
+      'k3',
+      2,
+      'a',
+      'b',
+    ]);
     // The caller's order of fields is not the order sent: the declaration's is.
     assert.deepEqual(await echo(redis, { names: ['x'], count: 7, rest: [], first: 'only' }), [['only'], ['7', 'x']]);
     assert.throws(() => echo.positional({ first: 'k1', rest: [], count: 1 } as never), /no value for names/);
   });
 
   it('refuses a name declared twice', () => {
-    const spec = { name: 'money_reserve', files: luaFiles(import.meta.url, 'none'), keys: [], args: [], reply: as<number>() };
+    const spec = {
+      name: 'money_reserve',
+      files: luaFiles(import.meta.url, 'none'),
+      keys: [],
+      args: [],
+      reply: as<number>(),
+    };
     assert.throws(() => redisScript(spec), /declared twice/);
   });
 
-  it("declares every script of the gateway once, each compiling in Redis", async () => {
+  it('declares every script of the gateway once, each compiling in Redis', async () => {
     const scripts = declaredScripts().filter((script) => script.command !== 'sy_test_echo');
     assert.ok(scripts.length >= 40, `the gateway's scripts are declared (${scripts.length})`);
     assert.equal(new Set(scripts.map((script) => script.command)).size, scripts.length);

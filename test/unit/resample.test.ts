@@ -11,7 +11,8 @@ import { PcmResampler } from '../../workers/audio/resample.js';
 function sine(rate: number, hz: number, seconds: number, amplitude = 10_000): Buffer {
   const count = Math.round(rate * seconds);
   const out = Buffer.alloc(count * 2);
-  for (let i = 0; i < count; i++) out.writeInt16LE(Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / rate)), i * 2);
+  for (let i = 0; i < count; i++)
+    out.writeInt16LE(Math.round(amplitude * Math.sin((2 * Math.PI * hz * i) / rate)), i * 2);
   return out;
 }
 
@@ -53,15 +54,24 @@ describe('PcmResampler', () => {
   });
 
   it('keeps a tone in the pass band at its level and pitch, both ways', () => {
-    for (const [from, to] of [[24_000, 16_000], [16_000, 24_000]] as const) {
+    for (const [from, to] of [
+      [24_000, 16_000],
+      [16_000, 24_000],
+    ] as const) {
       for (const hz of [200, 1000, 3000, 5000]) {
         const out = steady(samplesOf(new PcmResampler(from, to).push(sine(from, hz, 0.5))));
         const level = amplitudeAt(out, to, hz);
-        assert.ok(Math.abs(db(level / 10_000)) < 0.5, `${from}→${to} ${hz} Hz came out at ${db(level / 10_000).toFixed(2)} dB`);
+        assert.ok(
+          Math.abs(db(level / 10_000)) < 0.5,
+          `${from}→${to} ${hz} Hz came out at ${db(level / 10_000).toFixed(2)} dB`,
+        );
         // Nothing else: what is not the tone is at least 40 dB under it.
         const phase = phaseOf(out, to, hz);
         const residue = rms(out.map((v, n) => v - level * Math.sin((2 * Math.PI * hz * n) / to + phase)));
-        assert.ok(db(residue / (10_000 / Math.SQRT2)) < -40, `${from}→${to} ${hz} Hz: residue ${db(residue / (10_000 / Math.SQRT2)).toFixed(1)} dB`);
+        assert.ok(
+          db(residue / (10_000 / Math.SQRT2)) < -40,
+          `${from}→${to} ${hz} Hz: residue ${db(residue / (10_000 / Math.SQRT2)).toFixed(1)} dB`,
+        );
       }
     }
   });

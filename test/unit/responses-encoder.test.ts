@@ -94,7 +94,13 @@ describe('responsesUsage', () => {
         prompt_tokens_details: { cached_tokens: 4 },
         completion_tokens_details: { reasoning_tokens: 3 },
       }),
-      { input_tokens: 20, input_tokens_details: { cached_tokens: 4, cache_write_tokens: 0 }, output_tokens: 9, output_tokens_details: { reasoning_tokens: 3 }, total_tokens: 29 },
+      {
+        input_tokens: 20,
+        input_tokens_details: { cached_tokens: 4, cache_write_tokens: 0 },
+        output_tokens: 9,
+        output_tokens_details: { reasoning_tokens: 3 },
+        total_tokens: 29,
+      },
     );
   });
 
@@ -118,12 +124,39 @@ describe('responseObject', () => {
       error: null,
     });
     assert.deepEqual(Object.keys(object), [
-      'id', 'object', 'created_at', 'status', 'background', 'completed_at', 'error', 'incomplete_details', 'instructions',
-      'max_output_tokens', 'model', 'output', 'output_text', 'parallel_tool_calls', 'previous_response_id', 'reasoning', 'service_tier', 'store',
-      'temperature', 'text', 'tool_choice', 'tools', 'top_p', 'truncation', 'metadata',
+      'id',
+      'object',
+      'created_at',
+      'status',
+      'background',
+      'completed_at',
+      'error',
+      'incomplete_details',
+      'instructions',
+      'max_output_tokens',
+      'model',
+      'output',
+      'output_text',
+      'parallel_tool_calls',
+      'previous_response_id',
+      'reasoning',
+      'service_tier',
+      'store',
+      'temperature',
+      'text',
+      'tool_choice',
+      'tools',
+      'top_p',
+      'truncation',
+      'metadata',
     ]);
     // No usage yet and no user named: both left out (the spec types them as an object and a string, never null).
-    const done = responseObject(shellFixture({ user: 'u-1' }), { status: 'completed', output: [], usage: responsesUsage({ prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }), error: null });
+    const done = responseObject(shellFixture({ user: 'u-1' }), {
+      status: 'completed',
+      output: [],
+      usage: responsesUsage({ prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 }),
+      error: null,
+    });
     assert.deepEqual(Object.keys(done).slice(-3), ['usage', 'user', 'metadata']);
     assert.equal(object.object, 'response');
     assert.equal(object.id, 'resp_test0001');
@@ -139,13 +172,23 @@ describe('ResponsesStreamEncoder', () => {
   it('streams plain text in the documented order', () => {
     const { encoder, frames, count } = run([
       [start, { type: 'role', choice: 0 }, { type: 'text', choice: 0, text: 'Hel' }],
-      [{ type: 'text', choice: 0, text: '' }, { type: 'text', choice: 0, text: 'lo, ' }, { type: 'text', choice: 1, text: 'other choice' }],
+      [
+        { type: 'text', choice: 0, text: '' },
+        { type: 'text', choice: 0, text: 'lo, ' },
+        { type: 'text', choice: 1, text: 'other choice' },
+      ],
       [
         { type: 'text', choice: 0, text: 'world "quoted"\nline' },
         { type: 'finish', choice: 0, reason: 'stop' },
         {
           type: 'usage',
-          usage: { prompt_tokens: 12, completion_tokens: 5, total_tokens: 17, prompt_tokens_details: { cached_tokens: 8 }, completion_tokens_details: { reasoning_tokens: 2 } },
+          usage: {
+            prompt_tokens: 12,
+            completion_tokens: 5,
+            total_tokens: 17,
+            prompt_tokens_details: { cached_tokens: 8 },
+            completion_tokens_details: { reasoning_tokens: 2 },
+          },
         },
       ],
     ]);
@@ -278,8 +321,21 @@ describe('ResponsesStreamEncoder', () => {
     const firstAdded = frames[8]!.data;
     assert.equal(firstAdded.output_index, 1);
     assert.match(firstAdded.item.id, /^fc_[0-9a-f]{24}$/);
-    assert.deepEqual(firstAdded.item, { id: firstAdded.item.id, type: 'function_call', status: 'in_progress', arguments: '', call_id: 'call_a', name: 'weather' });
-    assert.deepEqual(frames[9]!.data, { type: 'response.function_call_arguments.delta', sequence_number: 9, item_id: firstAdded.item.id, output_index: 1, delta: '{"city":' });
+    assert.deepEqual(firstAdded.item, {
+      id: firstAdded.item.id,
+      type: 'function_call',
+      status: 'in_progress',
+      arguments: '',
+      call_id: 'call_a',
+      name: 'weather',
+    });
+    assert.deepEqual(frames[9]!.data, {
+      type: 'response.function_call_arguments.delta',
+      sequence_number: 9,
+      item_id: firstAdded.item.id,
+      output_index: 1,
+      delta: '{"city":',
+    });
     assert.deepEqual(frames[11]!.data, {
       type: 'response.function_call_arguments.done',
       sequence_number: 11,
@@ -308,14 +364,20 @@ describe('ResponsesStreamEncoder', () => {
       ],
     );
     assert.equal(final.output_text, 'Let me check.');
-    assert.equal(final.usage, undefined, "no usage reported: none in the object");
+    assert.equal(final.usage, undefined, 'no usage reported: none in the object');
   });
 
   it('opens a new message for text after a tool call, and closes items when the vendor sends no finish', () => {
     const { frames, encoder } = run([
-      [start, { type: 'tool-call', choice: 0, index: 0, id: 'c1', name: 'f', arguments: '{}' }, { type: 'text', choice: 0, text: 'after' }],
+      [
+        start,
+        { type: 'tool-call', choice: 0, index: 0, id: 'c1', name: 'f', arguments: '{}' },
+        { type: 'text', choice: 0, text: 'after' },
+      ],
     ]);
-    const kinds = frames.filter((f) => f.event === 'response.output_item.added' || f.event === 'response.output_item.done').map((f) => [f.event, f.data.item.type, f.data.output_index]);
+    const kinds = frames
+      .filter((f) => f.event === 'response.output_item.added' || f.event === 'response.output_item.done')
+      .map((f) => [f.event, f.data.item.type, f.data.output_index]);
     assert.deepEqual(kinds, [
       ['response.output_item.added', 'function_call', 0],
       ['response.output_item.done', 'function_call', 0],
@@ -327,7 +389,9 @@ describe('ResponsesStreamEncoder', () => {
   });
 
   it('ends with response.incomplete on a length finish', () => {
-    const { frames, encoder } = run([[start, { type: 'text', choice: 0, text: 'cut' }, { type: 'finish', choice: 0, reason: 'length' }]]);
+    const { frames, encoder } = run([
+      [start, { type: 'text', choice: 0, text: 'cut' }, { type: 'finish', choice: 0, reason: 'length' }],
+    ]);
     const last = frames.at(-1)!;
     assert.equal(last.event, 'response.incomplete');
     assert.equal(last.data.response.status, 'incomplete');
@@ -353,7 +417,13 @@ describe('ResponsesStreamEncoder', () => {
       ['response.created', 'error', 'response.failed'],
     );
     assertContiguous(frames);
-    assert.deepEqual(frames[1]!.data, { type: 'error', sequence_number: 1, code: 'server_error', message: 'vendor down', param: null });
+    assert.deepEqual(frames[1]!.data, {
+      type: 'error',
+      sequence_number: 1,
+      code: 'server_error',
+      message: 'vendor down',
+      param: null,
+    });
     const failed = frames[2]!.data.response;
     assert.equal(failed.status, 'failed');
     assert.deepEqual(failed.error, { code: 'server_error', message: 'vendor down' });
@@ -372,7 +442,15 @@ describe('ResponsesStreamEncoder', () => {
     assert.equal(head.count + tail.count, frames.length);
     assert.deepEqual(
       frames.map((f) => f.event),
-      ['response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'error', 'response.failed'],
+      [
+        'response.created',
+        'response.in_progress',
+        'response.output_item.added',
+        'response.content_part.added',
+        'response.output_text.delta',
+        'error',
+        'response.failed',
+      ],
     );
     assertContiguous(frames);
     assert.equal(frames.at(-1)!.data.response.status, 'failed');
@@ -382,7 +460,11 @@ describe('ResponsesStreamEncoder', () => {
 
   it('fail() keeps items already completed', () => {
     const encoder = new ResponsesStreamEncoder(shellFixture());
-    encoder.encode([start, { type: 'text', choice: 0, text: 'done part' }, { type: 'tool-call', choice: 0, index: 0, id: 'c', name: 'f', arguments: '{' }]);
+    encoder.encode([
+      start,
+      { type: 'text', choice: 0, text: 'done part' },
+      { type: 'tool-call', choice: 0, index: 0, id: 'c', name: 'f', arguments: '{' },
+    ]);
     const frames = parseFrames(encoder.fail({ code: 'server_error', message: 'x' }).frames);
     const response = frames.at(-1)!.data.response;
     assert.deepEqual(
@@ -392,28 +474,34 @@ describe('ResponsesStreamEncoder', () => {
     assert.equal(response.output_text, 'done part');
   });
 
-  it('cancel() closes the open item with what was produced, then emits a response_cancelled error and marks the object cancelled', () => {
-    const encoder = new ResponsesStreamEncoder(shellFixture());
-    const head = encoder.encode([start, { type: 'text', choice: 0, text: 'a' }]);
-    const tail = encoder.cancel();
-    const frames = parseFrames(tail.frames);
-    assert.equal(tail.count, frames.length);
-    assert.deepEqual(
-      frames.map((f) => f.event),
-      ['response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'error'],
-    );
-    const error = frames.at(-1)!;
-    assert.equal(error.data.code, 'response_cancelled');
-    assert.equal(error.data.param, null);
-    assertContiguous(frames, head.count);
-    const final = encoder.current();
-    assert.equal(final.status, 'cancelled');
-    assert.equal(final.output_text, 'a');
-    assert.deepEqual(encoder.end(), { frames: '', count: 0 });
-  });
+  it(
+    'cancel() closes the open item with what was produced, then emits a response_cancelled error and marks the ' +
+      'object cancelled',
+    () => {
+      const encoder = new ResponsesStreamEncoder(shellFixture());
+      const head = encoder.encode([start, { type: 'text', choice: 0, text: 'a' }]);
+      const tail = encoder.cancel();
+      const frames = parseFrames(tail.frames);
+      assert.equal(tail.count, frames.length);
+      assert.deepEqual(
+        frames.map((f) => f.event),
+        ['response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'error'],
+      );
+      const error = frames.at(-1)!;
+      assert.equal(error.data.code, 'response_cancelled');
+      assert.equal(error.data.param, null);
+      assertContiguous(frames, head.count);
+      const final = encoder.current();
+      assert.equal(final.status, 'cancelled');
+      assert.equal(final.output_text, 'a');
+      assert.deepEqual(encoder.end(), { frames: '', count: 0 });
+    },
+  );
 
   it('numbers from firstSequence', () => {
-    const { frames, encoder } = run([[start, { type: 'text', choice: 0, text: 'hi' }]], shellFixture(), { firstSequence: 41 });
+    const { frames, encoder } = run([[start, { type: 'text', choice: 0, text: 'hi' }]], shellFixture(), {
+      firstSequence: 41,
+    });
     assert.equal(frames[0]!.data.sequence_number, 41);
     assertContiguous(frames, 41);
     assert.equal(encoder.nextSequence, 41 + frames.length);
@@ -489,7 +577,10 @@ describe('responseFromAnswer', () => {
     );
     for (const item of response.output as any[]) assert.match(item.id, /^fc_[0-9a-f]{24}$/);
 
-    const cut = responseFromAnswer({ id: 'c', created: 1, choices: [{ index: 0, text: 'abc', toolCalls: [], finishReason: 'length' }] }, shellFixture());
+    const cut = responseFromAnswer(
+      { id: 'c', created: 1, choices: [{ index: 0, text: 'abc', toolCalls: [], finishReason: 'length' }] },
+      shellFixture(),
+    );
     assert.equal(cut.status, 'incomplete');
     assert.deepEqual(cut.incomplete_details, { reason: 'max_output_tokens' });
     assert.equal(cut.completed_at, null);
@@ -497,10 +588,26 @@ describe('responseFromAnswer', () => {
 
   it('has the same item shapes as the stream', () => {
     const { encoder } = run([
-      [start, { type: 'text', choice: 0, text: 'Hi' }, { type: 'tool-call', choice: 0, index: 0, id: 'call_1', name: 'a', arguments: '{}' }, { type: 'finish', choice: 0, reason: 'tool_calls' }],
+      [
+        start,
+        { type: 'text', choice: 0, text: 'Hi' },
+        { type: 'tool-call', choice: 0, index: 0, id: 'call_1', name: 'a', arguments: '{}' },
+        { type: 'finish', choice: 0, reason: 'tool_calls' },
+      ],
     ]);
     const plain = responseFromAnswer(
-      { id: 'x', created: 1, choices: [{ index: 0, text: 'Hi', toolCalls: [{ id: 'call_1', name: 'a', arguments: '{}' }], finishReason: 'tool_calls' }] },
+      {
+        id: 'x',
+        created: 1,
+        choices: [
+          {
+            index: 0,
+            text: 'Hi',
+            toolCalls: [{ id: 'call_1', name: 'a', arguments: '{}' }],
+            finishReason: 'tool_calls',
+          },
+        ],
+      },
       shellFixture(),
     );
     const strip = (response: ResponseObject) => response.output.map((item: any) => ({ ...item, id: undefined }));
@@ -521,7 +628,8 @@ describe('replayFrames', () => {
     for (const { event, data } of frames) {
       if (event === 'response.output_item.added') items[data.output_index] = data.item;
       if (event === 'response.output_text.delta') texts.set(data.item_id, (texts.get(data.item_id) ?? '') + data.delta);
-      if (event === 'response.function_call_arguments.delta') args.set(data.item_id, (args.get(data.item_id) ?? '') + data.delta);
+      if (event === 'response.function_call_arguments.delta')
+        args.set(data.item_id, (args.get(data.item_id) ?? '') + data.delta);
       if (event === 'response.output_item.done') items[data.output_index] = data.item;
     }
     return { items, texts, args };
@@ -583,7 +691,10 @@ describe('replayFrames', () => {
   });
 
   it('ends with the event its status calls for', () => {
-    const incomplete = responseFromAnswer({ id: 'c', created: 1, choices: [{ index: 0, text: 'abc', toolCalls: [], finishReason: 'length' }] }, shellFixture());
+    const incomplete = responseFromAnswer(
+      { id: 'c', created: 1, choices: [{ index: 0, text: 'abc', toolCalls: [], finishReason: 'length' }] },
+      shellFixture(),
+    );
     const incompleteFrames = parseFrames(replayFrames(incomplete).join(''));
     assert.equal(incompleteFrames.at(-1)!.event, 'response.incomplete');
     assert.equal(rebuild(incompleteFrames).texts.get((incomplete.output[0] as any).id), 'abc');

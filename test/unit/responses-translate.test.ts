@@ -7,7 +7,8 @@ import { responsesRequestSchema, type ResponsesRequest } from '../../shared/sche
 import { buildShell, newResponseId, normaliseInput, toChatRequest } from '../../api/responses/translate.js';
 import { clientToolName, flatToolName, namespacedTools } from '../../shared/responses-tools.js';
 
-const parse = (body: Record<string, unknown>): ResponsesRequest => responsesRequestSchema.parse({ model: 'm', ...body });
+const parse = (body: Record<string, unknown>): ResponsesRequest =>
+  responsesRequestSchema.parse({ model: 'm', ...body });
 
 /** Normalises and translates a request body, and checks the chat request against chat's own schema. */
 function translate(body: Record<string, unknown>, history: ConversationItem[] = [], searches = false) {
@@ -68,11 +69,19 @@ describe('responsesRequestSchema', () => {
       { include: [1] },
       { max_tool_calls: 1.5 },
     ];
-    for (const fields of bad) assert.equal(responsesRequestSchema.safeParse({ model: 'm', input: 'hi', ...fields }).success, false, JSON.stringify(fields).slice(0, 80));
+    for (const fields of bad)
+      assert.equal(
+        responsesRequestSchema.safeParse({ model: 'm', input: 'hi', ...fields }).success,
+        false,
+        JSON.stringify(fields).slice(0, 80),
+      );
     const good = parse({
       input: 'hi',
       instructions: null,
-      text: { format: { type: 'json_schema', name: 'out_1', schema: { type: 'object' }, strict: true }, verbosity: 'low' },
+      text: {
+        format: { type: 'json_schema', name: 'out_1', schema: { type: 'object' }, strict: true },
+        verbosity: 'low',
+      },
       reasoning: { effort: 'minimal', summary: 'auto' },
       metadata: Object.fromEntries(Array.from({ length: 16 }, (_, i) => [`k${i}`, 'v'])),
       truncation: 'auto',
@@ -100,7 +109,10 @@ describe('normaliseInput', () => {
     const [item, ...rest] = normaliseInput('Hello');
     assert.equal(rest.length, 0);
     assert.match(item!.id, /^msg_[0-9a-f]{48}$/);
-    assert.deepEqual({ ...item, id: 'x' }, { type: 'message', id: 'x', role: 'user', status: 'completed', content: [{ type: 'input_text', text: 'Hello' }] });
+    assert.deepEqual(
+      { ...item, id: 'x' },
+      { type: 'message', id: 'x', role: 'user', status: 'completed', content: [{ type: 'input_text', text: 'Hello' }] },
+    );
     assert.deepEqual(normaliseInput(undefined), []);
   });
 
@@ -114,12 +126,26 @@ describe('normaliseInput', () => {
           { type: 'input_text', text: 'Look' },
           { type: 'input_image', image_url: 'https://example.com/a.png' },
           { type: 'input_image', image_url: 'data:image/png;base64,AAAA', detail: 'low' },
-          { type: 'input_file', file_data: 'data:application/pdf;base64,JVBE', filename: 'a.pdf', file_id: 'file_ignored' },
+          {
+            type: 'input_file',
+            file_data: 'data:application/pdf;base64,JVBE',
+            filename: 'a.pdf',
+            file_id: 'file_ignored',
+          },
           { type: 'input_file', file_data: 'JVBE' },
         ],
       },
       { role: 'assistant', content: 'Seen.' },
-      { type: 'message', id: 'msg_kept', role: 'assistant', status: 'in_progress', content: [{ type: 'output_text', text: 'a', annotations: [{ x: 1 }] }, { type: 'refusal', refusal: 'no' }] },
+      {
+        type: 'message',
+        id: 'msg_kept',
+        role: 'assistant',
+        status: 'in_progress',
+        content: [
+          { type: 'output_text', text: 'a', annotations: [{ x: 1 }] },
+          { type: 'refusal', refusal: 'no' },
+        ],
+      },
       { role: 'system', content: [{ type: 'input_text', text: 's' }] },
     ]);
     assert.equal(items.length, 5);
@@ -135,27 +161,61 @@ describe('normaliseInput', () => {
     ]);
     assert.deepEqual(items[2]!.content, [{ type: 'output_text', text: 'Seen.', annotations: [] }]);
     assert.equal(items[3]!.id, 'msg_kept');
-    assert.deepEqual(items[3]!.content, [{ type: 'output_text', text: 'a', annotations: [] }, { type: 'refusal', refusal: 'no' }]);
+    assert.deepEqual(items[3]!.content, [
+      { type: 'output_text', text: 'a', annotations: [] },
+      { type: 'refusal', refusal: 'no' },
+    ]);
     assert.match(items[4]!.id, /^msg_/);
   });
 
   it('keeps function calls, outputs, references and reasoning, giving ids to those without', () => {
     const items = normalise([
       { type: 'function_call', call_id: 'call_1', name: 'get', arguments: '{}' },
-      { type: 'function_call', id: 'fc_mine', call_id: 'call_2', name: 'get', arguments: '{"a":1}', status: 'in_progress' },
+      {
+        type: 'function_call',
+        id: 'fc_mine',
+        call_id: 'call_2',
+        name: 'get',
+        arguments: '{"a":1}',
+        status: 'in_progress',
+      },
       { type: 'function_call_output', call_id: 'call_1', output: 'sunny' },
-      { type: 'function_call_output', id: 'fco_mine', call_id: 'call_2', output: [{ type: 'input_text', text: 'a' }, { type: 'input_text', text: 'b' }] },
+      {
+        type: 'function_call_output',
+        id: 'fco_mine',
+        call_id: 'call_2',
+        output: [
+          { type: 'input_text', text: 'a' },
+          { type: 'input_text', text: 'b' },
+        ],
+      },
       { type: 'item_reference', id: 'msg_old' },
       { id: 'msg_older' },
       { type: 'reasoning', id: 'rs_1', summary: [], encrypted_content: 'xyz' },
       { type: 'reasoning', summary: [] },
     ]);
     assert.match(items[0]!.id, /^fc_[0-9a-f]{48}$/);
-    assert.deepEqual({ ...items[0], id: 'x' }, { type: 'function_call', id: 'x', call_id: 'call_1', name: 'get', arguments: '{}', status: 'completed' });
-    assert.deepEqual(items[1], { type: 'function_call', id: 'fc_mine', call_id: 'call_2', name: 'get', arguments: '{"a":1}', status: 'completed' });
+    assert.deepEqual(
+      { ...items[0], id: 'x' },
+      { type: 'function_call', id: 'x', call_id: 'call_1', name: 'get', arguments: '{}', status: 'completed' },
+    );
+    assert.deepEqual(items[1], {
+      type: 'function_call',
+      id: 'fc_mine',
+      call_id: 'call_2',
+      name: 'get',
+      arguments: '{"a":1}',
+      status: 'completed',
+    });
     assert.match(items[2]!.id, /^fco_/);
-    assert.deepEqual({ ...items[2], id: 'x' }, { type: 'function_call_output', id: 'x', call_id: 'call_1', output: 'sunny', status: 'completed' });
-    assert.deepEqual(items[3]!.output, [{ type: 'input_text', text: 'a' }, { type: 'input_text', text: 'b' }]);
+    assert.deepEqual(
+      { ...items[2], id: 'x' },
+      { type: 'function_call_output', id: 'x', call_id: 'call_1', output: 'sunny', status: 'completed' },
+    );
+    assert.deepEqual(items[3]!.output, [
+      { type: 'input_text', text: 'a' },
+      { type: 'input_text', text: 'b' },
+    ]);
     assert.equal(items[3]!.id, 'fco_mine');
     assert.deepEqual(items[4], { type: 'item_reference', id: 'msg_old' });
     assert.deepEqual(items[5], { type: 'item_reference', id: 'msg_older' });
@@ -164,7 +224,17 @@ describe('normaliseInput', () => {
   });
 
   it('refuses unknown and malformed items, naming the field', () => {
-    rejects(() => normalise([{ role: 'user', content: 'ok' }, { role: 'user', content: 'ok' }, { type: 'web_search_call', id: 'ws_1' }]), 'input[2].type', /'web_search_call' is not supported/, 'invalid_value');
+    rejects(
+      () =>
+        normalise([
+          { role: 'user', content: 'ok' },
+          { role: 'user', content: 'ok' },
+          { type: 'web_search_call', id: 'ws_1' },
+        ]),
+      'input[2].type',
+      /'web_search_call' is not supported/,
+      'invalid_value',
+    );
     rejects(() => normalise([{ type: 7 }]), 'input[0].type', /Invalid type/);
     rejects(() => normalise([{ content: 'hi' }]), 'input[0].role', /Missing required parameter: 'input\[0\]\.role'/);
     rejects(() => normalise([{ role: 'tool', content: 'hi' }]), 'input[0].role');
@@ -172,47 +242,146 @@ describe('normaliseInput', () => {
     rejects(() => normalise([{ role: 'user', content: 5 }]), 'input[0].content');
     rejects(() => normalise([{ role: 'user', content: [] }]), 'input[0].content', /empty array/);
     rejects(() => normalise([{ type: 'message', role: 'user', content: ['hi'] }]), 'input[0].content[0]');
-    rejects(() => normalise([{ role: 'user', content: [{ text: 'x' }] }]), 'input[0].content[0].type', /Missing required/);
-    rejects(() => normalise([{ role: 'user', content: [{ type: 'input_text', text: 'a' }, { type: 'input_audio' }] }]), 'input[0].content[1].type', /'input_audio' is not supported in a 'user' message/);
-    rejects(() => normalise([{ role: 'user', content: [{ type: 'output_text', text: 'a' }] }]), 'input[0].content[0].type', /'input_text', 'input_image' and 'input_file'/);
-    rejects(() => normalise([{ role: 'assistant', content: [{ type: 'input_text', text: 'a' }] }]), 'input[0].content[0].type', /'output_text' and 'refusal'/);
-    rejects(() => normalise([{ role: 'system', content: [{ type: 'input_image', image_url: 'https://x/y.png' }] }]), 'input[0].content[0].type', /'system' message/);
-    rejects(() => normalise([{ role: 'developer', content: [{ type: 'input_file', file_data: 'AAAA' }] }]), 'input[0].content[0].type');
+    rejects(
+      () => normalise([{ role: 'user', content: [{ text: 'x' }] }]),
+      'input[0].content[0].type',
+      /Missing required/,
+    );
+    rejects(
+      () => normalise([{ role: 'user', content: [{ type: 'input_text', text: 'a' }, { type: 'input_audio' }] }]),
+      'input[0].content[1].type',
+      /'input_audio' is not supported in a 'user' message/,
+    );
+    rejects(
+      () => normalise([{ role: 'user', content: [{ type: 'output_text', text: 'a' }] }]),
+      'input[0].content[0].type',
+      /'input_text', 'input_image' and 'input_file'/,
+    );
+    rejects(
+      () => normalise([{ role: 'assistant', content: [{ type: 'input_text', text: 'a' }] }]),
+      'input[0].content[0].type',
+      /'output_text' and 'refusal'/,
+    );
+    rejects(
+      () => normalise([{ role: 'system', content: [{ type: 'input_image', image_url: 'https://x/y.png' }] }]),
+      'input[0].content[0].type',
+      /'system' message/,
+    );
+    rejects(
+      () => normalise([{ role: 'developer', content: [{ type: 'input_file', file_data: 'AAAA' }] }]),
+      'input[0].content[0].type',
+    );
     rejects(() => normalise([{ role: 'user', content: [{ type: 'input_text' }] }]), 'input[0].content[0].text');
-    rejects(() => normalise([{ role: 'user', content: [{ type: 'input_text', text: 3 }] }]), 'input[0].content[0].text', /Invalid type/);
+    rejects(
+      () => normalise([{ role: 'user', content: [{ type: 'input_text', text: 3 }] }]),
+      'input[0].content[0].text',
+      /Invalid type/,
+    );
     rejects(() => normalise([{ role: 'assistant', content: [{ type: 'refusal' }] }]), 'input[0].content[0].refusal');
-    rejects(() => normalise([{ role: 'assistant', content: [{ type: 'output_text', text: null }] }]), 'input[0].content[0].text');
+    rejects(
+      () => normalise([{ role: 'assistant', content: [{ type: 'output_text', text: null }] }]),
+      'input[0].content[0].text',
+    );
   });
 
   it('refuses images and files the gateway cannot pass on', () => {
     const part = (p: Record<string, unknown>) => [{ role: 'user', content: [{ type: 'input_text', text: 'a' }, p] }];
-    rejects(() => normalise(part({ type: 'input_image', file_id: 'file_1', detail: 'auto' })), 'input[0].content[1].file_id', /'file_id' are not supported/, 'unsupported_parameter');
-    rejects(() => normalise(part({ type: 'input_image', detail: 'auto' })), 'input[0].content[1].image_url', /Missing required/);
-    rejects(() => normalise(part({ type: 'input_image', image_url: 'file:///etc/passwd' })), 'input[0].content[1].image_url', /http\(s\) URL/);
-    rejects(() => normalise(part({ type: 'input_image', image_url: 'ftp://host/a.png' })), 'input[0].content[1].image_url');
+    rejects(
+      () => normalise(part({ type: 'input_image', file_id: 'file_1', detail: 'auto' })),
+      'input[0].content[1].file_id',
+      /'file_id' are not supported/,
+      'unsupported_parameter',
+    );
+    rejects(
+      () => normalise(part({ type: 'input_image', detail: 'auto' })),
+      'input[0].content[1].image_url',
+      /Missing required/,
+    );
+    rejects(
+      () => normalise(part({ type: 'input_image', image_url: 'file:///etc/passwd' })),
+      'input[0].content[1].image_url',
+      /http\(s\) URL/,
+    );
+    rejects(
+      () => normalise(part({ type: 'input_image', image_url: 'ftp://host/a.png' })),
+      'input[0].content[1].image_url',
+    );
     rejects(() => normalise(part({ type: 'input_image', image_url: '' })), 'input[0].content[1].image_url');
-    rejects(() => normalise(part({ type: 'input_image', image_url: 'https://x/y.png', detail: 'huge' })), 'input[0].content[1].detail');
-    rejects(() => normalise(part({ type: 'input_file', file_id: 'file_1' })), 'input[0].content[1].file_id', /'file_id' are not supported/, 'unsupported_parameter');
-    rejects(() => normalise(part({ type: 'input_file', file_url: 'https://x/a.pdf' })), 'input[0].content[1].file_url', /'file_url' are not supported/, 'unsupported_parameter');
-    rejects(() => normalise(part({ type: 'input_file', filename: 'a.pdf' })), 'input[0].content[1].file_data', /Missing required/);
-    rejects(() => normalise(part({ type: 'input_file', file_data: 'https://x/a.pdf' })), 'input[0].content[1].file_data', /base64 data or a data: URL/);
+    rejects(
+      () => normalise(part({ type: 'input_image', image_url: 'https://x/y.png', detail: 'huge' })),
+      'input[0].content[1].detail',
+    );
+    rejects(
+      () => normalise(part({ type: 'input_file', file_id: 'file_1' })),
+      'input[0].content[1].file_id',
+      /'file_id' are not supported/,
+      'unsupported_parameter',
+    );
+    rejects(
+      () => normalise(part({ type: 'input_file', file_url: 'https://x/a.pdf' })),
+      'input[0].content[1].file_url',
+      /'file_url' are not supported/,
+      'unsupported_parameter',
+    );
+    rejects(
+      () => normalise(part({ type: 'input_file', filename: 'a.pdf' })),
+      'input[0].content[1].file_data',
+      /Missing required/,
+    );
+    rejects(
+      () => normalise(part({ type: 'input_file', file_data: 'https://x/a.pdf' })),
+      'input[0].content[1].file_data',
+      /base64 data or a data: URL/,
+    );
     const [item] = normalise(part({ type: 'input_image', image_url: 'gs://bucket/a.png', detail: 'original' }));
-    assert.deepEqual((item!.content as unknown[])[1], { type: 'input_image', image_url: 'gs://bucket/a.png', detail: 'original' });
+    assert.deepEqual((item!.content as unknown[])[1], {
+      type: 'input_image',
+      image_url: 'gs://bucket/a.png',
+      detail: 'original',
+    });
   });
 
   it('refuses malformed function calls, outputs, references and reasoning', () => {
     const ok = { role: 'user', content: 'x' };
-    rejects(() => normalise([ok, ok, ok, ok, { type: 'function_call', name: 'f', arguments: '{}' }]), 'input[4].call_id', /Missing required parameter: 'input\[4\]\.call_id'/);
+    rejects(
+      () => normalise([ok, ok, ok, ok, { type: 'function_call', name: 'f', arguments: '{}' }]),
+      'input[4].call_id',
+      /Missing required parameter: 'input\[4\]\.call_id'/,
+    );
     rejects(() => normalise([{ type: 'function_call', call_id: '', name: 'f', arguments: '{}' }]), 'input[0].call_id');
     rejects(() => normalise([{ type: 'function_call', call_id: 'c', arguments: '{}' }]), 'input[0].name');
-    rejects(() => normalise([{ type: 'function_call', call_id: 'c', name: 'f', arguments: { a: 1 } }]), 'input[0].arguments', /Invalid type/);
-    rejects(() => normalise([{ type: 'function_call', id: 5, call_id: 'c', name: 'f', arguments: '{}' }]), 'input[0].id');
+    rejects(
+      () => normalise([{ type: 'function_call', call_id: 'c', name: 'f', arguments: { a: 1 } }]),
+      'input[0].arguments',
+      /Invalid type/,
+    );
+    rejects(
+      () => normalise([{ type: 'function_call', id: 5, call_id: 'c', name: 'f', arguments: '{}' }]),
+      'input[0].id',
+    );
     rejects(() => normalise([{ type: 'function_call_output', output: 'x' }]), 'input[0].call_id');
-    rejects(() => normalise([{ type: 'function_call_output', call_id: 'c'.repeat(65), output: 'x' }]), 'input[0].call_id');
+    rejects(
+      () => normalise([{ type: 'function_call_output', call_id: 'c'.repeat(65), output: 'x' }]),
+      'input[0].call_id',
+    );
     rejects(() => normalise([{ type: 'function_call_output', call_id: 'c' }]), 'input[0].output', /Missing required/);
     rejects(() => normalise([{ type: 'function_call_output', call_id: 'c', output: 5 }]), 'input[0].output');
-    rejects(() => normalise([{ type: 'function_call_output', call_id: 'c', output: [{ type: 'input_image', image_url: 'https://x/y.png' }] }]), 'input[0].output[0].type', /function call output/);
-    rejects(() => normalise([{ type: 'function_call_output', call_id: 'c', output: [{ type: 'input_text' }] }]), 'input[0].output[0].text');
+    rejects(
+      () =>
+        normalise([
+          {
+            type: 'function_call_output',
+            call_id: 'c',
+            output: [{ type: 'input_image', image_url: 'https://x/y.png' }],
+          },
+        ]),
+      'input[0].output[0].type',
+      /function call output/,
+    );
+    rejects(
+      () => normalise([{ type: 'function_call_output', call_id: 'c', output: [{ type: 'input_text' }] }]),
+      'input[0].output[0].text',
+    );
     rejects(() => normalise([{ type: 'item_reference' }]), 'input[0].id', /Missing required/);
     rejects(() => normalise([{ type: 'item_reference', id: 3 }]), 'input[0].id');
     rejects(() => normalise([{ type: 'reasoning', id: 3 }]), 'input[0].id');
@@ -220,10 +389,32 @@ describe('normaliseInput', () => {
 });
 
 const history: ConversationItem[] = [
-  { type: 'message', id: 'msg_h1', role: 'user', status: 'completed', content: [{ type: 'input_text', text: 'Weather in Oslo?' }] },
+  {
+    type: 'message',
+    id: 'msg_h1',
+    role: 'user',
+    status: 'completed',
+    content: [{ type: 'input_text', text: 'Weather in Oslo?' }],
+  },
   { type: 'reasoning', id: 'rs_h', summary: [] },
-  { type: 'message', id: 'msg_h2', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: 'Checking', annotations: [] }, { type: 'output_text', text: '…', annotations: [] }] },
-  { type: 'function_call', id: 'fc_h1', call_id: 'call_a', name: 'weather', arguments: '{"city":"Oslo"}', status: 'completed' },
+  {
+    type: 'message',
+    id: 'msg_h2',
+    role: 'assistant',
+    status: 'completed',
+    content: [
+      { type: 'output_text', text: 'Checking', annotations: [] },
+      { type: 'output_text', text: '…', annotations: [] },
+    ],
+  },
+  {
+    type: 'function_call',
+    id: 'fc_h1',
+    call_id: 'call_a',
+    name: 'weather',
+    arguments: '{"city":"Oslo"}',
+    status: 'completed',
+  },
   { type: 'function_call', id: 'fc_h2', call_id: 'call_b', name: 'time', arguments: '{}', status: 'completed' },
 ];
 
@@ -281,7 +472,14 @@ describe('toChatRequest: messages', () => {
         previous_response_id: 'resp_1',
         input: [
           { type: 'function_call_output', call_id: 'call_a', output: 'sunny' },
-          { type: 'function_call_output', call_id: 'call_b', output: [{ type: 'input_text', text: '12:' }, { type: 'input_text', text: '00' }] },
+          {
+            type: 'function_call_output',
+            call_id: 'call_b',
+            output: [
+              { type: 'input_text', text: '12:' },
+              { type: 'input_text', text: '00' },
+            ],
+          },
         ],
       },
       history,
@@ -335,14 +533,27 @@ describe('toChatRequest: messages', () => {
         { role: 'user', content: 'Hi' },
         { role: 'assistant', content: 'One.' },
         { role: 'assistant', content: [{ type: 'refusal', refusal: 'No.' }] },
-        { role: 'assistant', content: [{ type: 'output_text', text: 'Partly' }, { type: 'refusal', refusal: 'not that' }] },
+        {
+          role: 'assistant',
+          content: [
+            { type: 'output_text', text: 'Partly' },
+            { type: 'refusal', refusal: 'not that' },
+          ],
+        },
         { role: 'user', content: 'Why?' },
       ],
     });
     assert.deepEqual(chat.messages.slice(1, 4), [
       { role: 'assistant', content: 'One.' },
       { role: 'assistant', content: [{ type: 'refusal', refusal: 'No.' }], refusal: 'No.' },
-      { role: 'assistant', content: [{ type: 'text', text: 'Partly' }, { type: 'refusal', refusal: 'not that' }], refusal: 'not that' },
+      {
+        role: 'assistant',
+        content: [
+          { type: 'text', text: 'Partly' },
+          { type: 'refusal', refusal: 'not that' },
+        ],
+        refusal: 'not that',
+      },
     ]);
   });
 
@@ -350,7 +561,11 @@ describe('toChatRequest: messages', () => {
     const chat = translate(
       {
         previous_response_id: 'resp_1',
-        input: [{ type: 'reasoning', id: 'rs_x', summary: [] }, { type: 'item_reference', id: 'msg_h1' }, { id: 'msg_h1' }],
+        input: [
+          { type: 'reasoning', id: 'rs_x', summary: [] },
+          { type: 'item_reference', id: 'msg_h1' },
+          { id: 'msg_h1' },
+        ],
       },
       history.slice(0, 2),
     );
@@ -373,12 +588,34 @@ describe('toChatRequest: messages', () => {
   });
 
   it('refuses a reference to an unknown item', () => {
-    rejects(() => translate({ input: [{ role: 'user', content: 'Hi' }, { type: 'item_reference', id: 'msg_nope' }] }, history), 'input[1].id', /msg_nope/);
+    rejects(
+      () =>
+        translate(
+          {
+            input: [
+              { role: 'user', content: 'Hi' },
+              { type: 'item_reference', id: 'msg_nope' },
+            ],
+          },
+          history,
+        ),
+      'input[1].id',
+      /msg_nope/,
+    );
   });
 
   it('refuses a function call output without a function call before it', () => {
     rejects(
-      () => translate({ input: [{ role: 'user', content: 'Hi' }, { type: 'function_call_output', call_id: 'call_x', output: 'y' }] }, history),
+      () =>
+        translate(
+          {
+            input: [
+              { role: 'user', content: 'Hi' },
+              { type: 'function_call_output', call_id: 'call_x', output: 'y' },
+            ],
+          },
+          history,
+        ),
       'input[1].call_id',
       /No tool call found for function call output with call_id call_x/,
     );
@@ -393,12 +630,27 @@ describe('toChatRequest: messages', () => {
       'input[0].call_id',
     );
     // The call may come from history or from earlier in the input.
-    assert.equal(translate({ previous_response_id: 'resp_1', input: [{ type: 'function_call_output', call_id: 'call_b', output: 'x' }] }, history).messages.length, 3);
+    assert.equal(
+      translate(
+        { previous_response_id: 'resp_1', input: [{ type: 'function_call_output', call_id: 'call_b', output: 'x' }] },
+        history,
+      ).messages.length,
+      3,
+    );
   });
 
   it('refuses a request without input, or with nothing to send', () => {
-    rejects(() => toChatRequest(parse({}), [], []), 'input', /Missing required parameter: 'input'\./, 'missing_required_parameter');
-    rejects(() => toChatRequest(parse({ instructions: 'x' }), history, []), 'input', /Missing required parameter: 'input'\./);
+    rejects(
+      () => toChatRequest(parse({}), [], []),
+      'input',
+      /Missing required parameter: 'input'\./,
+      'missing_required_parameter',
+    );
+    rejects(
+      () => toChatRequest(parse({ instructions: 'x' }), history, []),
+      'input',
+      /Missing required parameter: 'input'\./,
+    );
     rejects(() => translate({ input: [{ type: 'reasoning', summary: [] }] }), 'input', /nothing to send/);
     rejects(() => translate({ input: [{ type: 'reasoning', summary: [] }], instructions: 'Be brief.' }), 'input');
     // Chaining with no new input replays the conversation.
@@ -412,7 +664,13 @@ describe('toChatRequest: tools and options', () => {
     const chat = translate({
       input: 'Hi',
       tools: [
-        { type: 'function', name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: true },
+        {
+          type: 'function',
+          name: 'get_weather',
+          description: 'Weather',
+          parameters: { type: 'object', properties: { city: { type: 'string' } } },
+          strict: true,
+        },
         { type: 'function', name: 'now', parameters: null, strict: null, description: null },
       ],
       tool_choice: { type: 'function', name: 'now' },
@@ -421,14 +679,22 @@ describe('toChatRequest: tools and options', () => {
     assert.deepEqual(chat.tools, [
       {
         type: 'function',
-        function: { name: 'get_weather', description: 'Weather', parameters: { type: 'object', properties: { city: { type: 'string' } } }, strict: true },
+        function: {
+          name: 'get_weather',
+          description: 'Weather',
+          parameters: { type: 'object', properties: { city: { type: 'string' } } },
+          strict: true,
+        },
       },
       { type: 'function', function: { name: 'now', parameters: { type: 'object', properties: {} } } },
     ]);
     assert.deepEqual(chat.tool_choice, { type: 'function', function: { name: 'now' } });
     assert.equal(chat.parallel_tool_calls, false);
     for (const choice of ['none', 'auto', 'required'] as const) {
-      assert.equal(translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }], tool_choice: choice }).tool_choice, choice);
+      assert.equal(
+        translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }], tool_choice: choice }).tool_choice,
+        choice,
+      );
     }
   });
 
@@ -442,9 +708,25 @@ describe('toChatRequest: tools and options', () => {
   });
 
   it('declines built-in tools (left out of the chat request) and refuses a tool type the API does not have', () => {
-    for (const type of ['web_search', 'web_search_preview', 'file_search', 'code_interpreter', 'image_generation', 'mcp', 'computer_use_preview', 'local_shell', 'custom', 'shell', 'apply_patch']) {
+    for (const type of [
+      'web_search',
+      'web_search_preview',
+      'file_search',
+      'code_interpreter',
+      'image_generation',
+      'mcp',
+      'computer_use_preview',
+      'local_shell',
+      'custom',
+      'shell',
+      'apply_patch',
+    ]) {
       const chat = translate({ input: 'Hi', tools: [{ type: 'function', name: 'f' }, { type }] });
-      assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['f'], type);
+      assert.deepEqual(
+        chat.tools?.map((tool) => tool.type === 'function' && tool.function.name),
+        ['f'],
+        type,
+      );
       // Only built-in tools: the chat request has none, and no choice to make.
       assert.equal('tools' in translate({ input: 'Hi', tools: [{ type }] }), false);
     }
@@ -455,22 +737,52 @@ describe('toChatRequest: tools and options', () => {
       'unsupported_tool',
     );
     // Required, with nothing left to call: refused rather than silently answered without a call.
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: 'required' }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }), 'tool_choice', /'web_search' is not supported/, 'unsupported_tool');
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: 'required' }),
+      'tool_choice',
+      /'web_search' is not supported/,
+      'unsupported_tool',
+    );
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }),
+      'tool_choice',
+      /'web_search' is not supported/,
+      'unsupported_tool',
+    );
   });
 
   it('gives a web search tool to a model whose vendor searches (web_search_options), required or forced included', () => {
     const location = { type: 'approximate', country: 'NO', city: 'Oslo' };
     for (const type of ['web_search', 'web_search_preview', 'web_search_2025_08_26']) {
-      const chat = translate({ input: 'News?', tools: [{ type: 'function', name: 'f' }, { type, search_context_size: 'low', user_location: location }] }, [], true);
-      assert.deepEqual(chat.web_search_options, { search_context_size: 'low', user_location: { type: 'approximate', approximate: { country: 'NO', city: 'Oslo' } } });
-      assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['f']);
+      const chat = translate(
+        {
+          input: 'News?',
+          tools: [
+            { type: 'function', name: 'f' },
+            { type, search_context_size: 'low', user_location: location },
+          ],
+        },
+        [],
+        true,
+      );
+      assert.deepEqual(chat.web_search_options, {
+        search_context_size: 'low',
+        user_location: { type: 'approximate', approximate: { country: 'NO', city: 'Oslo' } },
+      });
+      assert.deepEqual(
+        chat.tools?.map((tool) => tool.type === 'function' && tool.function.name),
+        ['f'],
+      );
     }
     // The search is the vendor's to start: a choice that requires or names it leaves the choice to the model.
     const required = translate({ input: 'News?', tools: [{ type: 'web_search' }], tool_choice: 'required' }, [], true);
     assert.deepEqual(required.web_search_options, {});
     assert.equal(required.tool_choice, undefined);
-    const forced = translate({ input: 'News?', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } }, [], true);
+    const forced = translate(
+      { input: 'News?', tools: [{ type: 'web_search' }], tool_choice: { type: 'web_search' } },
+      [],
+      true,
+    );
     assert.equal(forced.tool_choice, undefined);
     // A model without search: declined, as before.
     assert.equal(translate({ input: 'News?', tools: [{ type: 'web_search' }] }).web_search_options, undefined);
@@ -484,7 +796,12 @@ describe('toChatRequest: tools and options', () => {
         name: 'multi_agent_v1',
         description: 'Agents you can start.',
         tools: [
-          { type: 'function', name: 'spawn_agent', description: 'Start one.', parameters: { type: 'object', properties: {} } },
+          {
+            type: 'function',
+            name: 'spawn_agent',
+            description: 'Start one.',
+            parameters: { type: 'object', properties: {} },
+          },
           { type: 'function', name: 'wait', parameters: { type: 'object', properties: {} } },
           { type: 'custom', name: 'freeform' },
         ],
@@ -500,15 +817,32 @@ describe('toChatRequest: tools and options', () => {
       tools,
       tool_choice: { type: 'function', namespace: 'multi_agent_v1', name: 'wait' },
     });
-    assert.deepEqual(chat.tools?.map((tool) => tool.type === 'function' && tool.function.name), ['shell', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__wait']);
+    assert.deepEqual(
+      chat.tools?.map((tool) => tool.type === 'function' && tool.function.name),
+      ['shell', 'multi_agent_v1__spawn_agent', 'multi_agent_v1__wait'],
+    );
     const spawn = chat.tools?.[1];
     assert.equal(spawn?.type === 'function' && spawn.function.description, 'Agents you can start.\n\nStart one.');
     assert.deepEqual(chat.tool_choice, { type: 'function', function: { name: 'multi_agent_v1__wait' } });
     const call = chat.messages.find((message) => message.role === 'assistant');
-    assert.equal(call?.role === 'assistant' && call.tool_calls?.[0]?.type === 'function' && call.tool_calls[0].function.name, 'multi_agent_v1__spawn_agent');
+    assert.equal(
+      call?.role === 'assistant' && call.tool_calls?.[0]?.type === 'function' && call.tool_calls[0].function.name,
+      'multi_agent_v1__spawn_agent',
+    );
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', name: 'n', tools: [] }] }), 'tools[0].tools');
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', tools: [{ type: 'function', name: 'f' }] }] }), 'tools[0].name', /Missing required/);
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'namespace', name: 'n', tools: [{ type: 'function', name: 'bad name' }] }] }), 'tools[0].tools[0].name');
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'namespace', tools: [{ type: 'function', name: 'f' }] }] }),
+      'tools[0].name',
+      /Missing required/,
+    );
+    rejects(
+      () =>
+        translate({
+          input: 'Hi',
+          tools: [{ type: 'namespace', name: 'n', tools: [{ type: 'function', name: 'bad name' }] }],
+        }),
+      'tools[0].tools[0].name',
+    );
   });
 
   it('keeps flat names valid and apart when a namespace and a name are long or odd', () => {
@@ -516,41 +850,79 @@ describe('toChatRequest: tools and options', () => {
     assert.ok(long.length <= 64 && /^[a-zA-Z0-9_-]+$/.test(long), long);
     assert.notEqual(long, flatToolName('n'.repeat(40), `${'f'.repeat(39)}g`));
     assert.match(flatToolName('crm.v2', 'find'), /^[a-zA-Z0-9_-]+$/);
-    const names = namespacedTools([{ type: 'namespace', name: 'n'.repeat(40), tools: [{ type: 'function', name: 'f'.repeat(40) }] }]);
+    const names = namespacedTools([
+      { type: 'namespace', name: 'n'.repeat(40), tools: [{ type: 'function', name: 'f'.repeat(40) }] },
+    ]);
     assert.deepEqual(clientToolName(long, names), { namespace: 'n'.repeat(40), name: 'f'.repeat(40) });
     assert.deepEqual(clientToolName('plain', names), { name: 'plain' });
   });
 
   it('refuses bad function tools', () => {
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'bad name' }] }), 'tools[0].name', /a-z, A-Z/);
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'bad name' }] }),
+      'tools[0].name',
+      /a-z, A-Z/,
+    );
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'x'.repeat(65) }] }), 'tools[0].name');
     rejects(() => translate({ input: 'Hi', tools: [{ type: 'function' }] }), 'tools[0].name', /Missing required/);
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', parameters: 'x' }] }), 'tools[0].parameters');
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', strict: 'yes' }] }), 'tools[0].strict');
-    rejects(() => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', description: 1 }] }), 'tools[0].description');
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', parameters: 'x' }] }),
+      'tools[0].parameters',
+    );
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', strict: 'yes' }] }),
+      'tools[0].strict',
+    );
+    rejects(
+      () => translate({ input: 'Hi', tools: [{ type: 'function', name: 'f', description: 1 }] }),
+      'tools[0].description',
+    );
   });
 
   it('refuses tool choices it cannot translate', () => {
     const tools = [{ type: 'function', name: 'f' }];
-    rejects(() => translate({ input: 'Hi', tools, tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [] } }), 'tool_choice', /'allowed_tools' is not supported/);
+    rejects(
+      () => translate({ input: 'Hi', tools, tool_choice: { type: 'allowed_tools', mode: 'auto', tools: [] } }),
+      'tool_choice',
+      /'allowed_tools' is not supported/,
+    );
     rejects(() => translate({ input: 'Hi', tools, tool_choice: { type: 'web_search_preview' } }), 'tool_choice');
     rejects(() => translate({ input: 'Hi', tools, tool_choice: { type: 'mcp', server_label: 's' } }), 'tool_choice');
     rejects(() => translate({ input: 'Hi', tools: [], tool_choice: { type: 'custom', name: 'x' } }), 'tool_choice');
-    rejects(() => translate({ input: 'Hi', tools, tool_choice: { type: 'function' } }), 'tool_choice.name', /Missing required/);
-    rejects(() => translate({ input: 'Hi', tools, tool_choice: { type: 'function', name: 'g' } }), 'tool_choice.name', /'g'/);
+    rejects(
+      () => translate({ input: 'Hi', tools, tool_choice: { type: 'function' } }),
+      'tool_choice.name',
+      /Missing required/,
+    );
+    rejects(
+      () => translate({ input: 'Hi', tools, tool_choice: { type: 'function', name: 'g' } }),
+      'tool_choice.name',
+      /'g'/,
+    );
   });
 
   it('maps text.format to response_format', () => {
     assert.equal('response_format' in translate({ input: 'Hi', text: { format: { type: 'text' } } }), false);
     assert.equal('response_format' in translate({ input: 'Hi', text: null }), false);
-    assert.deepEqual(translate({ input: 'Hi', text: { format: { type: 'json_object' } } }).response_format, { type: 'json_object' });
-    const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'] };
-    assert.deepEqual(translate({ input: 'Hi', text: { format: { type: 'json_schema', name: 'out', schema } } }).response_format, {
-      type: 'json_schema',
-      json_schema: { name: 'out', schema },
+    assert.deepEqual(translate({ input: 'Hi', text: { format: { type: 'json_object' } } }).response_format, {
+      type: 'json_object',
     });
+    const schema = { type: 'object', properties: { a: { type: 'string' } }, required: ['a'] };
     assert.deepEqual(
-      translate({ input: 'Hi', text: { format: { type: 'json_schema', name: 'out', schema, strict: true, description: 'd' }, verbosity: 'high' } }).response_format,
+      translate({ input: 'Hi', text: { format: { type: 'json_schema', name: 'out', schema } } }).response_format,
+      {
+        type: 'json_schema',
+        json_schema: { name: 'out', schema },
+      },
+    );
+    assert.deepEqual(
+      translate({
+        input: 'Hi',
+        text: {
+          format: { type: 'json_schema', name: 'out', schema, strict: true, description: 'd' },
+          verbosity: 'high',
+        },
+      }).response_format,
       { type: 'json_schema', json_schema: { name: 'out', schema, strict: true, description: 'd' } },
     );
   });
@@ -588,7 +960,14 @@ describe('toChatRequest: tools and options', () => {
       max_completion_tokens: 100,
       reasoning_effort: 'low',
     });
-    const nulls = translate({ input: 'Hi', temperature: null, top_p: null, user: null, max_output_tokens: null, reasoning: { effort: null } });
+    const nulls = translate({
+      input: 'Hi',
+      temperature: null,
+      top_p: null,
+      user: null,
+      max_output_tokens: null,
+      reasoning: { effort: null },
+    });
     assert.deepEqual(Object.keys(nulls).sort(), ['messages', 'model', 'stream', 'stream_options']);
     assert.equal('reasoning_effort' in translate({ input: 'Hi', reasoning: null }), false);
   });

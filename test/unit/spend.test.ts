@@ -37,7 +37,14 @@ async function refusal(promise: Promise<unknown>): Promise<GatewayError> {
 
 describe('spend: admission', () => {
   it('reserves the estimate and answers the key rate-limit headers', async () => {
-    const headers = await reserveSpend(redis, defaults, access({ rpm: 10, tpm: 1_000 }), 'r1', { micros: 400, tokens: 100 }, deadline());
+    const headers = await reserveSpend(
+      redis,
+      defaults,
+      access({ rpm: 10, tpm: 1_000 }),
+      'r1',
+      { micros: 400, tokens: 100 },
+      deadline(),
+    );
     assert.equal(headers['x-ratelimit-limit-requests'], '10');
     assert.equal(headers['x-ratelimit-remaining-requests'], '9');
     assert.equal(headers['x-ratelimit-limit-tokens'], '1000');
@@ -48,7 +55,9 @@ describe('spend: admission', () => {
 
   it('refuses past the rate limit with rate_limit_exceeded and when to retry', async () => {
     await reserveSpend(redis, defaults, access({ rpm: 1 }), 'r1', { micros: 0, tokens: 1 }, deadline());
-    const error = await refusal(reserveSpend(redis, defaults, access({ rpm: 1 }), 'r2', { micros: 0, tokens: 1 }, deadline()));
+    const error = await refusal(
+      reserveSpend(redis, defaults, access({ rpm: 1 }), 'r2', { micros: 0, tokens: 1 }, deadline()),
+    );
     assert.equal(error.status, 429);
     assert.equal(error.code, 'rate_limit_exceeded');
     assert.equal(error.type, 'requests');
@@ -58,12 +67,16 @@ describe('spend: admission', () => {
   });
 
   it('refuses past the balance and past the key limit with insufficient_quota, not to be retried', async () => {
-    const broke = await refusal(reserveSpend(redis, defaults, access(), 'r1', { micros: 1_001, tokens: 1 }, deadline()));
+    const broke = await refusal(
+      reserveSpend(redis, defaults, access(), 'r1', { micros: 1_001, tokens: 1 }, deadline()),
+    );
     assert.equal(broke.status, 429);
     assert.equal(broke.code, 'insufficient_quota');
     assert.equal(broke.headers['x-should-retry'], 'false');
     assert.match(broke.message, /balance/);
-    const capped = await refusal(reserveSpend(redis, defaults, access({ limitMicros: 100 }), 'r2', { micros: 101, tokens: 1 }, deadline()));
+    const capped = await refusal(
+      reserveSpend(redis, defaults, access({ limitMicros: 100 }), 'r2', { micros: 101, tokens: 1 }, deadline()),
+    );
     assert.equal(capped.code, 'insufficient_quota');
     assert.match(capped.message, /limit_usd/);
     assert.equal((await readBill(redis, 'a1'))?.reservedMicros, 0, 'a refusal holds nothing');
@@ -78,7 +91,11 @@ describe('spend: admission', () => {
 
   it("holds a key to the gateway's default rate limits where it sets none", () => {
     assert.deepEqual(limitsInForce(access(), { defaultKeyRpm: 60, defaultKeyTpm: undefined }), { rpm: 60 });
-    assert.deepEqual(limitsInForce(access({ rpm: 5, limitMicros: 7 }), { defaultKeyRpm: 60, defaultKeyTpm: 1_000 }), { limitMicros: 7, rpm: 5, tpm: 1_000 });
+    assert.deepEqual(limitsInForce(access({ rpm: 5, limitMicros: 7 }), { defaultKeyRpm: 60, defaultKeyTpm: 1_000 }), {
+      limitMicros: 7,
+      rpm: 5,
+      tpm: 1_000,
+    });
     assert.equal(formatReset(17), '17ms');
     assert.equal(formatReset(1_500), '1.5s');
     assert.equal(formatReset(360_000), '6m0s');

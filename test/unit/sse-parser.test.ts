@@ -124,7 +124,11 @@ describe('SseBody', () => {
 
   it('yields the events completed by each read, skipping reads that complete none', async () => {
     const batches: SseEvent[][] = [];
-    const response = { status: 200, headers: {}, body: reads('data: a\n\ndata: b\n\nda', 'ta: c', '\n\n', 'data: d') } as unknown as VendorResponse;
+    const response = {
+      status: 200,
+      headers: {},
+      body: reads('data: a\n\ndata: b\n\nda', 'ta: c', '\n\n', 'data: d'),
+    } as unknown as VendorResponse;
     const sse = new SseBody(response, { signal: new AbortController().signal } as CallContext);
     for await (const batch of sse.batches()) {
       batches.push(batch);

@@ -31,14 +31,22 @@ describe('npm test’s set-up, on a machine that lacks some of what the tests st
       chmodSync(join(bin, program), 0o755);
     }
     // The database the tests already use answers: only the programs are in question.
-    const run = spawnSync(process.execPath, [setup], { cwd: root, env: { PATH: bin, HOME: process.env.HOME ?? '/root', TEST_DATABASE_URL: process.env.TEST_DATABASE_URL ?? '' }, encoding: 'utf8', timeout: 60_000 });
+    const run = spawnSync(process.execPath, [setup], {
+      cwd: root,
+      env: { PATH: bin, HOME: process.env.HOME ?? '/root', TEST_DATABASE_URL: process.env.TEST_DATABASE_URL ?? '' },
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
     return { status: run.status, out: `${run.stdout}${run.stderr}`.trim() };
   };
 
   it('names nginx alone, and the package that brings it, when only nginx is missing', () => {
     const { status, out } = runWith('no-nginx', ['redis-server', 'redis-cli', 'chromium', 'kubectl']);
     assert.equal(status, 1);
-    assert.equal(out, 'npm test needs nginx (the compose balancer’s test); install it with: sudo apt-get install -y nginx-light');
+    assert.equal(
+      out,
+      'npm test needs nginx (the compose balancer’s test); install it with: sudo apt-get install -y nginx-light',
+    );
   });
 
   it('names kubectl alone, and the repository its package comes from, when only kubectl is missing', () => {
@@ -46,7 +54,9 @@ describe('npm test’s set-up, on a machine that lacks some of what the tests st
     assert.equal(status, 1);
     assert.equal(
       out,
-      'npm test needs kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install it with: sudo apt-get install -y kubectl (kubectl from an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them)',
+      'npm test needs kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install it ' +
+        'with: sudo apt-get install -y kubectl (kubectl from an apt repository that carries it, the Kubernetes ' +
+        'project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them)',
     );
   });
 
@@ -56,7 +66,12 @@ describe('npm test’s set-up, on a machine that lacks some of what the tests st
     assert.equal(out.split('\n').length, 1, `one line: ${out}`);
     assert.equal(
       out,
-      'npm test needs redis-server (each test file starts its own Redis), redis-cli (the Cluster and Sentinel tests build their topologies with it), chromium (the console’s browser tests), nginx (the compose balancer’s test), kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install them with: sudo apt-get install -y redis-server redis-tools chromium nginx-light kubectl (kubectl from an apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: Debian’s kubernetes-client is too old to render them)',
+      'npm test needs redis-server (each test file starts its own Redis), redis-cli (the Cluster and Sentinel ' +
+        'tests build their topologies with it), chromium (the console’s browser tests), nginx (the compose ' +
+        'balancer’s test), kubectl (the Kubernetes manifests’ test renders them with kubectl kustomize); install ' +
+        'them with: sudo apt-get install -y redis-server redis-tools chromium nginx-light kubectl (kubectl from an ' +
+        'apt repository that carries it, the Kubernetes project’s (pkgs.k8s.io) or the Google Cloud SDK’s: ' +
+        'Debian’s kubernetes-client is too old to render them)',
     );
   });
 

@@ -106,7 +106,11 @@ describe('countChatPromptTokens', () => {
     const tools = [
       {
         type: 'function',
-        function: { name: 'get_weather', description: 'Weather by city', parameters: { type: 'object', properties: { city: { type: 'string' } } } },
+        function: {
+          name: 'get_weather',
+          description: 'Weather by city',
+          parameters: { type: 'object', properties: { city: { type: 'string' } } },
+        },
       },
     ];
     const without = countChatPromptTokens([user('Hi')]);
@@ -118,16 +122,28 @@ describe('countChatPromptTokens', () => {
   it('counts assistant tool calls and tool results', () => {
     const messages: ChatMessage[] = [
       user('Weather?'),
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } },
+        ],
+      },
       { role: 'tool', tool_call_id: 'call_1', content: 'Sunny, 21 degrees' },
     ];
     const base = countChatPromptTokens([user('Weather?')]);
     const full = countChatPromptTokens(messages);
-    assert.ok(full - base >= countTextTokens('get_weather') + countTextTokens('{"city":"Oslo"}') + countTextTokens('Sunny, 21 degrees'));
+    assert.ok(
+      full - base >=
+        countTextTokens('get_weather') + countTextTokens('{"city":"Oslo"}') + countTextTokens('Sunny, 21 degrees'),
+    );
   });
 
   it('is fast enough for the request path', () => {
-    const messages = [{ role: 'system', content: 'You are helpful.' }, user('Tell me about the sea. '.repeat(20))] as ChatMessage[];
+    const messages = [
+      { role: 'system', content: 'You are helpful.' },
+      user('Tell me about the sea. '.repeat(20)),
+    ] as ChatMessage[];
     countChatPromptTokens(messages);
     const started = performance.now();
     for (let i = 0; i < 1000; i++) countChatPromptTokens(messages);
@@ -149,17 +165,21 @@ describe('long texts', () => {
 
   it('feeds the encoder pieces that rejoin to the text, with no run longer than 256 characters', () => {
     fc.assert(
-      fc.property(fc.string({ unit: 'binary', maxLength: 4000 }), fc.integer({ min: 0, max: 3000 }), (text, runLength) => {
-        const input = text + 'x'.repeat(runLength) + text;
-        const pieces = [...tokenizerPieces(input)];
-        assert.equal(pieces.join(''), input);
-        for (const piece of pieces) {
-          assert.ok(piece.length <= 1024, `piece of ${piece.length}`);
-          // The longest stretch without a cut point bounds the byte-pair work: it must stay short.
-          const longestRun = Math.max(...piece.split(/(?<=\S)(?= )/).map((part) => part.length));
-          assert.ok(longestRun <= 256, `run of ${longestRun}`);
-        }
-      }),
+      fc.property(
+        fc.string({ unit: 'binary', maxLength: 4000 }),
+        fc.integer({ min: 0, max: 3000 }),
+        (text, runLength) => {
+          const input = text + 'x'.repeat(runLength) + text;
+          const pieces = [...tokenizerPieces(input)];
+          assert.equal(pieces.join(''), input);
+          for (const piece of pieces) {
+            assert.ok(piece.length <= 1024, `piece of ${piece.length}`);
+            // The longest stretch without a cut point bounds the byte-pair work: it must stay short.
+            const longestRun = Math.max(...piece.split(/(?<=\S)(?= )/).map((part) => part.length));
+            assert.ok(longestRun <= 256, `run of ${longestRun}`);
+          }
+        },
+      ),
       { numRuns: 200, seed: 8 },
     );
   });

@@ -6,7 +6,11 @@ import { GatewayMetrics, otherAccount, TopAccounts } from '../../shared/metrics.
 function tracker(size: number) {
   let now = 0;
   const dropped: string[] = [];
-  const top = new TopAccounts(size, (account) => dropped.push(account), () => now);
+  const top = new TopAccounts(
+    size,
+    (account) => dropped.push(account),
+    () => now,
+  );
   return { top, dropped, advance: (ms: number) => (now += ms) };
 }
 
@@ -19,7 +23,10 @@ const jobs = (top: TopAccounts, account: string, count: number) => {
 describe('TopAccounts: the accounts the queue wait names', () => {
   it('names the first accounts while there is room, then counts the rest as other', () => {
     const { top, dropped } = tracker(3);
-    assert.deepEqual(['a', 'b', 'c', 'd', 'e'].map((account) => top.label(account)), ['a', 'b', 'c', otherAccount, otherAccount]);
+    assert.deepEqual(
+      ['a', 'b', 'c', 'd', 'e'].map((account) => top.label(account)),
+      ['a', 'b', 'c', otherAccount, otherAccount],
+    );
     assert.equal(top.label('a'), 'a');
     assert.deepEqual([...top.named()], ['a', 'b', 'c']);
     assert.deepEqual(dropped, []);
@@ -77,7 +84,10 @@ describe('TopAccounts: the accounts the queue wait names', () => {
     assert.ok(top.named().size <= 5);
     for (const account of busy) assert.ok(top.named().has(account), `${account} named`);
     for (const account of busy) assert.equal(top.label(account), account);
-    assert.ok(dropped.every((account) => account.startsWith('once-')), dropped.join());
+    assert.ok(
+      dropped.every((account) => account.startsWith('once-')),
+      dropped.join(),
+    );
     assert.equal(top.label('once-new'), otherAccount);
     // A minute on, one-off accounts that held a place since the start weigh under half a fresh one: they go.
     advance(60_000);
@@ -128,7 +138,8 @@ describe('the per-account queue metrics (METRICS_PER_ACCOUNT=on, METRICS_TOP_ACC
 
   it('the queue wait removes the series of an account that loses its place', async () => {
     const metrics = new GatewayMetrics({ perKey: false, perAccount: true, topAccounts: 2 });
-    const observe = (queue: string, account: string) => metrics.queueWait.get(queue, 'default', metrics.waitAccounts.label(account)).observe(0.01);
+    const observe = (queue: string, account: string) =>
+      metrics.queueWait.get(queue, 'default', metrics.waitAccounts.label(account)).observe(0.01);
     observe('chat', 'acct_a');
     observe('embeddings', 'acct_b');
     observe('chat', 'acct_b');

@@ -12,7 +12,14 @@ import { loadConfig } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { GatewayJobData, GatewayJobResult } from '../../shared/jobs.js';
 import { carrierOf, contextOf, startTracing, tracesUrl, tracingEnabled, type Tracing } from '../../shared/tracing.js';
-import { jobTraceCarrier, traceQueued, traceRelay, traceRequests, type RequestTrace, type TracedReply } from '../../api/http/request-tracing.js';
+import {
+  jobTraceCarrier,
+  traceQueued,
+  traceRelay,
+  traceRequests,
+  type RequestTrace,
+  type TracedReply,
+} from '../../api/http/request-tracing.js';
 import { queuedEndpoint, routeTemplate } from '../../api/requests/endpoint-paths.js';
 import { startVendorAttempt, traceJobs } from '../../workers/job-tracing.js';
 import type { ResolvedRoute } from '../../workers/channel-router.js';
@@ -27,15 +34,33 @@ const traceparent = (flags = '01') => `00-${clientTraceId}-${clientSpanId}-${fla
 
 const route = {
   protocol: 'openai',
-  channel: { vendor: 'openai', baseUrl: 'https://user:pw@api.example.com/v1', apiKey: 'sk-secret-channel-key', id: 'openai:0123456789ab', weight: 1 },
+  channel: {
+    vendor: 'openai',
+    baseUrl: 'https://user:pw@api.example.com/v1',
+    apiKey: 'sk-secret-channel-key',
+    id: 'openai:0123456789ab',
+    weight: 1,
+  },
   upstreamModel: 'gpt-4o-mini-2024-07-18',
   model: { id: 'gpt-4o-mini' },
 } as unknown as ResolvedRoute;
 
 /** A job as BullMQ hands it to a processor, with what the tracing reads. */
-function fakeJob(data: Partial<GatewayJobData>, run: { attemptsMade?: number; attemptsStarted?: number } = {}): Job<GatewayJobData, GatewayJobResult> {
+function fakeJob(
+  data: Partial<GatewayJobData>,
+  run: { attemptsMade?: number; attemptsStarted?: number } = {},
+): Job<GatewayJobData, GatewayJobResult> {
   return {
-    data: { requestId: 'req_1', replyTo: 'sy:reply:api-1', keyId: 'key_1', endpoint: 'chat.completions', model: 'gpt-4o-mini', stream: false, deadline: Date.now() + 60_000, ...data },
+    data: {
+      requestId: 'req_1',
+      replyTo: 'sy:reply:api-1',
+      keyId: 'key_1',
+      endpoint: 'chat.completions',
+      model: 'gpt-4o-mini',
+      stream: false,
+      deadline: Date.now() + 60_000,
+      ...data,
+    },
     queueName: '{chat}',
     timestamp: Date.now() - 25,
     attemptsMade: run.attemptsMade ?? 0,
@@ -79,7 +104,9 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
 
     // A gateway in miniature: the server span first, a router, and a queued endpoint that admits, queues and relays.
     const app = new Koa();
-    app.use(traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }));
+    app.use(
+      traceRequests({ routeOf: routeTemplate, queues: (method, path) => queuedEndpoint(method, path) !== undefined }),
+    );
     app.use(async (ctx, next) => {
       ctx.state.requestId = 'req_test';
       await next();
@@ -116,7 +143,11 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     server?.close();
     await tracing?.shutdown();
     assert.equal(tracingEnabled(), false);
-    assert.equal((trace.getTracerProvider() as ProxyTracerProvider).getDelegateTracer('switchyard'), undefined, 'shutdown unregisters the provider');
+    assert.equal(
+      (trace.getTracerProvider() as ProxyTracerProvider).getDelegateTracer('switchyard'),
+      undefined,
+      'shutdown unregisters the provider',
+    );
   });
 
   /** The spans of the client's trace, once the response is over (the server span ends on the response's close). */
@@ -128,7 +159,10 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
 
   it("continues the client's traceparent; the job's carrier makes the worker's spans children of the request", async () => {
     exporter.reset();
-    const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { traceparent: traceparent() } });
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { traceparent: traceparent() },
+    });
     const { carrier } = (await response.clone().json()) as { carrier: Record<string, string> };
     const api = await spansAfter(response);
     const server = byName(api, 'POST /v1/chat/completions')[0]!;
@@ -137,13 +171,19 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     assert.equal(server.attributes['http.route'], '/v1/chat/completions');
     assert.equal(server.attributes['http.response.status_code'], 200);
     assert.equal(server.attributes['switchyard.request_id'], 'req_test');
-    assert.match(carrier.traceparent!, new RegExp(`^00-${clientTraceId}-${idOf(server)}-01$`), 'the job carries the server span');
-    for (const name of ['admission', 'relay']) assert.equal(byName(api, name)[0]?.parentSpanContext?.spanId, idOf(server), name);
+    assert.match(
+      carrier.traceparent!,
+      new RegExp(`^00-${clientTraceId}-${idOf(server)}-01$`),
+      'the job carries the server span',
+    );
+    for (const name of ['admission', 'relay'])
+      assert.equal(byName(api, name)[0]?.parentSpanContext?.spanId, idOf(server), name);
     assert.equal(byName(api, 'admission')[0]!.attributes['switchyard.queue'], 'chat');
     assert.equal(byName(api, 'relay')[0]!.attributes['switchyard.replies'], 1);
     assert.equal(byName(api, 'relay')[0]!.events[0]?.name, 'first reply');
 
-    // The worker side, from the carrier alone: queue wait and the run under the server span, the vendor attempt under the run.
+    // The worker side, from the carrier alone: queue wait and the run under the server span, the vendor attempt under
+    // the run.
     exporter.reset();
     const job = fakeJob({ trace: carrier });
     const processor = traceJobs(async (run) => {
@@ -187,28 +227,32 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     assert.ok(waited.startTime[0] * 1e3 + waited.startTime[1] / 1e6 <= job.timestamp + 1);
   });
 
-  it("the queue wait is read on the wall clock, as the job's timestamp is: a monotonic clock drifted from it changes nothing", async () => {
-    // performance.timeOrigin + performance.now() drifts from Date.now() over a process's life (by a millisecond or
-    // more in a minute on a VM); read against the api's Date.now() timestamp, a run that starts in the enqueue's
-    // millisecond could end its wait before the wait began. The drift is exaggerated here to 50 ms.
-    exporter.reset();
-    const now = performance.now.bind(performance);
-    performance.now = () => now() - 50;
-    try {
-      const job = fakeJob({ trace: { traceparent: traceparent() } });
-      (job as { timestamp: number }).timestamp = Date.now();
-      await traceJobs(async () => ({ body: '{}' }))(job);
-      const spans = exporter.getFinishedSpans();
-      const waited = byName(spans, 'queue wait')[0]!;
-      const run = byName(spans, 'process chat')[0]!;
-      const ms = ([s, ns]: [number, number]) => s * 1e3 + ns / 1e6;
-      assert.equal(ms(waited.startTime), job.timestamp);
-      assert.deepEqual(waited.endTime, run.startTime, 'the wait ends as the run starts');
-      assert.ok(ms(waited.endTime) >= ms(waited.startTime), 'and not before it began');
-    } finally {
-      performance.now = now;
-    }
-  });
+  it(
+    "the queue wait is read on the wall clock, as the job's timestamp is: a monotonic clock drifted from it " +
+      'changes nothing',
+    async () => {
+      // performance.timeOrigin + performance.now() drifts from Date.now() over a process's life (by a millisecond or
+      // more in a minute on a VM); read against the api's Date.now() timestamp, a run that starts in the enqueue's
+      // millisecond could end its wait before the wait began. The drift is exaggerated here to 50 ms.
+      exporter.reset();
+      const now = performance.now.bind(performance);
+      performance.now = () => now() - 50;
+      try {
+        const job = fakeJob({ trace: { traceparent: traceparent() } });
+        (job as { timestamp: number }).timestamp = Date.now();
+        await traceJobs(async () => ({ body: '{}' }))(job);
+        const spans = exporter.getFinishedSpans();
+        const waited = byName(spans, 'queue wait')[0]!;
+        const run = byName(spans, 'process chat')[0]!;
+        const ms = ([s, ns]: [number, number]) => s * 1e3 + ns / 1e6;
+        assert.equal(ms(waited.startTime), job.timestamp);
+        assert.deepEqual(waited.endTime, run.startTime, 'the wait ends as the run starts');
+        assert.ok(ms(waited.endTime) >= ms(waited.startTime), 'and not before it began');
+      } finally {
+        performance.now = now;
+      }
+    },
+  );
 
   it('a failed vendor attempt and the run it fails: errors, outcome retry; a rate-limit delay is no error', async () => {
     exporter.reset();
@@ -255,7 +299,7 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
     }
   });
 
-  it("the call observer tells the vendor attempt what the run tells it, and nothing before the call started", async () => {
+  it('the call observer tells the vendor attempt what the run tells it, and nothing before the call started', async () => {
     exporter.reset();
     const job = fakeJob({ trace: { traceparent: traceparent() } });
     await assert.rejects(() =>
@@ -280,11 +324,19 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
   it('names a span by its route template, and errs a refused admission (not the 4xx server span)', async () => {
     exporter.reset();
     const spans = await spansAfter(await fetch(`${url}/v1/models/gpt-4o`, { headers: { traceparent: traceparent() } }));
-    assert.deepEqual(spans.map((span) => span.name), ['GET /v1/models/:id']);
+    assert.deepEqual(
+      spans.map((span) => span.name),
+      ['GET /v1/models/:id'],
+    );
     assert.equal(spans[0]!.attributes['url.path'], '/v1/models/gpt-4o');
 
     exporter.reset();
-    const refused = await spansAfter(await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { traceparent: traceparent(), 'x-refuse': '1' } }));
+    const refused = await spansAfter(
+      await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { traceparent: traceparent(), 'x-refuse': '1' },
+      }),
+    );
     const admission = byName(refused, 'admission')[0]!;
     assert.equal(admission.status.code, SpanStatusCode.ERROR);
     assert.equal(admission.attributes['error.type'], 'rate_limit_exceeded');
@@ -294,15 +346,26 @@ describe('tracing on, in process (InMemorySpanExporter)', () => {
 
     exporter.reset();
     const unknown = await spansAfter(await fetch(`${url}/nowhere/42`, { headers: { traceparent: traceparent() } }));
-    assert.deepEqual(unknown.map((span) => span.name), ['GET'], 'an unknown URL does not name a span');
+    assert.deepEqual(
+      unknown.map((span) => span.name),
+      ['GET'],
+      'an unknown URL does not name a span',
+    );
 
     exporter.reset();
-    assert.deepEqual(await spansAfter(await fetch(`${url}/healthz`, { headers: { traceparent: traceparent() } })), [], 'probes are not traced');
+    assert.deepEqual(
+      await spansAfter(await fetch(`${url}/healthz`, { headers: { traceparent: traceparent() } })),
+      [],
+      'probes are not traced',
+    );
   });
 
   it('follows an unsampled traceparent (parentbased_always_on): nothing recorded, the job carries the decision', async () => {
     exporter.reset();
-    const response = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { traceparent: traceparent('00') } });
+    const response = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { traceparent: traceparent('00') },
+    });
     const { carrier } = (await response.json()) as { carrier: Record<string, string> };
     await new Promise((r) => setTimeout(r, 20));
     assert.deepEqual(exporter.getFinishedSpans(), []);
@@ -322,7 +385,11 @@ describe('OTEL_TRACES_SAMPLER', () => {
       [{ OTEL_TRACES_SAMPLER: 'parentbased_always_off' }, '01', true],
     ] as const) {
       const exporter = new InMemorySpanExporter();
-      const tracing = (await startTracing(loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', ...env }).tracing, 'worker', { exporter }))!;
+      const tracing = (await startTracing(
+        loadConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', ...env }).tracing,
+        'worker',
+        { exporter },
+      ))!;
       await traceJobs(async () => ({}))(fakeJob({ trace: { traceparent: traceparent(flags) } }));
       assert.equal(exporter.getFinishedSpans().length > 0, recorded, `${JSON.stringify(env)} under flags ${flags}`);
       await tracing.shutdown();
@@ -330,7 +397,10 @@ describe('OTEL_TRACES_SAMPLER', () => {
   });
 
   it('refuses a ratio outside 0..1 and an unknown sampler at start', () => {
-    assert.throws(() => loadConfig({ OTEL_TRACES_SAMPLER_ARG: '1.5' }), /OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1, got "1.5"/);
+    assert.throws(
+      () => loadConfig({ OTEL_TRACES_SAMPLER_ARG: '1.5' }),
+      /OTEL_TRACES_SAMPLER_ARG must be a number from 0 to 1, got "1.5"/,
+    );
     assert.throws(() => loadConfig({ OTEL_TRACES_SAMPLER: 'jaeger_remote' }), /OTEL_TRACES_SAMPLER must be /);
     assert.equal(loadConfig({ OTEL_TRACES_SAMPLER: 'TraceIdRatio' }).tracing.sampler, 'traceidratio');
   });

@@ -110,7 +110,10 @@ describe('VendorSlots', () => {
     const config = { ...loadConfig({ BFL_MAX_CONCURRENCY: '2' }), vendorPace: 0.85 };
     const limiter = new VendorSlots(redis, config);
     // Two calls of about 200 ms: the average is kept beside the leases.
-    const [a, b] = await Promise.all([limiter.acquire('bfl', Date.now() + 5000, never), limiter.acquire('bfl', Date.now() + 5000, never)]);
+    const [a, b] = await Promise.all([
+      limiter.acquire('bfl', Date.now() + 5000, never),
+      limiter.acquire('bfl', Date.now() + 5000, never),
+    ]);
     await new Promise((r) => setTimeout(r, 200));
     await Promise.all([a.release(), b.release()]);
     const avg = Number(await redis.hget('sy:limit:{bfl}:pace', 'avg'));
@@ -151,7 +154,9 @@ describe('VendorSlots', () => {
     limiter.listening();
     const held = await limiter.acquire('bfl', Date.now() + 5000, never);
     const order: string[] = [];
-    const late = limiter.acquire('bfl', Date.now() + 5000, never, 5_000_000).then((lease) => (order.push('late'), lease));
+    const late = limiter
+      .acquire('bfl', Date.now() + 5000, never, 5_000_000)
+      .then((lease) => (order.push('late'), lease));
     await new Promise((r) => setTimeout(r, 20));
     const early = limiter.acquire('bfl', Date.now() + 5000, never, 1_000).then((lease) => (order.push('early'), lease));
     await new Promise((r) => setTimeout(r, 50));

@@ -80,7 +80,10 @@ describe("a worker's readiness on its metrics listener", () => {
     const own = await startMetricsListener(0, '127.0.0.1', log, undefined, { redis: redis.url });
     const client = new Redis(redis.url);
     try {
-      const readinessClients = async () => String(await client.call('CLIENT', 'LIST')).split('\n').filter((line) => / name=worker-readiness /.test(line)).length;
+      const readinessClients = async () =>
+        String(await client.call('CLIENT', 'LIST'))
+          .split('\n')
+          .filter((line) => / name=worker-readiness /.test(line)).length;
       await waitFor(async () => (await readyz(`http://127.0.0.1:${own.port}`)).status === 200, 5000, 'ready');
       const before = await readinessClients();
       await own.close();
@@ -107,7 +110,10 @@ describe('a metrics listener given no Redis', () => {
     const port = (taken.address() as { port: number }).port;
     try {
       // A Redis that is not there: a connection left open would keep reconnecting (and this test process alive).
-      await assert.rejects(startMetricsListener(port, '127.0.0.1', log, undefined, { redis: 'redis://127.0.0.1:1' }), /EADDRINUSE/);
+      await assert.rejects(
+        startMetricsListener(port, '127.0.0.1', log, undefined, { redis: 'redis://127.0.0.1:1' }),
+        /EADDRINUSE/,
+      );
     } finally {
       await new Promise((resolve) => taken.close(resolve));
     }

@@ -13,7 +13,10 @@ import type { Answer, AnswerChoice, AnswerEvent } from './events.js';
 /** A stream's events folded into the plain answer they describe (a vendor's own chunks, `wire`, are not kept). */
 export function foldAnswer(events: readonly AnswerEvent[]): Answer {
   const answer: Answer = { id: '', created: Math.floor(Date.now() / 1000), choices: [] };
-  const choices = new Map<number, AnswerChoice & { calls: Map<number, { id: string; name: string; arguments: string }> }>();
+  const choices = new Map<
+    number,
+    AnswerChoice & { calls: Map<number, { id: string; name: string; arguments: string }> }
+  >();
   const choiceOf = (index: number) => {
     let choice = choices.get(index);
     if (!choice) {
@@ -60,7 +63,10 @@ export function foldAnswer(events: readonly AnswerEvent[]): Answer {
   }
   answer.choices = [...choices.values()]
     .sort((a, b) => a.index - b.index)
-    .map(({ calls, ...choice }) => ({ ...choice, toolCalls: [...calls.entries()].sort((a, b) => a[0] - b[0]).map(([, call]) => call) }));
+    .map(({ calls, ...choice }) => ({
+      ...choice,
+      toolCalls: [...calls.entries()].sort((a, b) => a[0] - b[0]).map(([, call]) => call),
+    }));
   return answer;
 }
 
@@ -78,8 +84,18 @@ export function answerEvents(answer: Answer): AnswerEvent[] {
   ];
   for (const choice of answer.choices) {
     events.push({ type: 'role', choice: choice.index });
-    if (choice.text !== null && choice.text !== '') events.push({ type: 'text', choice: choice.index, text: choice.text });
-    choice.toolCalls.forEach((call, index) => events.push({ type: 'tool-call', choice: choice.index, index, id: call.id, name: call.name, arguments: call.arguments }));
+    if (choice.text !== null && choice.text !== '')
+      events.push({ type: 'text', choice: choice.index, text: choice.text });
+    choice.toolCalls.forEach((call, index) =>
+      events.push({
+        type: 'tool-call',
+        choice: choice.index,
+        index,
+        id: call.id,
+        name: call.name,
+        arguments: call.arguments,
+      }),
+    );
     events.push({ type: 'finish', choice: choice.index, reason: choice.finishReason });
   }
   return events;
@@ -94,7 +110,8 @@ export function storedEvents(frames: string): StoredEvent[] {
   const events: StoredEvent[] = [];
   for (const frame of frames.split('\n\n')) {
     const { event, data } = readSseFrame(frame);
-    if (data !== undefined && data !== sseDoneData) events.push(event === undefined ? { d: data } : { e: event, d: data });
+    if (data !== undefined && data !== sseDoneData)
+      events.push(event === undefined ? { d: data } : { e: event, d: data });
   }
   return events;
 }
@@ -109,6 +126,8 @@ export function chatForms(answer: Answer, options: Omit<ChatEncoderOptions, 'inc
   delete plain.wire;
   const encoder = new ChatStreamEncoder({ ...options, includeUsage: true });
   const events = storedEvents(encoder.encode(answerEvents(plain)).frames);
-  const usage = plain.usage ? storedEvents(encoder.encode([{ type: 'usage', usage: plain.usage }]).frames)[0]?.d : undefined;
+  const usage = plain.usage
+    ? storedEvents(encoder.encode([{ type: 'usage', usage: plain.usage }]).frames)[0]?.d
+    : undefined;
   return { body, events, ...(usage !== undefined ? { usage } : {}), trailer: sseDone };
 }

@@ -18,8 +18,8 @@ export interface ChatEncoderOptions {
   /** The client used the deprecated `functions`: one `function_call` instead of `tool_calls`. */
   legacyFunctions: boolean;
   /**
-   * The tier that served the answer (`shared/scheduling/served-tier.ts`): a chat completion and each of its chunks say it as
-   * `service_tier`, in place of the vendor's own word (a text completion has no such field).
+   * The tier that served the answer (`shared/scheduling/served-tier.ts`): a chat completion and each of its chunks say
+   * it as `service_tier`, in place of the vendor's own word (a text completion has no such field).
    */
   serviceTier: ServiceTier;
   /**
@@ -34,7 +34,9 @@ export interface ChatEncoderOptions {
  * one `function_call` and `finish_reason: "function_call"` back.
  */
 export function usesLegacyFunctions(request: ChatCompletionRequest): boolean {
-  return request.functions != null && request.functions.length > 0 && !(request.tools != null && request.tools.length > 0);
+  return (
+    request.functions != null && request.functions.length > 0 && !(request.tools != null && request.tools.length > 0)
+  );
 }
 
 const OPEN = ',"logprobs":null,"finish_reason":null}]}';
@@ -68,8 +70,8 @@ function finishReasonFor(reason: FinishReason, legacyFunctions: boolean): Finish
 
 /**
  * Writes answer events as SSE frames in the chat-completion (or text-completion)
- * chunk form (the stream runner's encoder for chat, workers/answers/stream-run.ts). Each chunk is JSON text around an envelope built once, on the
- * `start` event, so a text delta costs one `JSON.stringify` of its text. A
+ * chunk form (the stream runner's encoder for chat, workers/answers/stream-run.ts). Each chunk is JSON text around an
+ * envelope built once, on the `start` event, so a text delta costs one `JSON.stringify` of its text. A
  * vendor chunk that already is this form (`wire`) is sent untouched. Every
  * frame carries an `id:` line (0, 1, 2, …): a client that lost its connection
  * resumes after the last one it saw (`Last-Event-ID`).
@@ -88,7 +90,10 @@ export class ChatStreamEncoder implements StreamEncoder {
     this.tier = options.serviceTier;
   }
 
-  /** The tier the chunks say served the answer: `serviceTier`, or from the first chunk's word (`answeredTier`) once it came. */
+  /**
+   * The tier the chunks say served the answer: `serviceTier`, or from the first chunk's word (`answeredTier`) once it
+   * came.
+   */
   get serviceTier(): ServiceTier {
     return this.tier;
   }
@@ -108,7 +113,8 @@ export class ChatStreamEncoder implements StreamEncoder {
         }
       }
       if (event.wire !== undefined) {
-        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage)) frames += sseFrame(this.stamped(event.wire), undefined, this.nextId++);
+        if (event.wire !== '' && (event.type !== 'usage' || this.options.includeUsage))
+          frames += sseFrame(this.stamped(event.wire), undefined, this.nextId++);
         continue;
       }
       const chunk = this.chunkOf(event);
@@ -132,27 +138,34 @@ export class ChatStreamEncoder implements StreamEncoder {
     switch (event.type) {
       case 'start': {
         const model = JSON.stringify(event.model ?? this.options.model);
-        const fingerprint = event.systemFingerprint === undefined ? '' : `,"system_fingerprint":${JSON.stringify(event.systemFingerprint)}`;
+        const fingerprint =
+          event.systemFingerprint === undefined
+            ? ''
+            : `,"system_fingerprint":${JSON.stringify(event.systemFingerprint)}`;
         const tier = form === 'chat.completion' ? `,${TIER_KEY}"${this.tier}"` : '';
         this.head = `{"id":${JSON.stringify(event.id)},"object":"${form === 'chat.completion' ? 'chat.completion.chunk' : 'text_completion'}","created":${event.created},"model":${model}${tier}${fingerprint}`;
         return undefined;
       }
       case 'usage':
-        return this.options.includeUsage ? `${this.requireHead()},"choices":[],"usage":${JSON.stringify(event.usage)}}` : undefined;
+        return this.options.includeUsage
+          ? `${this.requireHead()},"choices":[],"usage":${JSON.stringify(event.usage)}}`
+          : undefined;
       case 'role':
         return form === 'chat.completion' ? this.delta(event.choice, '{"role":"assistant","content":""}') : undefined;
       case 'reasoning':
         // Chat has no standard field for it: only a vendor's own chunk (`wire`, sent above) carries it.
         return undefined;
       case 'text':
-        if (form === 'text_completion') return `${this.requireHead()},"choices":[{"text":${JSON.stringify(event.text)},"index":${event.choice}${OPEN}`;
+        if (form === 'text_completion')
+          return `${this.requireHead()},"choices":[{"text":${JSON.stringify(event.text)},"index":${event.choice}${OPEN}`;
         return this.delta(event.choice, `{"content":${JSON.stringify(event.text)}}`);
       case 'tool-call':
         if (form !== 'chat.completion' || (legacyFunctions && event.index > 0)) return undefined;
         return this.delta(event.choice, legacyFunctions ? functionCallDelta(event) : toolCallDelta(event));
       case 'finish': {
         const reason = finishReasonFor(event.reason, legacyFunctions);
-        if (form === 'text_completion') return `${this.requireHead()},"choices":[{"text":"","index":${event.choice},"logprobs":null,"finish_reason":"${reason}"}]}`;
+        if (form === 'text_completion')
+          return `${this.requireHead()},"choices":[{"text":"","index":${event.choice},"logprobs":null,"finish_reason":"${reason}"}]}`;
         return `${this.requireHead()},"choices":[{"index":${event.choice},"delta":{},"logprobs":null,"finish_reason":"${reason}"}]}`;
       }
     }
@@ -181,22 +194,36 @@ function functionCallDelta(event: ToolCallEvent): string {
   return `{"function_call":{"name":${JSON.stringify(event.name)},"arguments":${args}}}`;
 }
 
-/** The tier a plain answer says served it: `serviceTier`, or, where the answer decides (`answeredTier`), from what its body says. */
-export function answerTier(answer: Pick<Answer, 'serviceTier'>, options: Pick<ChatEncoderOptions, 'serviceTier' | 'answeredTier'>): ServiceTier {
+/**
+ * The tier a plain answer says served it: `serviceTier`, or, where the answer decides (`answeredTier`), from what its
+ * body says.
+ */
+export function answerTier(
+  answer: Pick<Answer, 'serviceTier'>,
+  options: Pick<ChatEncoderOptions, 'serviceTier' | 'answeredTier'>,
+): ServiceTier {
   return options.answeredTier ? options.answeredTier(answer.serviceTier) : options.serviceTier;
 }
 
-/** A plain answer as the body of `chat.completion` (or `text_completion`); the vendor's own body when it already is that. */
+/**
+ * A plain answer as the body of `chat.completion` (or `text_completion`); the vendor's own body when it already is
+ * that.
+ */
 export function encodeChatAnswer(answer: Answer, options: Omit<ChatEncoderOptions, 'includeUsage'>): string {
   const { form, legacyFunctions } = options;
   const tier = answerTier(answer, options);
   if (answer.wire !== undefined) return form === 'chat.completion' ? withServiceTier(answer.wire, tier) : answer.wire;
   const choices = answer.choices.map((choice) => {
     const finish_reason = finishReasonFor(choice.finishReason, legacyFunctions);
-    if (form === 'text_completion') return { text: choice.text ?? '', index: choice.index, logprobs: null, finish_reason };
+    if (form === 'text_completion')
+      return { text: choice.text ?? '', index: choice.index, logprobs: null, finish_reason };
     const message: Record<string, unknown> = { role: 'assistant', content: choice.text, refusal: null };
     if (choice.toolCalls.length > 0) {
-      const calls = choice.toolCalls.map((call) => ({ id: call.id, type: 'function', function: { name: call.name, arguments: call.arguments } }));
+      const calls = choice.toolCalls.map((call) => ({
+        id: call.id,
+        type: 'function',
+        function: { name: call.name, arguments: call.arguments },
+      }));
       if (legacyFunctions) message.function_call = calls[0]!.function;
       else message.tool_calls = calls;
     }

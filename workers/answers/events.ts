@@ -143,7 +143,8 @@ export interface McpApprovalEvent extends Carried {
 
 export type McpLoopEvent = McpListEvent | McpCallEvent | McpResultEvent | McpApprovalEvent;
 
-export type AnswerEvent = StartEvent | RoleEvent | TextEvent | ReasoningEvent | ToolCallEvent | FinishEvent | UsageEvent | McpLoopEvent;
+export type AnswerEvent =
+  StartEvent | RoleEvent | TextEvent | ReasoningEvent | ToolCallEvent | FinishEvent | UsageEvent | McpLoopEvent;
 
 /** One complete tool call of a plain answer. */
 export interface ToolCall {
@@ -173,11 +174,16 @@ export interface Answer {
   choices: AnswerChoice[];
   usage?: Usage;
   wire?: string;
-  /** The `service_tier` the vendor's body says it served the answer in, as written; absent when it says none (see `StartEvent`). */
+  /**
+   * The `service_tier` the vendor's body says it served the answer in, as written; absent when it says none (see
+   * `StartEvent`).
+   */
   serviceTier?: string;
 }
 
-/** A finished embeddings call: the body in the client's form (a list of vectors has one form), and usage for billing. */
+/**
+ * A finished embeddings call: the body in the client's form (a list of vectors has one form), and usage for billing.
+ */
 export interface EmbeddingsAnswer {
   body: string;
   usage?: Usage;

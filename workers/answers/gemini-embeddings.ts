@@ -7,7 +7,8 @@
 
 /** One vector of an OpenAI embeddings body: floats, or `encoding_format: "base64"`'s float32 little-endian bytes. */
 function readVector(embedding: unknown): number[] | undefined {
-  if (Array.isArray(embedding)) return embedding.every((value) => typeof value === 'number') ? (embedding as number[]) : undefined;
+  if (Array.isArray(embedding))
+    return embedding.every((value) => typeof value === 'number') ? (embedding as number[]) : undefined;
   if (typeof embedding !== 'string') return undefined;
   const bytes = Buffer.from(embedding, 'base64');
   const values: number[] = [];

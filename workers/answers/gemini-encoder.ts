@@ -6,7 +6,12 @@ import type { AnswerEvent, FinishReason, Usage } from './events.js';
 import { noFrames, type EncodedFrames, type StreamEncoder } from './stream-run.js';
 import { GeminiChunkFold, type GenerateContentResponse, type GeminiUsageMetadata } from './gemini-fold.js';
 
-export { GeminiChunkFold, type GenerateContentResponse, type GeminiCandidate, type GeminiUsageMetadata } from './gemini-fold.js';
+export {
+  GeminiChunkFold,
+  type GenerateContentResponse,
+  type GeminiCandidate,
+  type GeminiUsageMetadata,
+} from './gemini-fold.js';
 
 /**
  * Google's Gemini API (`models/{model}:streamGenerateContent`, `:generateContent`)
@@ -32,7 +37,9 @@ export interface GeminiEncoderOptions {
   model: string;
   /** The prompt's tokens as the api counted them: `promptTokenCount` when the vendor reported no usage. */
   inputTokens: number;
-  /** How a streamed answer is framed; absent for a client that gets one body (nothing is framed, the chunks are folded). */
+  /**
+   * How a streamed answer is framed; absent for a client that gets one body (nothing is framed, the chunks are folded).
+   */
   form?: GeminiStreamForm;
   /** Chat tool name → the client's function name, for the names the api had to change (`geminiToolNamesBack`). */
   toolNames?: ReadonlyMap<string, string>;
@@ -112,7 +119,11 @@ export function geminiUsageOf(usage: Usage): GeminiUsageMetadata {
   const completion = tokens(usage.completion_tokens);
   const thoughts = Math.min(completion, detail(usage, 'completion_tokens_details', 'reasoning_tokens'));
   const cached = Math.min(prompt, detail(usage, 'prompt_tokens_details', 'cached_tokens'));
-  const metadata: GeminiUsageMetadata = { promptTokenCount: prompt, candidatesTokenCount: completion - thoughts, totalTokenCount: prompt + completion };
+  const metadata: GeminiUsageMetadata = {
+    promptTokenCount: prompt,
+    candidatesTokenCount: completion - thoughts,
+    totalTokenCount: prompt + completion,
+  };
   if (cached > 0) metadata.cachedContentTokenCount = cached;
   if (thoughts > 0) metadata.thoughtsTokenCount = thoughts;
   return metadata;
@@ -138,7 +149,10 @@ function partsJson(parts: readonly Part[]): string {
   for (let position = 0; position < parts.length; position += 1) {
     const part = parts[position]!;
     if (position > 0) json += ',';
-    json += typeof part.text === 'string' ? `{"text":${JSON.stringify(part.text)}${part.thought === true ? ',"thought":true' : ''}}` : JSON.stringify(part);
+    json +=
+      typeof part.text === 'string'
+        ? `{"text":${JSON.stringify(part.text)}${part.thought === true ? ',"thought":true' : ''}}`
+        : JSON.stringify(part);
   }
   return `${json}]`;
 }
@@ -249,7 +263,8 @@ export class GeminiStreamEncoder implements StreamEncoder {
         const list = partsOf(parts, event.choice);
         const thought = event.type === 'reasoning';
         const previous = list.at(-1);
-        if (previous !== undefined && typeof previous.text === 'string' && (previous.thought === true) === thought) previous.text += event.text;
+        if (previous !== undefined && typeof previous.text === 'string' && (previous.thought === true) === thought)
+          previous.text += event.text;
         else list.push(thought ? { text: event.text, thought: true } : { text: event.text });
         return;
       }
@@ -259,7 +274,13 @@ export class GeminiStreamEncoder implements StreamEncoder {
         let call = state.calls.get(event.index);
         if (call === undefined) {
           const name = event.name ?? '';
-          call = { index: event.index, id: event.id ?? '', name: this.options.toolNames?.get(name) ?? name, pieces: [], written: false };
+          call = {
+            index: event.index,
+            id: event.id ?? '',
+            name: this.options.toolNames?.get(name) ?? name,
+            pieces: [],
+            written: false,
+          };
           state.calls.set(event.index, call);
         } else if (call.id === '' && event.id !== undefined) {
           call.id = event.id;
@@ -294,7 +315,10 @@ export class GeminiStreamEncoder implements StreamEncoder {
         const list = parts.get(index);
         return { index, ...(list === undefined ? {} : { parts: list }), finishReason: state.finish ?? 'STOP' };
       });
-    const usage = this.vendorUsage !== undefined ? geminiUsageOf(this.vendorUsage) : { promptTokenCount: this.options.inputTokens, totalTokenCount: this.options.inputTokens };
+    const usage =
+      this.vendorUsage !== undefined
+        ? geminiUsageOf(this.vendorUsage)
+        : { promptTokenCount: this.options.inputTokens, totalTokenCount: this.options.inputTokens };
     return this.write(candidates, usage);
   }
 
@@ -312,8 +336,17 @@ export class GeminiStreamEncoder implements StreamEncoder {
   private write(candidates: readonly BatchCandidate[], usage?: GeminiUsageMetadata): EncodedFrames {
     if (this.id === '') this.name(randomBytes(16).toString('base64url'));
     if (this.folded !== undefined) {
-      const built = candidates.map(({ index, parts, finishReason }) => ({ content: parts === undefined ? { role: 'model' } : { role: 'model', parts }, ...(finishReason ? { finishReason } : {}), index }));
-      this.folded.add({ candidates: built, ...(usage ? { usageMetadata: usage } : {}), modelVersion: this.options.model, responseId: this.id });
+      const built = candidates.map(({ index, parts, finishReason }) => ({
+        content: parts === undefined ? { role: 'model' } : { role: 'model', parts },
+        ...(finishReason ? { finishReason } : {}),
+        index,
+      }));
+      this.folded.add({
+        candidates: built,
+        ...(usage ? { usageMetadata: usage } : {}),
+        modelVersion: this.options.model,
+        responseId: this.id,
+      });
     }
     if (this.framer === undefined && this.kept === undefined) return noFrames;
     let json = '{"candidates":[';
@@ -348,14 +381,22 @@ export class GeminiStreamEncoder implements StreamEncoder {
       let args = json.trim() === '' ? {} : parseObject(json);
       if (args === undefined) {
         // Its length, not its text: arguments are the conversation's content, which the logs do not keep.
-        this.options.log?.warn({ tool: call.name, argumentsLength: json.length }, "a tool call's arguments are not a JSON object; the client gets the call with empty args");
+        this.options.log?.warn(
+          { tool: call.name, argumentsLength: json.length },
+          "a tool call's arguments are not a JSON object; the client gets the call with empty args",
+        );
         args = {};
       }
       this.writeCall(call, choice, args, parts);
     }
   }
 
-  private writeCall(call: PendingCall, choice: number, args: Record<string, unknown>, parts: Map<number, Part[]>): void {
+  private writeCall(
+    call: PendingCall,
+    choice: number,
+    args: Record<string, unknown>,
+    parts: Map<number, Part[]>,
+  ): void {
     call.written = true;
     // The client sends the id back with its functionResponse: never empty, and the same on every encode.
     const id = call.id !== '' ? call.id : `call_${this.id === '' ? 'gemini' : this.id}_${choice}_${call.index}`;
@@ -376,7 +417,9 @@ function partsOf(parts: Map<number, Part[]>, choice: number): Part[] {
 function parseObject(json: string): Record<string, unknown> | undefined {
   try {
     const parsed: unknown = JSON.parse(json);
-    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : undefined;
+    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)
+      ? (parsed as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }

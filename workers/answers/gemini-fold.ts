@@ -31,7 +31,10 @@ export interface GeminiCandidate {
   [field: string]: unknown;
 }
 
-/** Gemini's counts: `candidatesTokenCount` leaves the thoughts out (`thoughtsTokenCount`); `promptTokenCount` includes the cached. */
+/**
+ * Gemini's counts: `candidatesTokenCount` leaves the thoughts out (`thoughtsTokenCount`); `promptTokenCount` includes
+ * the cached.
+ */
 export interface GeminiUsageMetadata {
   promptTokenCount?: number;
   candidatesTokenCount?: number;
@@ -41,7 +44,8 @@ export interface GeminiUsageMetadata {
   [field: string]: unknown;
 }
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Fields a text part may have and still be joined with its neighbour: the text, its kind, and one signature. */
 const joinableFields = new Set(['text', 'thought', 'thoughtSignature']);
@@ -52,7 +56,9 @@ function joinable(part: Json): boolean {
   return true;
 }
 
-/** A candidate being put together: its parts, with text pieces kept apart until the body is built (no quadratic joins). */
+/**
+ * A candidate being put together: its parts, with text pieces kept apart until the body is built (no quadratic joins).
+ */
 interface FoldedCandidate {
   fields: Json;
   role: string | undefined;
@@ -90,7 +96,9 @@ export class GeminiChunkFold {
   response(): GenerateContentResponse {
     const built: GenerateContentResponse = {};
     if (this.candidates.size > 0 || !isObject(this.top.promptFeedback)) {
-      built.candidates = [...this.candidates.entries()].sort((a, b) => a[0] - b[0]).map(([index, candidate]) => buildCandidate(index, candidate));
+      built.candidates = [...this.candidates.entries()]
+        .sort((a, b) => a[0] - b[0])
+        .map(([index, candidate]) => buildCandidate(index, candidate));
     }
     const { usageMetadata, modelVersion, responseId, ...rest } = this.top;
     Object.assign(built, rest);
@@ -102,7 +110,8 @@ export class GeminiChunkFold {
 
   private addCandidate(value: unknown, position: number): void {
     if (!isObject(value)) return;
-    const index = typeof value.index === 'number' && Number.isInteger(value.index) && value.index >= 0 ? value.index : position;
+    const index =
+      typeof value.index === 'number' && Number.isInteger(value.index) && value.index >= 0 ? value.index : position;
     let candidate = this.candidates.get(index);
     if (candidate === undefined) {
       candidate = { fields: {}, role: undefined, parts: [], citations: undefined };
@@ -135,7 +144,8 @@ function addContent(candidate: FoldedCandidate, content: Json): void {
       continue;
     }
     // Copied: the caller relays the chunk it parsed.
-    if (joinable(part)) candidate.parts.push({ part: { ...part }, pieces: part.text === '' ? [] : [part.text as string] });
+    if (joinable(part))
+      candidate.parts.push({ part: { ...part }, pieces: part.text === '' ? [] : [part.text as string] });
     else candidate.parts.push({ part });
   }
 }
@@ -159,11 +169,17 @@ function buildCandidate(index: number, candidate: FoldedCandidate): GeminiCandid
     if (text === '' && entry.part.thoughtSignature === undefined) continue;
     parts.push({ ...entry.part, text });
   }
-  const built: GeminiCandidate = { content: { role: candidate.role ?? 'model', ...(parts.length > 0 ? { parts } : {}) } };
+  const built: GeminiCandidate = {
+    content: { role: candidate.role ?? 'model', ...(parts.length > 0 ? { parts } : {}) },
+  };
   const { finishReason, ...rest } = candidate.fields;
   if (finishReason !== undefined) built.finishReason = finishReason as string;
   Object.assign(built, rest);
-  if (candidate.citations !== undefined) built.citationMetadata = { ...(candidate.fields.citationMetadata as Json), citationSources: candidate.citations.slice() };
+  if (candidate.citations !== undefined)
+    built.citationMetadata = {
+      ...(candidate.fields.citationMetadata as Json),
+      citationSources: candidate.citations.slice(),
+    };
   built.index = index;
   return built;
 }

@@ -1,9 +1,21 @@
 import { sseFrame } from '../../shared/sse.js';
 import type { AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 import type { EncodedFrames, StreamEncoder } from './stream-run.js';
-import { toolInput, type AnthropicContentBlock, type AnthropicMessage, type AnthropicStopReason } from './messages-fold.js';
+import {
+  toolInput,
+  type AnthropicContentBlock,
+  type AnthropicMessage,
+  type AnthropicStopReason,
+} from './messages-fold.js';
 
-export { AnthropicEventFold, toolInput, type AnthropicContentBlock, type AnthropicMessage, type AnthropicStopReason, type AnthropicUsage } from './messages-fold.js';
+export {
+  AnthropicEventFold,
+  toolInput,
+  type AnthropicContentBlock,
+  type AnthropicMessage,
+  type AnthropicStopReason,
+  type AnthropicUsage,
+} from './messages-fold.js';
 
 /**
  * Anthropic's Messages API (`/v1/messages`) over the answer event model: a
@@ -18,7 +30,10 @@ export { AnthropicEventFold, toolInput, type AnthropicContentBlock, type Anthrop
 export interface MessagesEncoderOptions {
   /** The model name the answer says: the one the client asked for. */
   model: string;
-  /** The prompt's tokens as the gateway counted them: `message_start` says them, as chat vendors tell theirs only at the end. */
+  /**
+   * The prompt's tokens as the gateway counted them: `message_start` says them, as chat vendors tell theirs only at the
+   * end.
+   */
   inputTokens: number;
   /** Chat tool name → the client's name, for the names the api had to shorten; a name not here is the client's own. */
   toolNames?: ReadonlyMap<string, string>;
@@ -33,7 +48,9 @@ interface MessageCounts {
 }
 
 interface TextBlock {
-  /** `thinking`: a vendor's visible reasoning, as Anthropic's thinking block (unsigned: only Anthropic signs its own). */
+  /**
+   * `thinking`: a vendor's visible reasoning, as Anthropic's thinking block (unsigned: only Anthropic signs its own).
+   */
   kind: 'text' | 'thinking';
   index: number;
   pieces: string[];
@@ -54,7 +71,10 @@ interface ToolBlock {
   state: 'waiting' | 'open' | 'closed';
 }
 
-/** A block of the gateway's tool loop, written whole: a call of a server's tool (`mcp_tool_use`) or its result (`mcp_tool_result`). */
+/**
+ * A block of the gateway's tool loop, written whole: a call of a server's tool (`mcp_tool_use`) or its result
+ * (`mcp_tool_result`).
+ */
 interface McpBlock {
   kind: 'mcp';
   index: number;
@@ -102,7 +122,10 @@ function tokens(value: unknown): number {
  * cache writes, which it counts apart.
  */
 export function anthropicCounts(usage: Usage): MessageCounts {
-  const details = typeof usage.prompt_tokens_details === 'object' && usage.prompt_tokens_details !== null ? (usage.prompt_tokens_details as Record<string, unknown>) : {};
+  const details =
+    typeof usage.prompt_tokens_details === 'object' && usage.prompt_tokens_details !== null
+      ? (usage.prompt_tokens_details as Record<string, unknown>)
+      : {};
   const cacheRead = tokens(details.cached_tokens);
   const cacheWrite = tokens(details.cache_write_tokens);
   return {
@@ -113,9 +136,14 @@ export function anthropicCounts(usage: Usage): MessageCounts {
   };
 }
 
-/** The message id a client sees: Anthropic's form (`msg_…`), made from the vendor's id so a retried encode says the same. */
+/**
+ * The message id a client sees: Anthropic's form (`msg_…`), made from the vendor's id so a retried encode says the
+ * same.
+ */
 export function messageIdOf(vendorId: string): string {
-  return vendorId.startsWith('msg_') ? vendorId : `msg_${vendorId.startsWith('chatcmpl-') ? vendorId.slice('chatcmpl-'.length) : vendorId}`;
+  return vendorId.startsWith('msg_')
+    ? vendorId
+    : `msg_${vendorId.startsWith('chatcmpl-') ? vendorId.slice('chatcmpl-'.length) : vendorId}`;
 }
 
 /**
@@ -158,7 +186,12 @@ export class MessagesStreamEncoder implements StreamEncoder {
   private nextFrame = 0;
 
   constructor(private readonly options: MessagesEncoderOptions) {
-    this.counts = { input_tokens: options.inputTokens, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 };
+    this.counts = {
+      input_tokens: options.inputTokens,
+      output_tokens: 1,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 0,
+    };
   }
 
   /** The vendor's usage (OpenAI-shaped, for billing), once the `usage` event came. */
@@ -230,10 +263,10 @@ export class MessagesStreamEncoder implements StreamEncoder {
       block.kind === 'mcp'
         ? block.block
         : block.kind === 'tool'
-        ? { type: 'tool_use', id: block.id, name: block.name, input: toolInput(block.pieces.join('')) }
-        : block.kind === 'thinking'
-          ? { type: 'thinking', thinking: block.pieces.join(''), signature: '' }
-          : { type: 'text', text: block.pieces.join('') },
+          ? { type: 'tool_use', id: block.id, name: block.name, input: toolInput(block.pieces.join('')) }
+          : block.kind === 'thinking'
+            ? { type: 'thinking', thinking: block.pieces.join(''), signature: '' }
+            : { type: 'text', text: block.pieces.join('') },
     );
     return {
       id: this.id,
@@ -288,15 +321,27 @@ export class MessagesStreamEncoder implements StreamEncoder {
         this.requireStart();
         const input = toolInput(event.arguments);
         // Started as a tool use is (its input streamed as JSON), so clients fold it the same way.
-        const index = this.startMcp({ type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input }, { type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input: {} });
-        if (event.arguments !== '') this.emit('content_block_delta', `{"type":"content_block_delta","index":${index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(event.arguments)}}}`);
+        const index = this.startMcp(
+          { type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input },
+          { type: 'mcp_tool_use', id: mcpUseId(event.id), name: event.tool, server_name: event.server, input: {} },
+        );
+        if (event.arguments !== '')
+          this.emit(
+            'content_block_delta',
+            `{"type":"content_block_delta","index":${index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(event.arguments)}}}`,
+          );
         this.closeOpen();
         return;
       }
       case 'mcp-result': {
         if (this.finished) return;
         this.requireStart();
-        const block = { type: 'mcp_tool_result', tool_use_id: mcpUseId(event.id), is_error: event.error !== undefined, content: [{ type: 'text', text: event.output }] };
+        const block = {
+          type: 'mcp_tool_result',
+          tool_use_id: mcpUseId(event.id),
+          is_error: event.error !== undefined,
+          content: [{ type: 'text', text: event.output }],
+        };
         this.startMcp(block, block);
         this.closeOpen();
         return;
@@ -346,7 +391,12 @@ export class MessagesStreamEncoder implements StreamEncoder {
       this.closeBlocks();
       const index = this.nextIndex++;
       const delta = kind === 'text' ? '"type":"text_delta","text":' : '"type":"thinking_delta","thinking":';
-      block = { kind, index, pieces: [], deltaHead: `{"type":"content_block_delta","index":${index},"delta":{${delta}` };
+      block = {
+        kind,
+        index,
+        pieces: [],
+        deltaHead: `{"type":"content_block_delta","index":${index},"delta":{${delta}`,
+      };
       this.blocks.push(block);
       this.open = block;
       const start = kind === 'text' ? '{"type":"text","text":""}' : '{"type":"thinking","thinking":"","signature":""}';
@@ -390,13 +440,18 @@ export class MessagesStreamEncoder implements StreamEncoder {
     if (event.arguments !== '') this.emitArguments(tool, event.arguments);
   }
 
-  /** Starts a block of the loop's (`whole`: as the message keeps it; `started`: as its start event says it); its index. */
+  /**
+   * Starts a block of the loop's (`whole`: as the message keeps it; `started`: as its start event says it); its index.
+   */
   private startMcp(whole: AnthropicContentBlock, started: AnthropicContentBlock): number {
     this.closeBlocks();
     const block: McpBlock = { kind: 'mcp', index: this.nextIndex++, block: whole };
     this.blocks.push(block);
     this.open = block;
-    this.emit('content_block_start', JSON.stringify({ type: 'content_block_start', index: block.index, content_block: started }));
+    this.emit(
+      'content_block_start',
+      JSON.stringify({ type: 'content_block_start', index: block.index, content_block: started }),
+    );
     return block.index;
   }
 
@@ -406,11 +461,17 @@ export class MessagesStreamEncoder implements StreamEncoder {
     this.blocks.push(tool);
     this.open = tool;
     const block = { type: 'tool_use', id: tool.id, name: tool.name, input: {} };
-    this.emit('content_block_start', JSON.stringify({ type: 'content_block_start', index: tool.index, content_block: block }));
+    this.emit(
+      'content_block_start',
+      JSON.stringify({ type: 'content_block_start', index: tool.index, content_block: block }),
+    );
   }
 
   private emitArguments(tool: ToolBlock, json: string): void {
-    this.emit('content_block_delta', `{"type":"content_block_delta","index":${tool.index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(json)}}}`);
+    this.emit(
+      'content_block_delta',
+      `{"type":"content_block_delta","index":${tool.index},"delta":{"type":"input_json_delta","partial_json":${JSON.stringify(json)}}}`,
+    );
   }
 
   /** Stops the open block, then writes each waiting call whole, in the order the calls began. */
@@ -435,7 +496,14 @@ export class MessagesStreamEncoder implements StreamEncoder {
   /** `message_delta` with the stop reason and the counts, then `message_stop`: the end of the stream. */
   private stop(): void {
     this.ended = true;
-    this.emit('message_delta', JSON.stringify({ type: 'message_delta', delta: { stop_reason: this.stopReason, stop_sequence: null }, usage: this.counts }));
+    this.emit(
+      'message_delta',
+      JSON.stringify({
+        type: 'message_delta',
+        delta: { stop_reason: this.stopReason, stop_sequence: null },
+        usage: this.counts,
+      }),
+    );
     this.emit('message_stop', '{"type":"message_stop"}');
   }
 }

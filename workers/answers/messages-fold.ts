@@ -10,9 +10,12 @@
  */
 
 /** Why the model stopped, in Anthropic's words. */
-export type AnthropicStopReason = 'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use' | 'pause_turn' | 'refusal' | 'model_context_window_exceeded';
+export type AnthropicStopReason =
+  'end_turn' | 'max_tokens' | 'stop_sequence' | 'tool_use' | 'pause_turn' | 'refusal' | 'model_context_window_exceeded';
 
-/** Anthropic's token counts: `input_tokens` leaves out the cached ones, counted apart. Newer fields are kept as sent. */
+/**
+ * Anthropic's token counts: `input_tokens` leaves out the cached ones, counted apart. Newer fields are kept as sent.
+ */
 export interface AnthropicUsage {
   input_tokens: number;
   output_tokens: number;
@@ -44,7 +47,8 @@ export interface AnthropicMessage {
 
 type Json = Record<string, unknown>;
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * A tool's arguments as the object `input` a client reads. Arguments that do
@@ -65,7 +69,9 @@ export function toolInput(json: string): Json {
 /** One block of the message, as its start gave it, with the pieces its deltas brought. */
 interface FoldedBlock {
   block: Json;
-  /** text_delta pieces, joined once when the message is built (so a long answer costs its size, not its size squared). */
+  /**
+   * text_delta pieces, joined once when the message is built (so a long answer costs its size, not its size squared).
+   */
   text: string[];
   thinking: string[];
   /** input_json_delta pieces, until the block stops and they are parsed into `input`. */
@@ -100,7 +106,8 @@ export class AnthropicEventFold {
         // A message_start with content (Anthropic's is always empty) seeds the first blocks.
         if (Array.isArray(message.content)) {
           message.content.forEach((block, index) => {
-            if (isObject(block) && typeof block.type === 'string') this.blocks.set(index, { block: { ...block }, text: [], thinking: [], json: [] });
+            if (isObject(block) && typeof block.type === 'string')
+              this.blocks.set(index, { block: { ...block }, text: [], thinking: [], json: [] });
           });
         }
         return;

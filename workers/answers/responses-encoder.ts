@@ -1,5 +1,13 @@
 import { randomBytes } from 'node:crypto';
-import type { Answer, AnswerEvent, FinishReason, McpCallEvent, McpResultEvent, ToolCallEvent, Usage } from './events.js';
+import type {
+  Answer,
+  AnswerEvent,
+  FinishReason,
+  McpCallEvent,
+  McpResultEvent,
+  ToolCallEvent,
+  Usage,
+} from './events.js';
 import type { McpTool } from '../../shared/mcp/servers.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
 import { clientToolName, namespacedTools, type NamespacedName } from '../../shared/responses-tools.js';
@@ -22,7 +30,13 @@ import {
 
 const randomId = (prefix: string) => `${prefix}${randomBytes(12).toString('hex')}`;
 
-export { replayFrames, responseObject, responsesUsage, type ResponseObject, type ResponsesUsage } from '../../shared/response-object.js';
+export {
+  replayFrames,
+  responseObject,
+  responsesUsage,
+  type ResponseObject,
+  type ResponsesUsage,
+} from '../../shared/response-object.js';
 
 /**
  * The OpenAI Responses API (`/v1/responses`) over the answer event model: the
@@ -48,7 +62,12 @@ interface OpenMcpCall {
 
 /** A server's tool as an `mcp_list_tools` item lists it. */
 function listedTool(tool: McpTool): Record<string, unknown> {
-  return { name: tool.name, description: tool.description ?? null, input_schema: tool.inputSchema ?? { type: 'object', properties: {} }, annotations: tool.annotations ?? null };
+  return {
+    name: tool.name,
+    description: tool.description ?? null,
+    input_schema: tool.inputSchema ?? { type: 'object', properties: {} },
+    annotations: tool.annotations ?? null,
+  };
 }
 
 interface OpenCall {
@@ -64,7 +83,10 @@ interface OpenCall {
  * An output_text delta's frame as the framer writes it, cut where its data goes: the hot path writes the data
  * between the two, in one concatenation with the JSON pieces built once per message.
  */
-const [deltaHead, deltaTail] = sseFrame('{"type":"response.output_text.delta","sequence_number":\u0000', 'response.output_text.delta').split('\u0000') as [string, string];
+const [deltaHead, deltaTail] = sseFrame(
+  '{"type":"response.output_text.delta","sequence_number":\u0000',
+  'response.output_text.delta',
+).split('\u0000') as [string, string];
 
 /**
  * Writes answer events as Responses API stream events. Only one output item
@@ -103,7 +125,14 @@ export class ResponsesStreamEncoder implements StreamEncoder {
    * decides it, the tier served given what its first chunk says (the `start` event, read before
    * `response.created` is written).
    */
-  constructor(shell: ResponseShell, options: { firstSequence?: number; serviceTier?: ServiceTier; answeredTier?: (said: string | undefined) => ServiceTier } = {}) {
+  constructor(
+    shell: ResponseShell,
+    options: {
+      firstSequence?: number;
+      serviceTier?: ServiceTier;
+      answeredTier?: (said: string | undefined) => ServiceTier;
+    } = {},
+  ) {
     this.shell = options.serviceTier === undefined ? shell : { ...shell, service_tier: options.serviceTier };
     this.answeredTier = options.answeredTier;
     this.names = namespacedTools(shell.tools);
@@ -158,7 +187,9 @@ export class ResponsesStreamEncoder implements StreamEncoder {
     return this.take();
   }
 
-  /** Ends a cancelled stream: an `error` event with code `response_cancelled`; the object's status becomes `cancelled`. */
+  /**
+   * Ends a cancelled stream: an `error` event with code `response_cancelled`; the object's status becomes `cancelled`.
+   */
   cancel(): EncodedFrames {
     if (this.ended) return { frames: '', count: 0 };
     this.ensureCreated();
@@ -198,7 +229,8 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private onEvent(event: AnswerEvent): void {
     switch (event.type) {
       case 'start':
-        if (this.answeredTier && !this.started) this.shell = { ...this.shell, service_tier: this.answeredTier(event.serviceTier) };
+        if (this.answeredTier && !this.started)
+          this.shell = { ...this.shell, service_tier: this.answeredTier(event.serviceTier) };
         this.ensureStarted();
         return;
       case 'role':
@@ -227,13 +259,25 @@ export class ResponsesStreamEncoder implements StreamEncoder {
       case 'mcp-list': {
         this.ensureStarted();
         this.closeOpen();
-        const item = { type: 'mcp_list_tools', id: randomId('mcpl_'), server_label: event.server, tools: [] as unknown[] };
+        const item = {
+          type: 'mcp_list_tools',
+          id: randomId('mcpl_'),
+          server_label: event.server,
+          tools: [] as unknown[],
+        };
         const outputIndex = this.output.length;
         const at = { item_id: item.id, output_index: outputIndex };
         this.emit('response.output_item.added', { output_index: outputIndex, item });
         this.emit('response.mcp_list_tools.in_progress', at);
-        const done = { ...item, tools: event.tools.map(listedTool), ...(event.error !== undefined ? { error: event.error } : {}) };
-        this.emit(event.error !== undefined ? 'response.mcp_list_tools.failed' : 'response.mcp_list_tools.completed', at);
+        const done = {
+          ...item,
+          tools: event.tools.map(listedTool),
+          ...(event.error !== undefined ? { error: event.error } : {}),
+        };
+        this.emit(
+          event.error !== undefined ? 'response.mcp_list_tools.failed' : 'response.mcp_list_tools.completed',
+          at,
+        );
         this.output.push(done);
         this.emit('response.output_item.done', { output_index: outputIndex, item: done });
         return;
@@ -249,7 +293,13 @@ export class ResponsesStreamEncoder implements StreamEncoder {
       case 'mcp-approval': {
         this.ensureStarted();
         this.closeOpen();
-        const item = { type: 'mcp_approval_request', id: event.id, server_label: event.server, name: event.tool, arguments: event.arguments };
+        const item = {
+          type: 'mcp_approval_request',
+          id: event.id,
+          server_label: event.server,
+          name: event.tool,
+          arguments: event.arguments,
+        };
         const outputIndex = this.output.length;
         this.emit('response.output_item.added', { output_index: outputIndex, item });
         this.output.push(item);
@@ -273,7 +323,11 @@ export class ResponsesStreamEncoder implements StreamEncoder {
       status: 'in_progress',
       approval_request_id: event.approvalRequestId ?? null,
     };
-    const call: OpenMcpCall = { id: event.id, outputIndex: this.output.length, item: { ...item, arguments: event.arguments } };
+    const call: OpenMcpCall = {
+      id: event.id,
+      outputIndex: this.output.length,
+      item: { ...item, arguments: event.arguments },
+    };
     this.mcpCall = call;
     const at = { item_id: call.id, output_index: call.outputIndex };
     this.emit('response.output_item.added', { output_index: call.outputIndex, item });
@@ -288,7 +342,12 @@ export class ResponsesStreamEncoder implements StreamEncoder {
     if (call === null || call.id !== event.id) return;
     this.mcpCall = null;
     const at = { item_id: call.id, output_index: call.outputIndex };
-    const item = { ...call.item, output: event.error === undefined || event.error.type === 'mcp_tool_execution_error' ? event.output : null, error: event.error ?? null, status: event.error === undefined ? 'completed' : 'failed' };
+    const item = {
+      ...call.item,
+      output: event.error === undefined || event.error.type === 'mcp_tool_execution_error' ? event.output : null,
+      error: event.error ?? null,
+      status: event.error === undefined ? 'completed' : 'failed',
+    };
     this.emit(event.error === undefined ? 'response.mcp_call.completed' : 'response.mcp_call.failed', at);
     this.output.push(item);
     this.emit('response.output_item.done', { output_index: call.outputIndex, item });
@@ -315,10 +374,23 @@ export class ResponsesStreamEncoder implements StreamEncoder {
       this.closeCall();
       const id = randomId('msg_');
       const outputIndex = this.output.length;
-      const message: OpenMessage = { id, outputIndex, pieces: [], deltaFields: `,"item_id":"${id}","output_index":${outputIndex},"content_index":0,"delta":` };
+      const message: OpenMessage = {
+        id,
+        outputIndex,
+        pieces: [],
+        deltaFields: `,"item_id":"${id}","output_index":${outputIndex},"content_index":0,"delta":`,
+      };
       this.message = message;
-      this.emit('response.output_item.added', { output_index: message.outputIndex, item: messageItem(message.id, 'in_progress', []) });
-      this.emit('response.content_part.added', { item_id: message.id, output_index: message.outputIndex, content_index: 0, part: textPart('') });
+      this.emit('response.output_item.added', {
+        output_index: message.outputIndex,
+        item: messageItem(message.id, 'in_progress', []),
+      });
+      this.emit('response.content_part.added', {
+        item_id: message.id,
+        output_index: message.outputIndex,
+        content_index: 0,
+        part: textPart(''),
+      });
     }
     const message = this.message;
     message.pieces.push(text);
@@ -340,7 +412,10 @@ export class ResponsesStreamEncoder implements StreamEncoder {
         pieces: [],
       };
       this.call = call;
-      this.emit('response.output_item.added', { output_index: call.outputIndex, item: functionCallItem(call.id, 'in_progress', '', call.callId, this.toolName(call.name)) });
+      this.emit('response.output_item.added', {
+        output_index: call.outputIndex,
+        item: functionCallItem(call.id, 'in_progress', '', call.callId, this.toolName(call.name)),
+      });
       this.appendArguments(call, event.arguments);
       return;
     }
@@ -351,7 +426,11 @@ export class ResponsesStreamEncoder implements StreamEncoder {
   private appendArguments(call: OpenCall, args: string): void {
     if (args === '') return;
     call.pieces.push(args);
-    this.emit('response.function_call_arguments.delta', { item_id: call.id, output_index: call.outputIndex, delta: args });
+    this.emit('response.function_call_arguments.delta', {
+      item_id: call.id,
+      output_index: call.outputIndex,
+      delta: args,
+    });
   }
 
   private toolName(flat: string): { name: string; namespace?: string } {
@@ -394,22 +473,38 @@ export class ResponsesStreamEncoder implements StreamEncoder {
     this.call = null;
     const args = call.pieces.join('');
     const tool = this.toolName(call.name);
-    this.emit('response.function_call_arguments.done', { item_id: call.id, output_index: call.outputIndex, name: tool.name, arguments: args });
+    this.emit('response.function_call_arguments.done', {
+      item_id: call.id,
+      output_index: call.outputIndex,
+      name: tool.name,
+      arguments: args,
+    });
     const item = functionCallItem(call.id, 'completed', args, call.callId, tool);
     this.output.push(item);
     this.emit('response.output_item.done', { output_index: call.outputIndex, item });
   }
 }
 
-/** A plain (non-stream) answer as the response object, its items as the stream would have built them (choice 0 only). */
+/**
+ * A plain (non-stream) answer as the response object, its items as the stream would have built them (choice 0 only).
+ */
 export function responseFromAnswer(answer: Answer, shell: ResponseShell): ResponseObject {
   const choice = answer.choices.find((candidate) => candidate.index === 0) ?? answer.choices[0];
   const output: unknown[] = [];
   if (choice !== undefined) {
-    if (choice.text !== null && choice.text !== '') output.push(messageItem(randomId('msg_'), 'completed', [textPart(choice.text)]));
+    if (choice.text !== null && choice.text !== '')
+      output.push(messageItem(randomId('msg_'), 'completed', [textPart(choice.text)]));
     const names = namespacedTools(shell.tools);
     for (const call of choice.toolCalls) {
-      output.push(functionCallItem(randomId('fc_'), 'completed', call.arguments, call.id || randomId('call_'), clientToolName(call.name, names)));
+      output.push(
+        functionCallItem(
+          randomId('fc_'),
+          'completed',
+          call.arguments,
+          call.id || randomId('call_'),
+          clientToolName(call.name, names),
+        ),
+      );
     }
   }
   const incompleteReason = incompleteReasonOf(choice?.finishReason);

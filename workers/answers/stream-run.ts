@@ -52,9 +52,15 @@ interface EncodedStream<Batch> {
   /** The vendor's batches, each the events of one upstream read. */
   source: AsyncIterable<Batch>;
   encoder: StreamEncoder<Batch>;
-  /** What ends the stream after its end frames: `data: [DONE]` on OpenAI's chat streams, `]` on Gemini's array; nothing on the others. */
+  /**
+   * What ends the stream after its end frames: `data: [DONE]` on OpenAI's chat streams, `]` on Gemini's array; nothing
+   * on the others.
+   */
   trailer?: string | undefined;
-  /** The answer's facts beyond its usage (its id as the client knows it, the tier that served it): set once the source ended, well or not. */
+  /**
+   * The answer's facts beyond its usage (its id as the client knows it, the tier that served it): set once the source
+   * ended, well or not.
+   */
   settle?: (produced: Meter) => void;
   /**
    * What the meter counts of a batch. A batch of answer events needs none (they are metered as they are); any
@@ -69,7 +75,10 @@ export interface StreamRun<Batch> extends EncodedStream<Batch> {
   publisher: ReplyPublisher;
   /** Takes what the answer used, for billing. */
   produced: Meter;
-  /** The client sees the frames as they come (it streams, or follows a background response's log); else it is answered with one body. */
+  /**
+   * The client sees the frames as they come (it streams, or follows a background response's log); else it is answered
+   * with one body.
+   */
   visible: boolean;
   /** The vendor's part is over: its slot is freed (and billing begun), before the client hears the end. */
   vendorDone: () => Promise<unknown>;
@@ -80,7 +89,9 @@ export interface StreamRun<Batch> extends EncodedStream<Batch> {
    * (when `keepsFrames`; else ''), and says the answer's forms, or undefined (not kept: a response that failed);
    * `store` stores them before the end goes out, so the client's next identical request finds them.
    */
-  cache?: { keepsFrames?: boolean; forms: (frames: string) => CacheableAnswer | undefined; store?: () => Promise<void> } | undefined;
+  cache?:
+    | { keepsFrames?: boolean; forms: (frames: string) => CacheableAnswer | undefined; store?: () => Promise<void> }
+    | undefined;
   /** Runs beside the stream's end going out (the Responses API's stored object). */
   alongEnd?: () => Promise<unknown>;
 }
@@ -99,8 +110,7 @@ export function meterEvents(events: readonly AnswerEvent[], produced: Meter): vo
     } else if (event.type === 'tool-call') {
       produced.output.push(event.arguments);
       produced.outputStarted();
-    }
-    else if (event.type === 'start') produced.answerId ??= event.id;
+    } else if (event.type === 'start') produced.answerId ??= event.id;
     else if (event.type === 'finish') produced.finishReason ??= event.reason;
   }
 }
@@ -175,7 +185,10 @@ export function runStream<Batch>(run: StreamRun<Batch>): Promise<boolean> {
   return drive(run);
 }
 
-/** The runner itself; `runStream` and `answerJob` are its typed doors (batches that are not answer events come with their meter). */
+/**
+ * The runner itself; `runStream` and `answerJob` are its typed doors (batches that are not answer events come with
+ * their meter).
+ */
 async function drive<Batch>(run: StreamRun<Batch>): Promise<boolean> {
   const { encoder, publisher, produced, visible, cache } = run;
   const meter = (run.meter ?? meterEvents) as (batch: Batch, produced: Meter) => void;
@@ -240,8 +253,12 @@ export interface JobAnswer<Batch> extends EncodedStream<Batch> {
   keepsFrames?: boolean;
 }
 
-/** A native relay's part of a job's answer: the relay as its encoder and meter, the body it folded, the events it kept. */
-export function relayedAnswer<Event extends RelayedEvent>(relay: RelayEncoder<Event>): Pick<JobAnswer<readonly Event[]>, 'encoder' | 'body' | 'events'> & Metered<readonly Event[]> {
+/**
+ * A native relay's part of a job's answer: the relay as its encoder and meter, the body it folded, the events it kept.
+ */
+export function relayedAnswer<Event extends RelayedEvent>(
+  relay: RelayEncoder<Event>,
+): Pick<JobAnswer<readonly Event[]>, 'encoder' | 'body' | 'events'> & Metered<readonly Event[]> {
   return { encoder: relay, meter: meterRelayed, body: () => relay.body(), events: () => relay.kept };
 }
 
@@ -249,9 +266,18 @@ export function relayedAnswer<Event extends RelayedEvent>(relay: RelayEncoder<Ev
  * Runs a job's answer to its end. Resolves to the body for a client that reads no stream, undefined once a stream
  * ended. A plain answer's forms are stored by the job's finish, once it is billed; a stream's before its end goes out.
  */
-export function answerJob(run: StreamedJob<unknown>, answer: JobAnswer<readonly AnswerEvent[]>): Promise<string | undefined>;
-export function answerJob<Batch>(run: StreamedJob<unknown>, answer: JobAnswer<Batch> & Metered<Batch>): Promise<string | undefined>;
-export async function answerJob<Batch>(run: StreamedJob<unknown>, answer: JobAnswer<Batch>): Promise<string | undefined> {
+export function answerJob(
+  run: StreamedJob<unknown>,
+  answer: JobAnswer<readonly AnswerEvent[]>,
+): Promise<string | undefined>;
+export function answerJob<Batch>(
+  run: StreamedJob<unknown>,
+  answer: JobAnswer<Batch> & Metered<Batch>,
+): Promise<string | undefined>;
+export async function answerJob<Batch>(
+  run: StreamedJob<unknown>,
+  answer: JobAnswer<Batch>,
+): Promise<string | undefined> {
   const { body, events, keepsFrames } = answer;
   const sent = await drive<Batch>({
     ...answer,
@@ -259,7 +285,13 @@ export async function answerJob<Batch>(run: StreamedJob<unknown>, answer: JobAns
     produced: run.produced,
     visible: run.clientStreams,
     vendorDone: run.vendorDone,
-    cache: run.keep ? { keepsFrames, forms: (frames) => ({ body: body(), events: events(frames) }), store: run.clientStreams ? run.beforeEnd : undefined } : undefined,
+    cache: run.keep
+      ? {
+          keepsFrames,
+          forms: (frames) => ({ body: body(), events: events(frames) }),
+          store: run.clientStreams ? run.beforeEnd : undefined,
+        }
+      : undefined,
   });
   return sent ? undefined : body();
 }

@@ -26,7 +26,9 @@ export interface AudioWriter {
   end(): Buffer;
 }
 
-/** The PCM bytes of a quarter second at `sampleRate`: the most one `write` takes, so one turn of the loop stays short. */
+/**
+ * The PCM bytes of a quarter second at `sampleRate`: the most one `write` takes, so one turn of the loop stays short.
+ */
 export function blockBytes(sampleRate: number): number {
   return Math.floor(sampleRate / 4) * 2;
 }
@@ -87,7 +89,11 @@ export function createAudioWriter(format: SpeechFormat, sampleRate: number, tota
       };
     }
     default:
-      throw invalidRequest(`response_format '${format}' cannot be written for this model's speech. Supported formats: ${writableFormats.join(', ')}.`, 'response_format', 'unsupported_value');
+      throw invalidRequest(
+        `response_format '${format}' cannot be written for this model's speech. Supported formats: ${writableFormats.join(', ')}.`,
+        'response_format',
+        'unsupported_value',
+      );
   }
 }
 

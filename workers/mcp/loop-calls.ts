@@ -10,7 +10,13 @@ import type { McpQueues } from '../../shared/mcp/queues.js';
 import type { McpServer } from '../../shared/mcp/servers.js';
 import type { McpCallOutcome } from '../../shared/mcp/tool-loop.js';
 import { callRefusal } from '../../shared/mcp/tool-rules.js';
-import { limitsInForce, moneyRefusal, refusedForMoney, releaseReservation, reserve } from '../../shared/money/billing.js';
+import {
+  limitsInForce,
+  moneyRefusal,
+  refusedForMoney,
+  releaseReservation,
+  reserve,
+} from '../../shared/money/billing.js';
 import { createRedis, isCluster } from '../../shared/redis.js';
 import { cancelChannel, mcpLoopReplyChannel } from '../../shared/redis-keys.js';
 import { decodeReply, repliesHeldHere, type ReplyMessage } from '../../shared/reply.js';
@@ -53,8 +59,17 @@ export class McpLoopCalls {
 
   constructor(private readonly deps: LoopCallDeps) {}
 
-  /** Makes one call of `tool` on `server` for `caller` (whose key may do `access` now); never throws but for a cancel. */
-  async call(caller: LoopCaller, access: KeyAccess, server: McpServer, tool: string, args: Record<string, unknown>, signal: AbortSignal): Promise<McpCallOutcome> {
+  /**
+   * Makes one call of `tool` on `server` for `caller` (whose key may do `access` now); never throws but for a cancel.
+   */
+  async call(
+    caller: LoopCaller,
+    access: KeyAccess,
+    server: McpServer,
+    tool: string,
+    args: Record<string, unknown>,
+    signal: AbortSignal,
+  ): Promise<McpCallOutcome> {
     const { config, redis, log } = this.deps;
     const requestId = `${caller.requestId}-mcp${++this.sequence}`;
     const started = Date.now();
@@ -88,10 +103,26 @@ export class McpLoopCalls {
     // The server's price reserved and the key's rate of requests counted, as for any request.
     // A tool call counts against the key's requests per minute, not its tokens.
     const { tpm: _tokens, ...limits } = limitsInForce(access, config);
-    const outcome = await reserve(redis, { requestId, keyId: caller.keyId, accountId: caller.accountId, micros: server.pricePerCallMicros, tokens: 0, deadline }, limits);
+    const outcome = await reserve(
+      redis,
+      {
+        requestId,
+        keyId: caller.keyId,
+        accountId: caller.accountId,
+        micros: server.pricePerCallMicros,
+        tokens: 0,
+        deadline,
+      },
+      limits,
+    );
     if (!outcome.ok) {
       if (outcome.reason === 'rpm' || outcome.reason === 'tpm') {
-        return refused(429, 'rate_limit_exceeded', `Rate limit reached for requests: the tool call was not made. Try again in ${Math.ceil(outcome.retryAfterMs / 1000)} s.`);
+        return refused(
+          429,
+          'rate_limit_exceeded',
+          `Rate limit reached for requests: the tool call was not made. Try again in ` +
+            `${Math.ceil(outcome.retryAfterMs / 1000)} s.`,
+        );
       }
       if (outcome.reason === 'no_access') return refused(401, 'invalid_api_key', moneyRefusal('no_access'));
       return refused(429, 'insufficient_quota', refusedForMoney(outcome, access.accountName));
@@ -111,21 +142,43 @@ export class McpLoopCalls {
       deadline,
       queuedAt: started,
     };
-    const claim = { accountId: caller.accountId, weight: access.weight ?? 1, tokens: 1, tier: 'default' as const, contended: true };
+    const claim = {
+      accountId: caller.accountId,
+      weight: access.weight ?? 1,
+      tokens: 1,
+      tier: 'default' as const,
+      contended: true,
+    };
     await this.listen();
     const answered = new Promise<ReplyMessage>((resolve) => this.waiting.set(requestId, resolve));
     try {
       try {
         const { priority } = await placeJob(redis, queue, requestId, claim);
-        await queue.add(mcpCallEndpoint, { ...data, claim }, { jobId: requestId, priority, attempts: 1, removeOnComplete: { age: 60, count: 1000 }, removeOnFail: { age: 3600, count: 5000 } });
+        await queue.add(
+          mcpCallEndpoint,
+          { ...data, claim },
+          {
+            jobId: requestId,
+            priority,
+            attempts: 1,
+            removeOnComplete: { age: 60, count: 1000 },
+            removeOnFail: { age: 3600, count: 5000 },
+          },
+        );
       } catch (error) {
-        await Promise.allSettled([releaseReservation(redis, caller.accountId, requestId), leaveBacklog(redis, queue.name, requestId)]);
+        await Promise.allSettled([
+          releaseReservation(redis, caller.accountId, requestId),
+          leaveBacklog(redis, queue.name, requestId),
+        ]);
         log.warn({ err: error, server: server.name }, 'could not queue a tool call of the loop');
         return refused(503, 'queue_unavailable', 'The tool call could not be queued; try again.');
       }
       const message = await this.answer(answered, queue, requestId, deadline + answerGraceMs - Date.now(), signal);
       const result = await this.read(message);
-      logged(result.error?.type === 'http_error' ? 'failed' : 'completed', result.error?.type === 'http_error' ? { code: 'upstream_error', message: result.error.message } : undefined);
+      logged(
+        result.error?.type === 'http_error' ? 'failed' : 'completed',
+        result.error?.type === 'http_error' ? { code: 'upstream_error', message: result.error.message } : undefined,
+      );
       return result;
     } catch (error) {
       logged('cancelled', { code: 'client_closed', message: 'The request that made the call was cancelled.' });
@@ -144,7 +197,13 @@ export class McpLoopCalls {
   }
 
   /** The worker's answer, or a timeout (the job read for the answer a missed message carried), or the cancel. */
-  private async answer(answered: Promise<ReplyMessage>, queue: Queue, jobId: string, waitMs: number, signal: AbortSignal): Promise<ReplyMessage> {
+  private async answer(
+    answered: Promise<ReplyMessage>,
+    queue: Queue,
+    jobId: string,
+    waitMs: number,
+    signal: AbortSignal,
+  ): Promise<ReplyMessage> {
     let timer: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     const cancelled = new Promise<never>((_, reject) => {
@@ -157,19 +216,39 @@ export class McpLoopCalls {
       else signal.addEventListener('abort', onAbort, { once: true });
     });
     const late = new Promise<ReplyMessage>((resolve) => {
-      timer = setTimeout(() => {
-        void Job.fromId(queue, jobId).then(
-          (job) => {
-            const kept = job?.returnvalue as { body?: string } | undefined;
-            if (typeof kept?.body === 'string') resolve({ kind: 'done', jobId, seq: 0, payload: kept.body });
-            else {
-              void this.deps.redis.publish(cancelChannel, jobId).catch(() => undefined);
-              resolve({ kind: 'error', jobId, seq: 0, payload: JSON.stringify({ error: { message: 'The tool call got no answer in time.', type: 'timeout', code: 'timeout' }, status: 504 }) });
-            }
-          },
-          () => resolve({ kind: 'error', jobId, seq: 0, payload: JSON.stringify({ error: { message: 'The tool call got no answer in time.', type: 'timeout', code: 'timeout' }, status: 504 }) }),
-        );
-      }, Math.max(1000, waitMs));
+      timer = setTimeout(
+        () => {
+          void Job.fromId(queue, jobId).then(
+            (job) => {
+              const kept = job?.returnvalue as { body?: string } | undefined;
+              if (typeof kept?.body === 'string') resolve({ kind: 'done', jobId, seq: 0, payload: kept.body });
+              else {
+                void this.deps.redis.publish(cancelChannel, jobId).catch(() => undefined);
+                resolve({
+                  kind: 'error',
+                  jobId,
+                  seq: 0,
+                  payload: JSON.stringify({
+                    error: { message: 'The tool call got no answer in time.', type: 'timeout', code: 'timeout' },
+                    status: 504,
+                  }),
+                });
+              }
+            },
+            () =>
+              resolve({
+                kind: 'error',
+                jobId,
+                seq: 0,
+                payload: JSON.stringify({
+                  error: { message: 'The tool call got no answer in time.', type: 'timeout', code: 'timeout' },
+                  status: 504,
+                }),
+              }),
+          );
+        },
+        Math.max(1000, waitMs),
+      );
     });
     try {
       return await Promise.race([answered, late, cancelled]);
@@ -185,7 +264,8 @@ export class McpLoopCalls {
       const wire = JSON.parse(message.payload) as Partial<WireError>;
       return gatewayFailure(wire.status ?? 502, wire.error?.message ?? 'The tool call failed.');
     }
-    const body = message.kind === 'done-ref' ? ((await this.deps.redis.getdel(message.payload)) ?? '') : message.payload;
+    const body =
+      message.kind === 'done-ref' ? ((await this.deps.redis.getdel(message.payload)) ?? '') : message.payload;
     return outcomeOf(body);
   }
 
@@ -210,29 +290,50 @@ export class McpLoopCalls {
   }
 }
 
-/** A failure of the gateway's (not the server's) as the call's outcome: what the model reads, and the API's `http_error`. */
+/**
+ * A failure of the gateway's (not the server's) as the call's outcome: what the model reads, and the API's
+ * `http_error`.
+ */
 function gatewayFailure(status: number, message: string): McpCallOutcome {
   return { output: message, content: [], error: { type: 'http_error', code: status, message } };
 }
 
 /** The JSON-RPC response a worker wrote as the call's outcome: the tool's text, its own error, or the server's. */
 export function outcomeOf(body: string): McpCallOutcome {
-  let response: { result?: { content?: unknown; isError?: unknown; structuredContent?: unknown }; error?: { code?: unknown; message?: unknown } };
+  let response: {
+    result?: { content?: unknown; isError?: unknown; structuredContent?: unknown };
+    error?: { code?: unknown; message?: unknown };
+  };
   try {
     response = JSON.parse(body) as typeof response;
   } catch {
     return gatewayFailure(502, 'The tool call answered with something that is not JSON.');
   }
   if (response.error) {
-    const message = typeof response.error.message === 'string' ? response.error.message : 'The MCP server refused the call.';
-    return { output: message, content: [], error: { type: 'mcp_protocol_error', code: typeof response.error.code === 'number' ? response.error.code : -32603, message } };
+    const message =
+      typeof response.error.message === 'string' ? response.error.message : 'The MCP server refused the call.';
+    return {
+      output: message,
+      content: [],
+      error: {
+        type: 'mcp_protocol_error',
+        code: typeof response.error.code === 'number' ? response.error.code : -32603,
+        message,
+      },
+    };
   }
   const content = Array.isArray(response.result?.content) ? (response.result.content as unknown[]) : [];
   const texts = content.map((part) => {
     const piece = part as { type?: unknown; text?: unknown };
     return piece.type === 'text' && typeof piece.text === 'string' ? piece.text : JSON.stringify(part);
   });
-  const output = texts.length > 0 ? texts.join('\n') : response.result?.structuredContent !== undefined ? JSON.stringify(response.result.structuredContent) : '';
-  if (response.result?.isError === true) return { output, content, error: { type: 'mcp_tool_execution_error', content } };
+  const output =
+    texts.length > 0
+      ? texts.join('\n')
+      : response.result?.structuredContent !== undefined
+        ? JSON.stringify(response.result.structuredContent)
+        : '';
+  if (response.result?.isError === true)
+    return { output, content, error: { type: 'mcp_tool_execution_error', content } };
   return { output, content };
 }

@@ -4,15 +4,21 @@ import { type McpListed, type McpServer, type McpServerHealth, type McpTool } fr
 import { mcpCheckLockKey, mcpHealthKey, mcpServerCheckLockKey } from '../../shared/redis-keys.js';
 import { upstreamClient, upstreamTransport } from './upstream.js';
 
-/** Pages of a list (`tools/list`, `resources/list`, …) read at most: a server that pages without end is cut off there. */
+/**
+ * Pages of a list (`tools/list`, `resources/list`, …) read at most: a server that pages without end is cut off there.
+ */
 const maxToolPages = 50;
-/** Tools (and resources, templates, prompts) kept per server at most (what the check shows; calls are not bound by it). */
+/**
+ * Tools (and resources, templates, prompts) kept per server at most (what the check shows; calls are not bound by it).
+ */
 const maxTools = 2_000;
 /** The largest definition of one tool kept, as JSON: a larger one is left out (and counted). */
 const maxToolBytes = 65_536;
 
 /** Every page of a list (at most `maxToolPages` pages and `maxTools` items, each at most `maxToolBytes` as JSON). */
-async function listAll(page: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>): Promise<{ kept: McpListed[]; skipped: number }> {
+async function listAll(
+  page: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>,
+): Promise<{ kept: McpListed[]; skipped: number }> {
   const kept: McpListed[] = [];
   let skipped = 0;
   let cursor: string | undefined;
@@ -20,7 +26,8 @@ async function listAll(page: (cursor: string | undefined) => Promise<{ items: un
     const listed = await page(cursor);
     for (const item of listed.items) {
       // Kept as the server defines it (what clients will be given), unless too large or past the count.
-      if (kept.length < maxTools && Buffer.byteLength(JSON.stringify(item)) <= maxToolBytes) kept.push(item as McpListed);
+      if (kept.length < maxTools && Buffer.byteLength(JSON.stringify(item)) <= maxToolBytes)
+        kept.push(item as McpListed);
       else skipped++;
     }
     cursor = listed.next;
@@ -29,7 +36,9 @@ async function listAll(page: (cursor: string | undefined) => Promise<{ items: un
   return { kept, skipped };
 }
 
-/** The reason a check failed, in one line for the admin (never the server's headers: they are not in any error here). */
+/**
+ * The reason a check failed, in one line for the admin (never the server's headers: they are not in any error here).
+ */
 function reason(error: unknown, timedOut: boolean, timeoutMs: number): string {
   if (timedOut) return `no answer within its timeout (${timeoutMs} ms)`;
   const message = error instanceof Error ? error.message : String(error);
@@ -42,7 +51,8 @@ function reason(error: unknown, timedOut: boolean, timeoutMs: number): string {
  */
 export async function checkServer(server: McpServer, stop?: AbortSignal): Promise<McpServerHealth> {
   const started = Date.now();
-  if (server.unusable !== undefined) return { ok: false, checkedAt: started, latencyMs: 0, error: server.unusable, tools: [] };
+  if (server.unusable !== undefined)
+    return { ok: false, checkedAt: started, latencyMs: 0, error: server.unusable, tools: [] };
   const controller = new AbortController();
   const stopped = () => controller.abort();
   stop?.addEventListener('abort', stopped, { once: true });
@@ -59,19 +69,37 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
   const options = { signal: controller.signal, timeout: server.timeoutMs };
   const work = (async () => {
     await client.connect(upstreamTransport(server, controller.signal), options);
-    const tools = await listAll((cursor) => client.listTools(cursor ? { cursor } : undefined, options).then((page) => ({ items: page.tools, next: page.nextCursor })));
-    // What else it offers (its capabilities say), listed the same way; a server that fails these is still usable for its tools.
+    const tools = await listAll((cursor) =>
+      client
+        .listTools(cursor ? { cursor } : undefined, options)
+        .then((page) => ({ items: page.tools, next: page.nextCursor })),
+    );
+    // What else it offers (its capabilities say), listed the same way; a server that fails these is still usable for
+    // its tools.
     const offered = client.getServerCapabilities();
     const bypass = { ...options, cacheMode: 'bypass' as const };
-    const other = async (list: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>) => (await listAll(list).catch(() => undefined))?.kept;
+    const other = async (list: (cursor: string | undefined) => Promise<{ items: unknown[]; next?: string }>) =>
+      (await listAll(list).catch(() => undefined))?.kept;
     const resources = offered?.resources
-      ? await other((cursor) => client.listResources(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.resources, next: page.nextCursor })))
+      ? await other((cursor) =>
+          client
+            .listResources(cursor ? { cursor } : undefined, bypass)
+            .then((page) => ({ items: page.resources, next: page.nextCursor })),
+        )
       : undefined;
     const resourceTemplates = offered?.resources
-      ? await other((cursor) => client.listResourceTemplates(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.resourceTemplates, next: page.nextCursor })))
+      ? await other((cursor) =>
+          client
+            .listResourceTemplates(cursor ? { cursor } : undefined, bypass)
+            .then((page) => ({ items: page.resourceTemplates, next: page.nextCursor })),
+        )
       : undefined;
     const prompts = offered?.prompts
-      ? await other((cursor) => client.listPrompts(cursor ? { cursor } : undefined, bypass).then((page) => ({ items: page.prompts, next: page.nextCursor })))
+      ? await other((cursor) =>
+          client
+            .listPrompts(cursor ? { cursor } : undefined, bypass)
+            .then((page) => ({ items: page.prompts, next: page.nextCursor })),
+        )
       : undefined;
     return { tools: tools.kept as McpTool[], skipped: tools.skipped, resources, resourceTemplates, prompts };
   })();
@@ -92,7 +120,13 @@ export async function checkServer(server: McpServer, stop?: AbortSignal): Promis
       ...(prompts ? { prompts } : {}),
     };
   } catch (error) {
-    return { ok: false, checkedAt: started, latencyMs: Date.now() - started, error: reason(error, timedOut, server.timeoutMs), tools: [] };
+    return {
+      ok: false,
+      checkedAt: started,
+      latencyMs: Date.now() - started,
+      error: reason(error, timedOut, server.timeoutMs),
+      tools: [],
+    };
   } finally {
     clearTimeout(timer);
     stop?.removeEventListener('abort', stopped);
@@ -115,7 +149,13 @@ export class McpServerChecks {
   private readonly stop = new AbortController();
 
   constructor(
-    private readonly deps: { redis: Redis; log: Logger; servers: () => readonly McpServer[]; intervalMs: number; owner: string },
+    private readonly deps: {
+      redis: Redis;
+      log: Logger;
+      servers: () => readonly McpServer[];
+      intervalMs: number;
+      owner: string;
+    },
   ) {}
 
   start(): void {
@@ -138,7 +178,11 @@ export class McpServerChecks {
     const servers = this.deps.servers();
     const taken = await redis.set(mcpCheckLockKey, owner, 'PX', intervalMs, 'NX');
     if (taken !== 'OK') return false;
-    const found = await Promise.all(servers.map(async (server) => [server.name, JSON.stringify(await checkServer(server, this.stop.signal))] as const));
+    const found = await Promise.all(
+      servers.map(
+        async (server) => [server.name, JSON.stringify(await checkServer(server, this.stop.signal))] as const,
+      ),
+    );
     if (this.stopped) return false;
     const names = new Set(servers.map((server) => server.name));
     const stale = (await redis.hkeys(mcpHealthKey)).filter((name) => !names.has(name));

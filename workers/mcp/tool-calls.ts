@@ -106,7 +106,9 @@ export class McpToolWorkers {
 
   async start(): Promise<void> {
     this.stopChanges = this.deps.registry.onChange(({ servers }) => {
-      this.syncing = this.syncing.then(() => this.sync(servers)).catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not follow a change of the MCP servers'));
+      this.syncing = this.syncing
+        .then(() => this.sync(servers))
+        .catch((error: unknown) => this.deps.log.warn({ err: error }, 'could not follow a change of the MCP servers'));
     });
     await this.sync(this.deps.registry.list());
   }
@@ -116,7 +118,10 @@ export class McpToolWorkers {
     this.stopChanges?.();
     await settledBy(this.syncing, until);
     const workers = [...this.served.values()].map((served) => served.worker);
-    const closed = await settledBy(Promise.allSettled([...workers.map((worker) => worker.close()), ...this.retiring]), until);
+    const closed = await settledBy(
+      Promise.allSettled([...workers.map((worker) => worker.close()), ...this.retiring]),
+      until,
+    );
     if (!closed) for (const worker of workers) void worker.close(true).catch(() => undefined);
     for (const served of this.served.values()) served.upstream.drop();
   }
@@ -171,13 +176,17 @@ export class McpToolWorkers {
     const { config, redis, log } = this.deps;
     const name = mcpQueueName(server.name);
     await this.cap(server);
-    const worker = new StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>(name, (job, token) => this.take(job, token), {
-      connection: redis,
-      concurrency: server.maxConcurrency,
-      lockDuration: config.workerLockMs,
-      stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
-      maxStalledCount: 0,
-    });
+    const worker = new StartingWorker<McpCallJobData, { body?: string; bodyRef?: string }>(
+      name,
+      (job, token) => this.take(job, token),
+      {
+        connection: redis,
+        concurrency: server.maxConcurrency,
+        lockDuration: config.workerLockMs,
+        stalledInterval: Math.max(500, Math.floor(config.workerLockMs / 2)),
+        maxStalledCount: 0,
+      },
+    );
     worker.on('failed', (job, error) => void this.lost(job, error));
     worker.on('error', (error) => log.error({ err: error, queue: name }, 'MCP worker error'));
     this.served.set(server.name, { worker, upstream: new UpstreamConnection(server), settings });
@@ -190,15 +199,25 @@ export class McpToolWorkers {
     const served = this.served.get(job.data.server);
     if (server && served && server.unusable === undefined) return this.run(server, served.upstream, job, token);
     const data = job.data;
-    const error = server?.unusable !== undefined
-      ? new GatewayError(502, `The MCP server ${data.server} cannot be reached: ${server.unusable}.`, { code: 'upstream_error' })
-      : new GatewayError(404, `The MCP server ${data.server} was removed.`, { code: 'mcp_server_not_found' });
+    const error =
+      server?.unusable !== undefined
+        ? new GatewayError(502, `The MCP server ${data.server} cannot be reached: ${server.unusable}.`, {
+            code: 'upstream_error',
+          })
+        : new GatewayError(404, `The MCP server ${data.server} was removed.`, { code: 'mcp_server_not_found' });
     await this.settle(data, 'failed', 0, Date.now(), error.code ?? 'upstream_error');
-    await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: data.progressToken !== undefined }).error(error.toWire()).catch(() => undefined);
+    await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: data.progressToken !== undefined })
+      .error(error.toWire())
+      .catch(() => undefined);
     return {};
   }
 
-  private async run(server: McpServer, upstream: UpstreamConnection, job: Job<McpCallJobData>, _token?: string): Promise<{ body?: string; bodyRef?: string }> {
+  private async run(
+    server: McpServer,
+    upstream: UpstreamConnection,
+    job: Job<McpCallJobData>,
+    _token?: string,
+  ): Promise<{ body?: string; bodyRef?: string }> {
     const { redis, cancels, access } = this.deps;
     const data = job.data;
     void leaveBacklog(redis, job.queueName, job.id!, job.queueQualifiedName + ':' + job.id).catch(() => undefined);
@@ -207,43 +226,84 @@ export class McpToolWorkers {
     const streamed = data.progressToken !== undefined;
     const publisher = new ReplyPublisher(redis, data.replyTo, job.id!, { stream: streamed });
     // What was sent to the server, and what went back (progress included): the request log's bytes in and out.
-    const sent = JSON.stringify(method === 'resources/read' ? { uri: data.tool } : { name: data.tool, arguments: data.arguments });
+    const sent = JSON.stringify(
+      method === 'resources/read' ? { uri: data.tool } : { name: data.tool, arguments: data.arguments },
+    );
     const sizes = { bytes_in: Buffer.byteLength(sent), ...(server.keepArguments ? { arguments: sent } : {}) };
     let progressBytes = 0;
     /** Settles the call with its answer's size, then relays the answer. */
-    const answer = async (status: SettledStatus, cost: number, response: Record<string, unknown>, errorCode?: string): Promise<{ body?: string; bodyRef?: string }> => {
-      const whole = streamed ? sseJson({ jsonrpc: '2.0', id: data.rpcId, ...response }, 'message') : JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, ...response });
-      await this.settle(data, status, cost, started, errorCode, { ...sizes, bytes_out: progressBytes + Buffer.byteLength(whole) });
+    const answer = async (
+      status: SettledStatus,
+      cost: number,
+      response: Record<string, unknown>,
+      errorCode?: string,
+    ): Promise<{ body?: string; bodyRef?: string }> => {
+      const whole = streamed
+        ? sseJson({ jsonrpc: '2.0', id: data.rpcId, ...response }, 'message')
+        : JSON.stringify({ jsonrpc: '2.0', id: data.rpcId, ...response });
+      await this.settle(data, status, cost, started, errorCode, {
+        ...sizes,
+        bytes_out: progressBytes + Buffer.byteLength(whole),
+      });
       if (!streamed) return publisher.done(whole);
       await publisher.endStream(whole);
       return {};
     };
     const started = Date.now();
     const fail = async (status: SettledStatus, error: GatewayError, ran: boolean) => {
-      await this.settle(data, status, ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0, started, error.code ?? 'server_error', { ...sizes, bytes_out: progressBytes });
+      await this.settle(
+        data,
+        status,
+        ran && (data.method ?? 'tools/call') === 'tools/call' ? server.pricePerCallMicros : 0,
+        started,
+        error.code ?? 'server_error',
+        { ...sizes, bytes_out: progressBytes },
+      );
       // Told even when cancelled: a client that cancelled by notification still holds the call's request open.
       await publisher.error(error.toWire()).catch(() => undefined);
       return {};
     };
     const remaining = data.deadline - started;
-    if (remaining <= 0) return fail('failed', new GatewayError(504, 'The tool call waited in the queue past its deadline.', { code: 'timeout' }), false);
+    if (remaining <= 0)
+      return fail(
+        'failed',
+        new GatewayError(504, 'The tool call waited in the queue past its deadline.', { code: 'timeout' }),
+        false,
+      );
     // What the key may do now: a key revoked (or an account disabled) while its call waited does not call the tool.
     const now = await access.of(data.keyId);
-    if ('refused' in now) return fail('failed', new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }), false);
+    if ('refused' in now)
+      return fail(
+        'failed',
+        new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' }),
+        false,
+      );
     // And the tool (or the server, for a read): a rule changed while the call waited holds for it.
     const price = method === 'tools/call' ? server.pricePerCallMicros : 0;
     const refusal = callRefusal(now.access, method, data.server, data.tool);
-    if (refusal !== undefined) return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
+    if (refusal !== undefined)
+      return fail('failed', new GatewayError(403, refusal, { code: 'tool_not_allowed' }), false);
     const controller = cancels.start(job.id!);
     /** The server was asked: a cancel after that is billed (the tool may have run), one before is not. */
     let asked = false;
     const timeout = Math.min(server.timeoutMs, remaining);
-    const timer = setTimeout(() => controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })), timeout);
+    const timer = setTimeout(
+      () =>
+        controller.abort(new GatewayError(504, `The tool did not answer within ${timeout} ms.`, { code: 'timeout' })),
+      timeout,
+    );
     try {
       const client = await upstream.get(controller.signal);
       const onprogress = streamed
         ? (progress: Record<string, unknown>) => {
-            const frame = sseJson({ jsonrpc: '2.0', method: 'notifications/progress', params: { ...progress, progressToken: data.progressToken } }, 'message');
+            const frame = sseJson(
+              {
+                jsonrpc: '2.0',
+                method: 'notifications/progress',
+                params: { ...progress, progressToken: data.progressToken },
+              },
+              'message',
+            );
             progressBytes += Buffer.byteLength(frame);
             publisher.chunk(frame, 1);
           }
@@ -260,18 +320,31 @@ export class McpToolWorkers {
       return await answer('completed', price, { result });
     } catch (caught) {
       const reason = controller.signal.aborted ? controller.signal.reason : caught;
-      if (reason instanceof ClientGoneError) return fail('cancelled', new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }), asked);
+      if (reason instanceof ClientGoneError)
+        return fail(
+          'cancelled',
+          new GatewayError(499, 'The client cancelled the tool call.', { code: 'cancelled' }),
+          asked,
+        );
       if (reason instanceof GatewayError) return fail('failed', reason, true);
       // The server answered with a JSON-RPC error (an unknown tool, a resource it has not): its answer, relayed as it
       // gave it, on a connection that stays good. Nothing ran: nothing is billed.
       if (ProtocolError.isInstance(reason)) {
-        const error = { code: reason.code, message: reason.message, ...(reason.data !== undefined ? { data: reason.data } : {}) };
+        const error = {
+          code: reason.code,
+          message: reason.message,
+          ...(reason.data !== undefined ? { data: reason.data } : {}),
+        };
         return await answer('failed', 0, { error }, 'upstream_error');
       }
       // The connection is suspect: the next call makes it again.
       upstream.drop();
       const message = reason instanceof Error ? reason.message.replace(/\s+/g, ' ').slice(0, 300) : String(reason);
-      return fail('failed', new GatewayError(502, `The MCP server ${server.name} failed the call: ${message}`, { code: 'upstream_error' }), false);
+      return fail(
+        'failed',
+        new GatewayError(502, `The MCP server ${server.name} failed the call: ${message}`, { code: 'upstream_error' }),
+        false,
+      );
     } finally {
       clearTimeout(timer);
       cancels.finish(job.id!);
@@ -330,7 +403,10 @@ export class McpToolWorkers {
       if (!data.retried && (await this.safeToRepeat(data))) {
         await job.updateData({ ...data, retried: true });
         await job.retry('failed');
-        this.deps.log.info({ reqId: data.requestId, server: data.server, tool: data.tool }, 'a lost MCP call safe to repeat runs again');
+        this.deps.log.info(
+          { reqId: data.requestId, server: data.server, tool: data.tool },
+          'a lost MCP call safe to repeat runs again',
+        );
         return;
       }
     } catch (caught) {
@@ -342,7 +418,8 @@ export class McpToolWorkers {
         502,
         data.retried
           ? 'The tool call could not be completed: its worker was lost twice.'
-          : 'The tool call could not be completed: its worker was lost. It was not run again (the tool is not marked idempotent).',
+          : 'The tool call could not be completed: its worker was lost. It was not run again (the tool is not ' +
+              'marked idempotent).',
         { code: 'worker_lost' },
       );
       await new ReplyPublisher(this.deps.redis, data.replyTo, job.id!, { stream: false }).error(lost.toWire());

@@ -6,7 +6,14 @@ import { GatewayError } from '../../shared/errors.js';
 import { prefixedToolName } from '../../shared/mcp/calls.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
 import type { McpServer, McpServerHealth, McpTool } from '../../shared/mcp/servers.js';
-import { maxLoopToolCalls, needsApproval, requestAllows, type McpCallOutcome, type McpLoopPlan, type McpToolUse } from '../../shared/mcp/tool-loop.js';
+import {
+  maxLoopToolCalls,
+  needsApproval,
+  requestAllows,
+  type McpCallOutcome,
+  type McpLoopPlan,
+  type McpToolUse,
+} from '../../shared/mcp/tool-loop.js';
 import { toolRefusal } from '../../shared/mcp/tool-rules.js';
 import { mcpHealthKey, mcpLoopCalledKey } from '../../shared/redis-keys.js';
 import type { Config } from '../../shared/config.js';
@@ -78,7 +85,11 @@ const randomId = (prefix: string) => `${prefix}_${randomBytes(16).toString('hex'
 const declinedOutput = 'The user declined this tool call.';
 
 /** The servers' tools the key and the request allow, said as `mcp-list` events, and the functions that declare them. */
-async function offer(deps: ToolLoopDeps, plan: McpLoopPlan, access: KeyAccess): Promise<{ offered: Map<string, Offered>; lists: McpLoopEvent[] }> {
+async function offer(
+  deps: ToolLoopDeps,
+  plan: McpLoopPlan,
+  access: KeyAccess,
+): Promise<{ offered: Map<string, Offered>; lists: McpLoopEvent[] }> {
   const names = plan.uses.map((use) => use.server);
   const found = names.length === 0 ? [] : await deps.redis.hmget(mcpHealthKey, ...names);
   const offered = new Map<string, Offered>();
@@ -87,11 +98,22 @@ async function offer(deps: ToolLoopDeps, plan: McpLoopPlan, access: KeyAccess): 
     const server = deps.registry.get(use.server);
     const health = found[i] ? (JSON.parse(found[i]!) as McpServerHealth) : undefined;
     if (!server || server.unusable !== undefined || !health?.ok) {
-      const why = !server ? 'the server was removed' : (server.unusable ?? health?.error ?? 'the server has not been checked yet');
-      lists.push({ type: 'mcp-list', server: use.server, tools: [], error: `The tools of ${use.server} could not be listed: ${why}.` });
+      const why = !server
+        ? 'the server was removed'
+        : (server.unusable ?? health?.error ?? 'the server has not been checked yet');
+      lists.push({
+        type: 'mcp-list',
+        server: use.server,
+        tools: [],
+        error: `The tools of ${use.server} could not be listed: ${why}.`,
+      });
       return;
     }
-    const tools = health.tools.filter((tool) => toolRefusal(access, server.name, tool.name) === undefined && requestAllows(use, tool.name, tool.annotations?.readOnlyHint === true));
+    const tools = health.tools.filter(
+      (tool) =>
+        toolRefusal(access, server.name, tool.name) === undefined &&
+        requestAllows(use, tool.name, tool.annotations?.readOnlyHint === true),
+    );
     for (const tool of tools) offered.set(prefixedToolName(server.name, tool.name), { use, server, tool });
     lists.push({ type: 'mcp-list', server: use.server, tools });
   });
@@ -103,7 +125,11 @@ function withTools(chat: ChatCompletionRequest, offered: ReadonlyMap<string, Off
   if (offered.size === 0) return chat;
   const functions = [...offered].map(([name, { tool }]) => ({
     type: 'function' as const,
-    function: { name, description: tool.description ?? tool.title ?? '', parameters: tool.inputSchema ?? { type: 'object', properties: {} } },
+    function: {
+      name,
+      description: tool.description ?? tool.title ?? '',
+      parameters: tool.inputSchema ?? { type: 'object', properties: {} },
+    },
   }));
   return { ...chat, tools: [...(chat.tools ?? []), ...functions] } as ChatCompletionRequest;
 }
@@ -112,12 +138,19 @@ function withTools(chat: ChatCompletionRequest, offered: ReadonlyMap<string, Off
 export function addUsage(total: Usage | undefined, more: Usage | undefined): Usage | undefined {
   if (!more) return total;
   if (!total) return { ...more };
-  const sum: Usage = { ...total, prompt_tokens: total.prompt_tokens + more.prompt_tokens, completion_tokens: total.completion_tokens + more.completion_tokens, total_tokens: total.total_tokens + more.total_tokens };
+  const sum: Usage = {
+    ...total,
+    prompt_tokens: total.prompt_tokens + more.prompt_tokens,
+    completion_tokens: total.completion_tokens + more.completion_tokens,
+    total_tokens: total.total_tokens + more.total_tokens,
+  };
   for (const field of ['prompt_tokens_details', 'completion_tokens_details'] as const) {
     const a = (total[field] ?? {}) as Record<string, unknown>;
     const b = (more[field] ?? {}) as Record<string, unknown>;
     const details: Record<string, unknown> = { ...a };
-    for (const [name, value] of Object.entries(b)) details[name] = typeof value === 'number' && typeof a[name] === 'number' ? (a[name] as number) + value : (a[name] ?? value);
+    for (const [name, value] of Object.entries(b))
+      details[name] =
+        typeof value === 'number' && typeof a[name] === 'number' ? (a[name] as number) + value : (a[name] ?? value);
     if (Object.keys(details).length > 0) sum[field] = details;
   }
   return sum;
@@ -133,7 +166,9 @@ function parseArguments(json: string): Record<string, unknown> | undefined {
   if (json.trim() === '') return {};
   try {
     const value = JSON.parse(json) as unknown;
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }
@@ -144,24 +179,54 @@ function parseArguments(json: string): Record<string, unknown> | undefined {
  * its own beside the request's reservation: refused, the loop ends with the refusal the client's next request would
  * get. The request's settlement bills what every turn used; the turns' reservations are given back once it ends.
  */
-async function reserveTurn(deps: ToolLoopDeps, run: ToolLoopRun, access: KeyAccess, chat: ChatCompletionRequest, turn: number, held: string[]): Promise<void> {
+async function reserveTurn(
+  deps: ToolLoopDeps,
+  run: ToolLoopRun,
+  access: KeyAccess,
+  chat: ChatCompletionRequest,
+  turn: number,
+  held: string[],
+): Promise<void> {
   const prompt = await countChatPromptTokensAsync(chat.messages, chat.tools ?? null);
-  const { micros } = worstCase(deps.config, deps.prices, { endpoint: 'chat.completions', payload: chat } as EndpointRequest, run.model, run.vendor, prompt);
+  const { micros } = worstCase(
+    deps.config,
+    deps.prices,
+    { endpoint: 'chat.completions', payload: chat } as EndpointRequest,
+    run.model,
+    run.vendor,
+    prompt,
+  );
   if (micros === 0) return;
   const requestId = `${run.caller.requestId}-turn${turn}`;
   const outcome = await reserve(
     deps.redis,
-    { requestId, keyId: run.caller.keyId, accountId: run.caller.accountId, micros, tokens: 0, deadline: Date.now() + 600_000 },
-    { ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}), ...(access.budgets ? { budgets: access.budgets } : {}) },
+    {
+      requestId,
+      keyId: run.caller.keyId,
+      accountId: run.caller.accountId,
+      micros,
+      tokens: 0,
+      deadline: Date.now() + 600_000,
+    },
+    {
+      ...(access.limitMicros !== undefined ? { limitMicros: access.limitMicros } : {}),
+      ...(access.budgets ? { budgets: access.budgets } : {}),
+    },
   );
   if (outcome.ok) {
     held.push(requestId);
     return;
   }
-  throw new GatewayError(429, refusedForMoney(outcome, access.accountName), { type: 'insufficient_quota', code: 'insufficient_quota' });
+  throw new GatewayError(429, refusedForMoney(outcome, access.accountName), {
+    type: 'insufficient_quota',
+    code: 'insufficient_quota',
+  });
 }
 
-/** The key as it stands now; a key that may no longer make the request ends the loop with the refusal its client would get. */
+/**
+ * The key as it stands now; a key that may no longer make the request ends the loop with the refusal its client would
+ * get.
+ */
 async function standing(deps: ToolLoopDeps, run: ToolLoopRun): Promise<KeyAccess> {
   const now = await deps.access.of(run.caller.keyId);
   if ('refused' in now) throw new GatewayError(401, accessRefusalMessage(now.refused), { code: 'invalid_api_key' });
@@ -178,7 +243,8 @@ export async function* toolLoop(deps: ToolLoopDeps, run: ToolLoopRun): AsyncGene
     yield* loop(deps, run, reserved);
   } finally {
     // The request's settlement follows at once; the turns' reservations go back beside it.
-    if (reserved.length > 0) void Promise.allSettled(reserved.map((id) => releaseReservation(deps.redis, run.caller.accountId, id)));
+    if (reserved.length > 0)
+      void Promise.allSettled(reserved.map((id) => releaseReservation(deps.redis, run.caller.accountId, id)));
   }
 }
 
@@ -188,7 +254,11 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
   const [before, access0] = await Promise.all([deps.redis.exists(calledKey), standing(deps, run)]);
   if (before === 1) {
     run.sideEffect();
-    throw new GatewayError(502, "The answer's worker was lost after it had called a tool; it is not run again (tools are not idempotent).", { code: 'worker_lost' });
+    throw new GatewayError(
+      502,
+      "The answer's worker was lost after it had called a tool; it is not run again (tools are not idempotent).",
+      { code: 'worker_lost' },
+    );
   }
   let access = access0;
   let marked = false;
@@ -210,25 +280,56 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
   const decided: ChatMessage[] = [];
   for (const approval of run.plan.approvals ?? []) {
     const name = prefixedToolName(approval.server, approval.tool);
-    const call = { id: approval.requestId, type: 'function' as const, function: { name, arguments: approval.arguments } };
+    const call = {
+      id: approval.requestId,
+      type: 'function' as const,
+      function: { name, arguments: approval.arguments },
+    };
     if (!approval.approve) {
-      decided.push({ role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: approval.requestId, content: declinedOutput });
+      decided.push(
+        { role: 'assistant', content: null, tool_calls: [call] },
+        { role: 'tool', tool_call_id: approval.requestId, content: declinedOutput },
+      );
       continue;
     }
     const id = randomId('mcp');
     const found = offered.get(name);
     const args = parseArguments(approval.arguments);
     let outcome: McpCallOutcome;
-    if (!found) outcome = { output: `The tool ${approval.tool} of ${approval.server} may not be used now.`, content: [], error: { type: 'http_error', code: 403, message: `The tool ${approval.tool} of ${approval.server} may not be used now.` } };
-    else if (!args) outcome = { output: 'The arguments are not a JSON object.', content: [], error: { type: 'mcp_protocol_error', code: -32602, message: 'The arguments are not a JSON object.' } };
+    if (!found)
+      outcome = {
+        output: `The tool ${approval.tool} of ${approval.server} may not be used now.`,
+        content: [],
+        error: {
+          type: 'http_error',
+          code: 403,
+          message: `The tool ${approval.tool} of ${approval.server} may not be used now.`,
+        },
+      };
+    else if (!args)
+      outcome = {
+        output: 'The arguments are not a JSON object.',
+        content: [],
+        error: { type: 'mcp_protocol_error', code: -32602, message: 'The arguments are not a JSON object.' },
+      };
     else {
       await calling();
       callsMade++;
       outcome = await deps.calls.call(run.caller, access, found.server, found.tool.name, args, run.signal);
     }
-    preamble.push({ type: 'mcp-call', id, server: approval.server, tool: approval.tool, arguments: approval.arguments, approvalRequestId: approval.requestId });
+    preamble.push({
+      type: 'mcp-call',
+      id,
+      server: approval.server,
+      tool: approval.tool,
+      arguments: approval.arguments,
+      approvalRequestId: approval.requestId,
+    });
     preamble.push({ type: 'mcp-result', id, ...outcome });
-    decided.push({ role: 'assistant', content: null, tool_calls: [call] }, { role: 'tool', tool_call_id: approval.requestId, content: toolMessage(outcome) });
+    decided.push(
+      { role: 'assistant', content: null, tool_calls: [call] },
+      { role: 'tool', tool_call_id: approval.requestId, content: toolMessage(outcome) },
+    );
   }
   messages.push(...decided);
 
@@ -240,7 +341,8 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
     // Out of calls: the model is asked without the servers' tools, and must answer.
     const offering = callsMade < maxCalls;
     // A call required: of the first turn only (the model then answers with what the calls said).
-    const required = turn === 0 && run.plan.requireCall === true && offered.size > 0 ? { tool_choice: 'required' as const } : {};
+    const required =
+      turn === 0 && run.plan.requireCall === true && offered.size > 0 ? { tool_choice: 'required' as const } : {};
     const request = offering ? { ...chat, messages, ...required } : { ...run.chat, messages };
     const held = new Map<number, HeldCall>();
     const passed = new Map<number, number>();
@@ -297,7 +399,8 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
       if (out.length > 0) yield out;
     }
     total = addUsage(total, usage);
-    const ends = held.size === 0 || passed.size > 0 || finish?.reason === 'length' || finish?.reason === 'content_filter';
+    const ends =
+      held.size === 0 || passed.size > 0 || finish?.reason === 'length' || finish?.reason === 'content_filter';
     if (ends && held.size === 0) {
       yield [...(finish ? [finish] : []), ...(total ? [{ type: 'usage' as const, usage: total }] : [])];
       return;
@@ -307,41 +410,78 @@ async function* loop(deps: ToolLoopDeps, run: ToolLoopRun, reserved: string[]): 
     const calls = [...held.values()];
     const toolMessages: ChatMessage[] = [];
     let waitsForClient = passed.size > 0;
-    const made: Array<{ call: HeldCall; id: string; offered: Offered; outcome: Promise<McpCallOutcome> | McpCallOutcome }> = [];
+    const made: Array<{
+      call: HeldCall;
+      id: string;
+      offered: Offered;
+      outcome: Promise<McpCallOutcome> | McpCallOutcome;
+    }> = [];
     for (const call of calls) {
       const found = offered.get(call.name)!;
       const json = call.pieces.join('');
       if (needsApproval(found.use, found.tool.name)) {
         waitsForClient = true;
-        yield [{ type: 'mcp-approval', id: call.id.startsWith('mcpr_') ? call.id : randomId('mcpr'), server: found.server.name, tool: found.tool.name, arguments: json }];
+        yield [
+          {
+            type: 'mcp-approval',
+            id: call.id.startsWith('mcpr_') ? call.id : randomId('mcpr'),
+            server: found.server.name,
+            tool: found.tool.name,
+            arguments: json,
+          },
+        ];
         continue;
       }
       const args = parseArguments(json);
       const id = randomId('mcp');
       if (!args || callsMade >= maxCalls) {
-        const message = !args ? 'The arguments are not a JSON object.' : `No more tool calls: this answer made its ${maxCalls}.`;
-        made.push({ call, id, offered: found, outcome: { output: message, content: [], error: { type: 'mcp_protocol_error', code: -32602, message } } });
+        const message = !args
+          ? 'The arguments are not a JSON object.'
+          : `No more tool calls: this answer made its ${maxCalls}.`;
+        made.push({
+          call,
+          id,
+          offered: found,
+          outcome: { output: message, content: [], error: { type: 'mcp_protocol_error', code: -32602, message } },
+        });
         continue;
       }
       callsMade++;
       await calling();
-      made.push({ call, id, offered: found, outcome: deps.calls.call(run.caller, access, found.server, found.tool.name, args, run.signal) });
+      made.push({
+        call,
+        id,
+        offered: found,
+        outcome: deps.calls.call(run.caller, access, found.server, found.tool.name, args, run.signal),
+      });
     }
     // A call that waits for the client (approval, or its own tool) ends the answer: what ran is said, the rest waits.
     for (const { call, id, offered: found, outcome } of made) {
-      yield [{ type: 'mcp-call', id, server: found.server.name, tool: found.tool.name, arguments: call.pieces.join('') }];
+      yield [
+        { type: 'mcp-call', id, server: found.server.name, tool: found.tool.name, arguments: call.pieces.join('') },
+      ];
       const result = await outcome;
       yield [{ type: 'mcp-result', id, ...result }];
       toolMessages.push({ role: 'tool', tool_call_id: call.id, content: toolMessage(result) });
     }
     if (waitsForClient || ends) {
-      yield [{ ...(finish ?? { type: 'finish', choice: 0 }), reason: passed.size > 0 ? 'tool_calls' : finish?.reason === 'length' ? 'length' : 'stop' } as FinishEvent, ...(total ? [{ type: 'usage' as const, usage: total }] : [])];
+      yield [
+        {
+          ...(finish ?? { type: 'finish', choice: 0 }),
+          reason: passed.size > 0 ? 'tool_calls' : finish?.reason === 'length' ? 'length' : 'stop',
+        } as FinishEvent,
+        ...(total ? [{ type: 'usage' as const, usage: total }] : []),
+      ];
       return;
     }
     messages.push({
       role: 'assistant',
       content: text.join('') === '' ? null : text.join(''),
-      tool_calls: calls.map((call) => ({ id: call.id, type: 'function' as const, function: { name: call.name, arguments: call.pieces.join('') } })),
+      tool_calls: calls.map((call) => ({
+        id: call.id,
+        type: 'function' as const,
+        function: { name: call.name, arguments: call.pieces.join('') },
+      })),
     });
     messages.push(...toolMessages);
     // The next turn is made only while the key may still make it.

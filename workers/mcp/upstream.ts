@@ -1,4 +1,9 @@
-import { Client, SSEClientTransport, StreamableHTTPClientTransport, type Transport } from '@modelcontextprotocol/client';
+import {
+  Client,
+  SSEClientTransport,
+  StreamableHTTPClientTransport,
+  type Transport,
+} from '@modelcontextprotocol/client';
 import { getDefaultEnvironment, StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { McpServer } from '../../shared/mcp/servers.js';
 
@@ -18,9 +23,17 @@ export function upstreamClient(): Client {
 export function upstreamTransport(server: McpServer, signal?: AbortSignal): Transport {
   if (server.command) {
     const { program, args, env, cwd } = server.command;
-    return new StdioClientTransport({ command: program, args: [...args], env: { ...getDefaultEnvironment(), ...env }, ...(cwd !== undefined ? { cwd } : {}), stderr: 'ignore' });
+    return new StdioClientTransport({
+      command: program,
+      args: [...args],
+      env: { ...getDefaultEnvironment(), ...env },
+      ...(cwd !== undefined ? { cwd } : {}),
+      stderr: 'ignore',
+    });
   }
   const requestInit: RequestInit = { headers: { ...server.headers }, redirect: 'error', ...(signal ? { signal } : {}) };
   const url = new URL(server.url!);
-  return server.transport === 'sse' ? new SSEClientTransport(url, { requestInit }) : new StreamableHTTPClientTransport(url, { requestInit });
+  return server.transport === 'sse'
+    ? new SSEClientTransport(url, { requestInit })
+    : new StreamableHTTPClientTransport(url, { requestInit });
 }

@@ -27,16 +27,33 @@ function metrics(): RealtimeWorkerMetrics | undefined {
   if (!found) {
     const registers = [active.registry];
     found = {
-      sessions: new Gauge({ name: `${metricsPrefix}realtime_worker_sessions_open`, help: 'Realtime sessions this worker holds open with a vendor, by vendor.', labelNames: ['vendor'], registers }),
-      frames: new Counter({ name: `${metricsPrefix}realtime_worker_frames_total`, help: 'Realtime events this worker relayed: up (client to vendor) and down (vendor to client).', labelNames: ['direction'], registers }),
+      sessions: new Gauge({
+        name: `${metricsPrefix}realtime_worker_sessions_open`,
+        help: 'Realtime sessions this worker holds open with a vendor, by vendor.',
+        labelNames: ['vendor'],
+        registers,
+      }),
+      frames: new Counter({
+        name: `${metricsPrefix}realtime_worker_frames_total`,
+        help: 'Realtime events this worker relayed: up (client to vendor) and down (vendor to client).',
+        labelNames: ['direction'],
+        registers,
+      }),
       addedLatency: new Histogram({
         name: `${metricsPrefix}realtime_worker_added_latency_seconds`,
-        help: 'Latency the relay added to a client event on its way up: from its arrival at the api to its hand-over to the vendor socket.',
+        help:
+          'Latency the relay added to a client event on its way up: from its arrival at the api to its hand-over ' +
+          'to the vendor socket.',
         labelNames: ['direction'],
         buckets: latencyBuckets,
         registers,
       }),
-      ended: new Counter({ name: `${metricsPrefix}realtime_worker_sessions_ended_total`, help: 'Realtime sessions this worker ended, by why.', labelNames: ['reason'], registers }),
+      ended: new Counter({
+        name: `${metricsPrefix}realtime_worker_sessions_ended_total`,
+        help: 'Realtime sessions this worker ended, by why.',
+        labelNames: ['reason'],
+        registers,
+      }),
     };
     byRegistry.set(active.registry, found);
   }
@@ -53,7 +70,9 @@ export function sessionClosed(vendor: string, reason: string): void {
   m?.ended.labels(reason).inc();
 }
 
-/** A frame relayed; `stampMs` (the other side's clock when the frame reached it) measures the relay's added latency up. */
+/**
+ * A frame relayed; `stampMs` (the other side's clock when the frame reached it) measures the relay's added latency up.
+ */
 export function frameRelayed(direction: 'up' | 'down', addedMs?: number): void {
   const m = metrics();
   if (!m) return;

@@ -72,14 +72,24 @@ export interface LimitsNow {
 }
 
 export class SessionBilling {
-  readonly sums: SessionSums = { responses: 0, input: 0, cached: 0, output: 0, costMicros: 0, promptCacheSavedMicros: 0 };
+  readonly sums: SessionSums = {
+    responses: 0,
+    input: 0,
+    cached: 0,
+    output: 0,
+    costMicros: 0,
+    promptCacheSavedMicros: 0,
+  };
   private readonly settled = new Set<string>();
   private readonly charged: boolean;
   private readonly nextMicros: number;
   private readonly started = new Map<string, number>();
   private touch: NodeJS.Timeout | undefined;
   private unnamed = 0;
-  /** Why the next response was not covered, when a budget refused it (the client's error says which, and when it resets). */
+  /**
+   * Why the next response was not covered, when a budget refused it (the client's error says which, and when it
+   * resets).
+   */
   refusal: string | undefined;
 
   constructor(
@@ -113,9 +123,12 @@ export class SessionBilling {
   /** Keeps the reservation held while the session lives. */
   hold(): void {
     const touch = () =>
-      touchRealtimeReservation(this.deps.redis, this.data.accountId, this.data.requestId, Date.now() + reservationHoldMs).catch((error: unknown) =>
-        this.deps.log.debug({ err: error }, 'could not touch the realtime reservation'),
-      );
+      touchRealtimeReservation(
+        this.deps.redis,
+        this.data.accountId,
+        this.data.requestId,
+        Date.now() + reservationHoldMs,
+      ).catch((error: unknown) => this.deps.log.debug({ err: error }, 'could not touch the realtime reservation'));
     void touch();
     this.touch = setInterval(() => void touch(), reservationTouchMs);
     this.touch.unref();
@@ -152,7 +165,14 @@ export class SessionBilling {
     if (this.settled.has(id)) return;
     const unfinished = realtimeUnfinishedResponse(this.deps.prices, this.model, output);
     // Cut off (its row `cancelled`), and what it is billed at is not the vendor's count (`finish_reason: incomplete`).
-    await this.record(id, unfinished.tokens, this.charged ? unfinished.costMicros : 0, 'cancelled', undefined, 'incomplete');
+    await this.record(
+      id,
+      unfinished.tokens,
+      this.charged ? unfinished.costMicros : 0,
+      'cancelled',
+      undefined,
+      'incomplete',
+    );
   }
 
   /** Whether a response's settlement was made (or tried) here. */
@@ -168,7 +188,17 @@ export class SessionBilling {
     for (let attempt = 1; ; attempt++) {
       try {
         const now = Date.now();
-        const result = await readmitRealtimeReservation(this.deps.redis, this.data.accountId, this.data.keyId, this.data.requestId, this.nextMicros, now + reservationHoldMs, limits.keyLimitMicros, limits.budgets, now);
+        const result = await readmitRealtimeReservation(
+          this.deps.redis,
+          this.data.accountId,
+          this.data.keyId,
+          this.data.requestId,
+          this.nextMicros,
+          now + reservationHoldMs,
+          limits.keyLimitMicros,
+          limits.budgets,
+          now,
+        );
         if (result.verdict !== 'refused') {
           this.heldUnder = limitsKey(limits, now);
           return 'covered';
@@ -190,11 +220,20 @@ export class SessionBilling {
     }
   }
 
-  private async record(id: string, tokens: RealtimeTokens, cost: number, status: string, next: LimitsNow | undefined, finishReason = status): Promise<NextResponse> {
+  private async record(
+    id: string,
+    tokens: RealtimeTokens,
+    cost: number,
+    status: string,
+    next: LimitsNow | undefined,
+    finishReason = status,
+  ): Promise<NextResponse> {
     this.settled.add(id);
     const totals = realtimeTotals(tokens);
     // A response served free was billed nothing, so its cache saved it nothing either (as `settleJob` counts it).
-    const promptCacheSaved = this.charged ? realtimePromptCacheSavedMicros(this.deps.prices, this.model.id, tokens, cost) : 0;
+    const promptCacheSaved = this.charged
+      ? realtimePromptCacheSavedMicros(this.deps.prices, this.model.id, tokens, cost)
+      : 0;
     const startedAt = this.started.get(id) ?? Date.now();
     this.started.delete(id);
     const entry: UsageEntry = {
@@ -225,12 +264,23 @@ export class SessionBilling {
     for (let attempt = 1; ; attempt++) {
       try {
         const now = Date.now();
-        const result = await settleRealtimeResponse(this.deps.redis, this.data.requestId, entry, next ? this.nextMicros : 0, now + reservationHoldMs, next?.keyLimitMicros, {
-          bufferRecords: this.deps.config.usageBufferRecords,
-          keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
-          alertThresholds: this.deps.config.alerts.thresholds,
-        }, next?.budgets ?? [], now);
-        if (result.refusedBy) this.refusal = budgetRefusal(result.refusedBy, now, next?.accountName ?? this.data.accountName);
+        const result = await settleRealtimeResponse(
+          this.deps.redis,
+          this.data.requestId,
+          entry,
+          next ? this.nextMicros : 0,
+          now + reservationHoldMs,
+          next?.keyLimitMicros,
+          {
+            bufferRecords: this.deps.config.usageBufferRecords,
+            keepSettledMs: this.deps.config.realtimeWorker.maxSessionMs + 15 * 60_000,
+            alertThresholds: this.deps.config.alerts.thresholds,
+          },
+          next?.budgets ?? [],
+          now,
+        );
+        if (result.refusedBy)
+          this.refusal = budgetRefusal(result.refusedBy, now, next?.accountName ?? this.data.accountName);
         this.heldUnder = next && result.next === 'held' ? limitsKey(next, now) : undefined;
         if (result.applied) {
           this.sums.responses += 1;
@@ -255,10 +305,18 @@ export class SessionBilling {
   }
 
   /** The session is over: its reservation given back, its row written. */
-  async end(summary: { opened: number; queueMs: number; reason: string; status: SettledStatus; errorCode?: string | undefined }): Promise<void> {
+  async end(summary: {
+    opened: number;
+    queueMs: number;
+    reason: string;
+    status: SettledStatus;
+    errorCode?: string | undefined;
+  }): Promise<void> {
     clearInterval(this.touch);
     const { redis, log, config } = this.deps;
-    await releaseReservation(redis, this.data.accountId, this.data.requestId).catch((error: unknown) => log.warn({ err: error }, 'could not release the realtime reservation (the sweep will)'));
+    await releaseReservation(redis, this.data.accountId, this.data.requestId).catch((error: unknown) =>
+      log.warn({ err: error }, 'could not release the realtime reservation (the sweep will)'),
+    );
     const row = {
       request_id: this.data.requestId,
       key_id: this.data.keyId,
@@ -288,7 +346,9 @@ export class SessionBilling {
       rollup: true as const,
       responses: this.sums.responses,
     };
-    await appendRealtimeSessionRow(redis, row, config.usageBufferRecords).catch((error: unknown) => log.warn({ err: error }, 'could not write the realtime session row'));
+    await appendRealtimeSessionRow(redis, row, config.usageBufferRecords).catch((error: unknown) =>
+      log.warn({ err: error }, 'could not write the realtime session row'),
+    );
   }
 }
 

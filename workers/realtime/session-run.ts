@@ -1,12 +1,26 @@
 import { randomUUID } from 'node:crypto';
 import type { Job } from 'bullmq';
-import { accessRefusalMessage, mayUseModel, namesKey, type AccessNow, type CurrentAccess } from '../../shared/access/index.js';
+import {
+  accessRefusalMessage,
+  mayUseModel,
+  namesKey,
+  type AccessNow,
+  type CurrentAccess,
+} from '../../shared/access/index.js';
 import type { Catalog, CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import { GatewayError } from '../../shared/errors.js';
 import type { Logger } from '../../shared/logger.js';
 import type { SettledStatus } from '../../shared/money/usage.js';
-import { decodeRealtime, realtimeBeatMs, realtimeClockMs, realtimePeerDeadMs, type RealtimeClose, type RealtimeJobData, type RealtimeStarted } from '../../shared/realtime.js';
+import {
+  decodeRealtime,
+  realtimeBeatMs,
+  realtimeClockMs,
+  realtimePeerDeadMs,
+  type RealtimeClose,
+  type RealtimeJobData,
+  type RealtimeStarted,
+} from '../../shared/realtime.js';
 import type { CancelRegistry } from '../cancel-registry.js';
 import type { ChannelRouter, ResolvedRoute } from '../channel-router.js';
 import { adapterMethod } from '../vendors/registry.js';
@@ -60,7 +74,10 @@ export const cancelWaitMs = 6_000;
 /** Output text kept per response for the count a cut-off response is billed by (past it, 4 characters a token). */
 const maxCountedText = 1_000_000;
 
-/** The output a response under way has sent, as its deltas passed: what it is billed by if its `response.done` never comes. */
+/**
+ * The output a response under way has sent, as its deltas passed: what it is billed by if its `response.done` never
+ * comes.
+ */
 interface Underway {
   text: string;
   /** Characters past `maxCountedText`, counted at 4 a token. */
@@ -152,15 +169,41 @@ export class SessionRun {
    */
   stop(code: number, reason: string, until?: number): void {
     if (until !== undefined) this.drainBy = until - 1_000;
-    this.end({ reason: 'worker_shutdown', status: 'failed', errorCode: 'worker_shutdown', close: { code, reason, error: { type: 'server_error', code: 'worker_shutdown', message: 'The gateway worker holding this session is shutting down; open a new session.' } } });
+    this.end({
+      reason: 'worker_shutdown',
+      status: 'failed',
+      errorCode: 'worker_shutdown',
+      close: {
+        code,
+        reason,
+        error: {
+          type: 'server_error',
+          code: 'worker_shutdown',
+          message: 'The gateway worker holding this session is shutting down; open a new session.',
+        },
+      },
+    });
   }
 
   async run(): Promise<RealtimeJobResult> {
     const { deps, data } = this;
-    const firstRun = (this.job.attemptsStarted ?? 1) <= 1 && this.job.attemptsMade === 0 && (this.job.stalledCounter ?? 0) === 0;
+    const firstRun =
+      (this.job.attemptsStarted ?? 1) <= 1 && this.job.attemptsMade === 0 && (this.job.stalledCounter ?? 0) === 0;
     if (!firstRun) {
       this.log.warn('a realtime session whose worker was lost is not opened again');
-      await deps.bus.send(this.sessionId, 'close', JSON.stringify({ code: 1011, reason: 'worker lost', error: { type: 'server_error', code: 'worker_lost', message: 'The gateway worker holding this session was lost.' } } satisfies RealtimeClose));
+      await deps.bus.send(
+        this.sessionId,
+        'close',
+        JSON.stringify({
+          code: 1011,
+          reason: 'worker lost',
+          error: {
+            type: 'server_error',
+            code: 'worker_lost',
+            message: 'The gateway worker holding this session was lost.',
+          },
+        } satisfies RealtimeClose),
+      );
       return { reason: 'worker_lost', responses: 0, costMicros: 0 };
     }
     if (Date.now() > data.deadline) {
@@ -191,10 +234,16 @@ export class SessionRun {
     let model: CatalogModel | undefined;
     try {
       model = deps.catalog.get(data.model);
-      if (!model) throw new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, { code: 'model_not_found' });
+      if (!model)
+        throw new GatewayError(404, `The model \`${data.model}\` is no longer in the catalog.`, {
+          code: 'model_not_found',
+        });
       const route = (this.route = deps.router.route(model));
       const openRealtime = adapterMethod(route.protocol, 'openRealtime');
-      const connectTimeoutMs = Math.max(1, Math.min(deps.config.vendorTimeouts.connectMs || defaultConnectTimeoutMs, data.deadline - Date.now()));
+      const connectTimeoutMs = Math.max(
+        1,
+        Math.min(deps.config.vendorTimeouts.connectMs || defaultConnectTimeoutMs, data.deadline - Date.now()),
+      );
       const session = await openRealtime(
         {
           sessionId: this.sessionId,
@@ -212,12 +261,26 @@ export class SessionRun {
       this.vendorSession = session;
       if (signal.aborted || this.ending) {
         session.close();
-        await this.refuse(this.ending ? undefined : new GatewayError(499, 'The session was cancelled before it opened.', { code: 'cancelled' }));
+        await this.refuse(
+          this.ending
+            ? undefined
+            : new GatewayError(499, 'The session was cancelled before it opened.', { code: 'cancelled' }),
+        );
         return false;
       }
     } catch (caught) {
-      const error = caught instanceof GatewayError ? caught : signal.aborted ? new GatewayError(499, 'The session was cancelled before it opened.', { code: 'cancelled' }) : new GatewayError(503, 'The vendor could not open a Realtime session.', { type: 'server_error', code: 'vendor_unavailable', cause: caught });
-      if (!(caught instanceof GatewayError)) this.log.warn({ err: caught }, 'could not open the vendor realtime session');
+      const error =
+        caught instanceof GatewayError
+          ? caught
+          : signal.aborted
+            ? new GatewayError(499, 'The session was cancelled before it opened.', { code: 'cancelled' })
+            : new GatewayError(503, 'The vendor could not open a Realtime session.', {
+                type: 'server_error',
+                code: 'vendor_unavailable',
+                cause: caught,
+              });
+      if (!(caught instanceof GatewayError))
+        this.log.warn({ err: caught }, 'could not open the vendor realtime session');
       await this.refuse(error);
       return false;
     }
@@ -225,13 +288,21 @@ export class SessionRun {
     this.billing = new SessionBilling({ ...deps.billing, config: deps.config }, data, model, route.channel);
     this.billing.hold();
     sessionOpened(route.channel.vendor);
-    await deps.bus.send(this.sessionId, 'started', JSON.stringify({ worker: deps.workerName, vendor: route.channel.vendor } satisfies RealtimeStarted));
+    await deps.bus.send(
+      this.sessionId,
+      'started',
+      JSON.stringify({ worker: deps.workerName, vendor: route.channel.vendor } satisfies RealtimeStarted),
+    );
     this.started = true;
-    // A change to the key or its account (revoked, disabled, its limit, budgets or models) is acted on at once, idle or not.
+    // A change to the key or its account (revoked, disabled, its limit, budgets or models) is acted on at once, idle or
+    // not.
     this.unlisten = deps.access.listen((message) => {
       if (namesKey(message, data.keyId, data.accountId)) this.recheck();
     });
-    this.log.info({ vendor: route.channel.vendor, channel: route.channel.id, model: data.model }, 'realtime session opened');
+    this.log.info(
+      { vendor: route.channel.vendor, channel: route.channel.id, model: data.model },
+      'realtime session opened',
+    );
     for (const event of this.early.splice(0)) this.fromVendor(event);
     this.lastHeard = Date.now();
     this.timers.push(setInterval(() => this.beat(), realtimeBeatMs));
@@ -240,7 +311,17 @@ export class SessionRun {
         this.end({
           reason: 'max_duration',
           status: 'completed',
-          close: { code: 1000, reason: 'maximum session duration', error: { type: 'invalid_request_error', code: 'session_expired', message: `Your session hit the maximum duration of ${Math.round(deps.config.realtimeWorker.maxSessionMs / 60_000)} minutes.` } },
+          close: {
+            code: 1000,
+            reason: 'maximum session duration',
+            error: {
+              type: 'invalid_request_error',
+              code: 'session_expired',
+              message:
+                `Your session hit the maximum duration of ` +
+                `${Math.round(deps.config.realtimeWorker.maxSessionMs / 60_000)} minutes.`,
+            },
+          },
         }),
       deps.config.realtimeWorker.maxSessionMs,
     );
@@ -318,7 +399,12 @@ export class SessionRun {
       // One response at a time: the reservation covers one response's worst case, so a second asked for while one
       // is asked or under way (an out-of-band response, say) is refused as OpenAI refuses one in its conversation.
       if (this.asked || this.responding > 0) {
-        this.refuseEvent(event, 'conversation_already_has_active_response', 'The session already has a response in progress; through this gateway a session runs one response at a time. Wait for its response.done (or cancel it) and ask again.');
+        this.refuseEvent(
+          event,
+          'conversation_already_has_active_response',
+          'The session already has a response in progress; through this gateway a session runs one response at a ' +
+            'time. Wait for its response.done (or cancel it) and ask again.',
+        );
         return;
       }
       this.asked = true;
@@ -340,7 +426,11 @@ export class SessionRun {
       if (!this.busy()) this.drained?.();
       return;
     }
-    if ((event.type === 'session.created' || event.type === 'session.updated') && event.session && typeof event.session === 'object') {
+    if (
+      (event.type === 'session.created' || event.type === 'session.updated') &&
+      event.session &&
+      typeof event.session === 'object'
+    ) {
       (event.session as Record<string, unknown>).model = this.data.clientModel ?? this.data.model;
     }
     void this.deps.bus.send(this.sessionId, 'event', JSON.stringify(event), realtimeClockMs());
@@ -399,8 +489,19 @@ export class SessionRun {
 
   /** An `error` event of the gateway's own for a client event it did not pass on. */
   private refuseEvent(event: RealtimeClientEvent, code: string, message: string): void {
-    const error = { type: 'invalid_request_error', code, message, param: null, event_id: typeof event.event_id === 'string' ? event.event_id : null };
-    void this.deps.bus.send(this.sessionId, 'event', JSON.stringify({ type: 'error', event_id: `event_${randomUUID().replaceAll('-', '').slice(0, 22)}`, error }), realtimeClockMs());
+    const error = {
+      type: 'invalid_request_error',
+      code,
+      message,
+      param: null,
+      event_id: typeof event.event_id === 'string' ? event.event_id : null,
+    };
+    void this.deps.bus.send(
+      this.sessionId,
+      'event',
+      JSON.stringify({ type: 'error', event_id: `event_${randomUUID().replaceAll('-', '').slice(0, 22)}`, error }),
+      realtimeClockMs(),
+    );
     frameRelayed('down');
   }
 
@@ -431,8 +532,8 @@ export class SessionRun {
   /**
    * Reads what the key may do now and acts on it: refused (revoked, its account disabled, expired) or its model no
    * longer allowed → the session ends (an `error` event, close 1008); else the reservation held for the next response
-   * is admitted again under the key's limit and budgets as they are now, and the session ends when they cannot cover it.
-   * Client events are held meanwhile. Called on each change heard of the key or its account, and before each
+   * is admitted again under the key's limit and budgets as they are now, and the session ends when they cannot cover
+   * it. Client events are held meanwhile. Called on each change heard of the key or its account, and before each
    * `response.create` is passed on.
    */
   private recheck(): void {
@@ -456,7 +557,9 @@ export class SessionRun {
     });
   }
 
-  /** One decision on the session's queue of them (settlements and checks, in turn), client events held until the last. */
+  /**
+   * One decision on the session's queue of them (settlements and checks, in turn), client events held until the last.
+   */
   private decide(decision: () => Promise<boolean>): void {
     this.held ??= [];
     this.deciding += 1;
@@ -467,7 +570,20 @@ export class SessionRun {
       } catch (error) {
         // Nothing the client asked is passed on undecided: the session ends.
         this.log.error({ err: error }, 'a realtime session decision failed');
-        this.end({ reason: 'internal_error', status: 'failed', errorCode: 'internal_error', close: { code: 1011, reason: 'internal error', error: { type: 'server_error', code: 'internal_error', message: 'The gateway could not decide whether the session may go on; open a new session.' } } });
+        this.end({
+          reason: 'internal_error',
+          status: 'failed',
+          errorCode: 'internal_error',
+          close: {
+            code: 1011,
+            reason: 'internal error',
+            error: {
+              type: 'server_error',
+              code: 'internal_error',
+              message: 'The gateway could not decide whether the session may go on; open a new session.',
+            },
+          },
+        });
       } finally {
         this.deciding -= 1;
       }
@@ -490,8 +606,17 @@ export class SessionRun {
 
   /** The limits a reservation is held to now. */
   private limitsOf(now: AccessNow | undefined): LimitsNow {
-    if (now && 'access' in now) return { keyLimitMicros: now.access.limitMicros, budgets: now.access.budgets ?? [], accountName: now.access.accountName };
-    return { keyLimitMicros: this.data.keyLimitMicros, budgets: this.data.budgets ?? [], accountName: this.data.accountName };
+    if (now && 'access' in now)
+      return {
+        keyLimitMicros: now.access.limitMicros,
+        budgets: now.access.budgets ?? [],
+        accountName: now.access.accountName,
+      };
+    return {
+      keyLimitMicros: this.data.keyLimitMicros,
+      budgets: this.data.budgets ?? [],
+      accountName: this.data.accountName,
+    };
   }
 
   /** The end a key's access calls for, if any: refused, or the session's model no longer allowed. */
@@ -502,7 +627,11 @@ export class SessionRun {
         reason: 'access_refused',
         status: 'cancelled',
         errorCode: 'invalid_api_key',
-        close: { code: 1008, reason: 'invalid api key', error: { type: 'invalid_request_error', code: 'invalid_api_key', message: accessRefusalMessage(now.refused) } },
+        close: {
+          code: 1008,
+          reason: 'invalid api key',
+          error: { type: 'invalid_request_error', code: 'invalid_api_key', message: accessRefusalMessage(now.refused) },
+        },
       };
     }
     if (!mayUseModel(now.access, this.data.model)) {
@@ -511,7 +640,15 @@ export class SessionRun {
         reason: 'model_not_allowed',
         status: 'cancelled',
         errorCode: 'model_not_allowed',
-        close: { code: 1008, reason: 'model not allowed', error: { type: 'invalid_request_error', code: 'model_not_allowed', message: `This API key may no longer use the model \`${model}\`.` } },
+        close: {
+          code: 1008,
+          reason: 'model not allowed',
+          error: {
+            type: 'invalid_request_error',
+            code: 'model_not_allowed',
+            message: `This API key may no longer use the model \`${model}\`.`,
+          },
+        },
       };
     }
     return undefined;
@@ -528,7 +665,10 @@ export class SessionRun {
         error: {
           type: 'insufficient_quota',
           code: 'insufficient_quota',
-          message: billing.refusal ?? "You exceeded your current quota: the account's balance cannot cover the session's next response. Add credits to the account.",
+          message:
+            billing.refusal ??
+            "You exceeded your current quota: the account's balance cannot cover the session's next response. " +
+              'Add credits to the account.',
         },
       },
     };
@@ -540,7 +680,8 @@ export class SessionRun {
     this.drained?.();
     if (!this.started) {
       // Closed during the handshake: the open rejects or resolves; nothing is relayed yet.
-      if (!this.ending) this.end({ reason: 'vendor_failed', status: 'failed', errorCode: end.error?.code ?? 'vendor_closed' });
+      if (!this.ending)
+        this.end({ reason: 'vendor_failed', status: 'failed', errorCode: end.error?.code ?? 'vendor_closed' });
       return;
     }
     const error = end.error;
@@ -549,8 +690,15 @@ export class SessionRun {
       status: error ? 'failed' : 'completed',
       ...(error ? { errorCode: error.code ?? error.type } : {}),
       close: error
-        ? { code: 1011, reason: end.reason || 'vendor failed', error: { type: error.type, code: error.code ?? 'vendor_error', message: error.message } }
-        : { code: end.code >= 1000 && end.code < 5000 && end.code !== 1005 && end.code !== 1006 ? end.code : 1000, reason: end.reason },
+        ? {
+            code: 1011,
+            reason: end.reason || 'vendor failed',
+            error: { type: error.type, code: error.code ?? 'vendor_error', message: error.message },
+          }
+        : {
+            code: end.code >= 1000 && end.code < 5000 && end.code !== 1005 && end.code !== 1006 ? end.code : 1000,
+            reason: end.reason,
+          },
     });
   }
 
@@ -564,7 +712,10 @@ export class SessionRun {
     this.held = undefined;
     if (this.vendorSession && this.started && !this.vendorGone && this.busy()) {
       try {
-        this.vendorSession.send({ type: 'response.cancel', event_id: `event_gw_${randomUUID().replaceAll('-', '').slice(0, 20)}` });
+        this.vendorSession.send({
+          type: 'response.cancel',
+          event_id: `event_gw_${randomUUID().replaceAll('-', '').slice(0, 20)}`,
+        });
       } catch (error) {
         this.log.warn({ err: error }, 'could not ask the vendor to cancel the response under way');
       }
@@ -582,18 +733,28 @@ export class SessionRun {
       let timer: NodeJS.Timeout | undefined;
       await new Promise<void>((resolve) => {
         this.drained = resolve;
-        timer = setTimeout(resolve, Math.max(0, Math.min(cancelWaitMs, (this.drainBy ?? Number.POSITIVE_INFINITY) - Date.now())));
+        timer = setTimeout(
+          resolve,
+          Math.max(0, Math.min(cancelWaitMs, (this.drainBy ?? Number.POSITIVE_INFINITY) - Date.now())),
+        );
       });
       clearTimeout(timer);
       this.drained = undefined;
-      if (this.busy()) this.log.warn({ vendor_gone: this.vendorGone }, "the vendor did not end the cancelled response in time: billed at what is known");
+      if (this.busy())
+        this.log.warn(
+          { vendor_gone: this.vendorGone },
+          'the vendor did not end the cancelled response in time: billed at what is known',
+        );
     }
     this.vendorSession?.close();
     const billing = this.billing;
     if (!billing) return;
     for (const [id, counted] of this.underway) {
       if (billing.isSettled(id)) continue;
-      const output = { text: countTextTokens(counted.text) + Math.ceil(counted.overflow / 4), audio: realtimeAudioOutputTokens(counted.audioBytes) };
+      const output = {
+        text: countTextTokens(counted.text) + Math.ceil(counted.overflow / 4),
+        audio: realtimeAudioOutputTokens(counted.audioBytes),
+      };
       this.settling = this.settling.then(() => billing.settleUnfinished(id, output));
     }
     this.underway.clear();
@@ -608,9 +769,23 @@ export class SessionRun {
     await this.settling;
     const vendor = this.route?.channel.vendor;
     sessionClosedMetric(vendor, ending.reason);
-    await this.billing?.end({ opened: this.opened, queueMs: (this.job.processedOn ?? this.opened) - this.job.timestamp, reason: ending.reason, status: ending.status, errorCode: ending.errorCode });
+    await this.billing?.end({
+      opened: this.opened,
+      queueMs: (this.job.processedOn ?? this.opened) - this.job.timestamp,
+      reason: ending.reason,
+      status: ending.status,
+      errorCode: ending.errorCode,
+    });
     const sums = this.billing?.sums;
-    this.log.info({ reason: ending.reason, responses: sums?.responses ?? 0, cost_micros: sums?.costMicros ?? 0, duration_ms: Date.now() - this.opened }, 'realtime session ended');
+    this.log.info(
+      {
+        reason: ending.reason,
+        responses: sums?.responses ?? 0,
+        cost_micros: sums?.costMicros ?? 0,
+        duration_ms: Date.now() - this.opened,
+      },
+      'realtime session ended',
+    );
     return { reason: ending.reason, responses: sums?.responses ?? 0, costMicros: sums?.costMicros ?? 0 };
   }
 }
@@ -630,7 +805,10 @@ function base64Bytes(text: string): number {
   return Math.max(0, Math.floor((text.length * 3) / 4) - padding);
 }
 
-/** A client event that may start a response: `response.create`, or a function call's output (a vendor may go on by itself). */
+/**
+ * A client event that may start a response: `response.create`, or a function call's output (a vendor may go on by
+ * itself).
+ */
 function startsResponse(event: RealtimeClientEvent): boolean {
   if (event.type === 'response.create') return true;
   const item = (event as { item?: { type?: unknown } }).item;

@@ -16,9 +16,10 @@ import { SessionRun, type RealtimeJobResult, type SessionRunDeps } from './sessi
  * The worker process's Realtime sessions: a BullMQ worker on each queue sessions wait in (shared/realtime-queue.ts):
  * the `realtime` queue's shards, and each capped vendor's Realtime lane, capped in BullMQ at the vendor's session
  * cap (its global concurrency, set by every worker at start), so a start past the cap waits in the lane in its fair
- * order and a running session holds its slot until its job ends; each fetch loop as wide as REALTIME_SESSIONS_PER_WORKER
- * (a lane: no wider than its cap). A job is one session, run once: its lock is renewed by BullMQ while it runs, and
- * a stalled one (its worker died) is failed, not run again (`maxStalledCount: 0`), its slot freed with its lock.
+ * order and a running session holds its slot until its job ends; each fetch loop as wide as
+ * REALTIME_SESSIONS_PER_WORKER (a lane: no wider than its cap). A job is one session, run once: its lock is renewed by
+ * BullMQ while it runs, and a stalled one (its worker died) is failed, not run again (`maxStalledCount: 0`), its slot
+ * freed with its lock.
  *
  * Stopping: every session here is ended at once with `close` 1012 (the api tells its client to reconnect), and the
  * loops wait for their jobs to finish, which they do in moments (a response under way cancelled at the vendor and
@@ -50,7 +51,8 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
 
   const processor = async (job: Job<RealtimeJobData, RealtimeJobResult>): Promise<RealtimeJobResult> => {
     // Taken in the fair order: it leaves its queue's backlog, and its band's virtual time moves to its tag.
-    if (isFirstRun(job)) void leaveBacklog(redis, job.queueName, job.id!, `${job.queueQualifiedName}:${job.id}`).catch(() => undefined);
+    if (isFirstRun(job))
+      void leaveBacklog(redis, job.queueName, job.id!, `${job.queueQualifiedName}:${job.id}`).catch(() => undefined);
     const run = new SessionRun({ ...deps, bus }, job);
     running.add(run);
     if (stopping) run.stop(shutdownCode, 'worker shutting down');
@@ -63,7 +65,11 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
 
   const perWorker = config.concurrency.realtime;
   const shards = Math.max(1, config.queueShards.realtime ?? 1);
-  const lanes = realtimeLaneVendors(config).map((vendor) => ({ vendor, cap: realtimeSessionCap(config, vendor), queue: realtimeLaneQueueName(vendor) }));
+  const lanes = realtimeLaneVendors(config).map((vendor) => ({
+    vendor,
+    cap: realtimeSessionCap(config, vendor),
+    queue: realtimeLaneQueueName(vendor),
+  }));
   await Promise.all(
     lanes.map(async ({ queue: name, cap }) => {
       const queue = new Queue(name, { connection: redis });
@@ -75,7 +81,10 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
     }),
   );
   const loops = [
-    ...Array.from({ length: shards }, (_, shard) => ({ queue: shardQueueName('realtime', shard, shards), concurrency: perWorker })),
+    ...Array.from({ length: shards }, (_, shard) => ({
+      queue: shardQueueName('realtime', shard, shards),
+      concurrency: perWorker,
+    })),
     ...lanes.map(({ queue, cap }) => ({ queue, concurrency: Math.min(cap, perWorker) })),
   ];
   const workers = loops.map(
@@ -91,19 +100,29 @@ export async function startRealtimeWorkers(deps: RealtimeWorkerDeps): Promise<Re
         removeOnFail: { age: 86_400, count: 5000 },
       }),
   );
-  for (const worker of workers) worker.on('error', (error) => log.warn({ err: error, queue: worker.name }, 'realtime worker error'));
+  for (const worker of workers)
+    worker.on('error', (error) => log.warn({ err: error, queue: worker.name }, 'realtime worker error'));
   await Promise.all(workers.map((worker) => worker.waitUntilReady()));
 
   // Each queue's backlog count is repaired from the sessions that wait, by one worker per interval.
   const counted = loops.map(({ queue }) => new Queue(queue, { connection: redis }));
   const recountSweep = setInterval(() => {
     for (const queue of counted) {
-      recount(redis, queue, config.scheduling.recountMs).catch((error: unknown) => log.warn({ err: error, queue: queue.name }, 'could not recount the realtime backlog'));
+      recount(redis, queue, config.scheduling.recountMs).catch((error: unknown) =>
+        log.warn({ err: error, queue: queue.name }, 'could not recount the realtime backlog'),
+      );
     }
   }, config.scheduling.recountMs);
   recountSweep.unref();
 
-  log.info({ queues: loops.map((loop) => loop.queue), sessionsPerWorker: perWorker, ...(lanes.length > 0 ? { sessionCaps: Object.fromEntries(lanes.map(({ vendor, cap }) => [vendor, cap])) } : {}) }, 'realtime sessions served');
+  log.info(
+    {
+      queues: loops.map((loop) => loop.queue),
+      sessionsPerWorker: perWorker,
+      ...(lanes.length > 0 ? { sessionCaps: Object.fromEntries(lanes.map(({ vendor, cap }) => [vendor, cap])) } : {}),
+    },
+    'realtime sessions served',
+  );
   return {
     queues: loops.map((loop) => loop.queue),
     async close(until: number) {

@@ -15,7 +15,8 @@ import type { CallContext } from './types.js';
  * the channel's credentials unless it stays on the channel's own origin.
  */
 
-export type AddressCategory = 'unspecified' | 'loopback' | 'private' | 'cgnat' | 'link-local' | 'unique-local' | 'multicast' | 'reserved';
+export type AddressCategory =
+  'unspecified' | 'loopback' | 'private' | 'cgnat' | 'link-local' | 'unique-local' | 'multicast' | 'reserved';
 
 type Range = readonly [network: string, prefix: number];
 
@@ -24,7 +25,11 @@ const IPV4_RANGES: Record<AddressCategory, readonly Range[]> = {
   // 0.0.0.0 reaches the local host on Linux.
   unspecified: [['0.0.0.0', 8]],
   loopback: [['127.0.0.0', 8]],
-  private: [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16]],
+  private: [
+    ['10.0.0.0', 8],
+    ['172.16.0.0', 12],
+    ['192.168.0.0', 16],
+  ],
   cgnat: [['100.64.0.0', 10]],
   // Holds 169.254.169.254, the cloud metadata service.
   'link-local': [['169.254.0.0', 16]],
@@ -51,7 +56,13 @@ const IPV6_RANGES: Record<AddressCategory, readonly Range[]> = {
   'unique-local': [['fc00::', 7]],
   multicast: [['ff00::', 8]],
   // Local-use NAT64, discard-only, IETF protocol assignments (Teredo among them), documentation.
-  reserved: [['64:ff9b:1::', 48], ['100::', 64], ['2001::', 23], ['2001:db8::', 32], ['3fff::', 20]],
+  reserved: [
+    ['64:ff9b:1::', 48],
+    ['100::', 64],
+    ['2001::', 23],
+    ['2001:db8::', 32],
+    ['3fff::', 20],
+  ],
 };
 
 const hex16 = (high: number, low: number) => ((high << 8) | low).toString(16);
@@ -69,7 +80,9 @@ function embeddingRanges([network, prefix]: Range): Range[] {
   ];
 }
 
-const CATEGORIES: ReadonlyArray<readonly [AddressCategory, BlockList]> = (Object.keys(IPV4_RANGES) as AddressCategory[]).map((category) => {
+const CATEGORIES: ReadonlyArray<readonly [AddressCategory, BlockList]> = (
+  Object.keys(IPV4_RANGES) as AddressCategory[]
+).map((category) => {
   const list = new BlockList();
   for (const range of IPV4_RANGES[category]) {
     list.addSubnet(range[0], range[1], 'ipv4');
@@ -97,7 +110,10 @@ export function classifyAddress(address: string): AddressCategory | null {
 
 /** The operator's exceptions (`FETCH_ALLOW_HOSTS`, `FETCH_ALLOW_PRIVATE` in shared/config.ts). */
 export interface FetchPolicy {
-  /** Host names (`images.internal`), subdomain wildcards (`*.corp.example`), IP addresses and CIDR ranges fetched without the address check. */
+  /**
+   * Host names (`images.internal`), subdomain wildcards (`*.corp.example`), IP addresses and CIDR ranges fetched
+   * without the address check.
+   */
   allowHosts: readonly string[];
   /** Fetch from any address (development against local fakes); the scheme and credential rules still hold. */
   allowPrivate: boolean;
@@ -111,9 +127,17 @@ interface CompiledPolicy {
 }
 
 function compilePolicy(policy: FetchPolicy): CompiledPolicy {
-  const compiled: CompiledPolicy = { allowPrivate: policy.allowPrivate, names: new Set(), suffixes: [], ranges: new BlockList() };
+  const compiled: CompiledPolicy = {
+    allowPrivate: policy.allowPrivate,
+    names: new Set(),
+    suffixes: [],
+    ranges: new BlockList(),
+  };
   for (const raw of policy.allowHosts) {
-    const entry = raw.trim().toLowerCase().replace(/^\[(.*?)\]/, '$1');
+    const entry = raw
+      .trim()
+      .toLowerCase()
+      .replace(/^\[(.*?)\]/, '$1');
     if (entry === '') continue;
     const slash = entry.indexOf('/');
     const network = slash === -1 ? entry : entry.slice(0, slash);
@@ -128,7 +152,9 @@ function compilePolicy(policy: FetchPolicy): CompiledPolicy {
   return compiled;
 }
 
-/** A listed name resolves wherever it resolves: the operator vouched for it. (Listed addresses are `addressRefusal`'s.) */
+/**
+ * A listed name resolves wherever it resolves: the operator vouched for it. (Listed addresses are `addressRefusal`'s.)
+ */
 function nameAllowed(policy: CompiledPolicy, hostname: string): boolean {
   const host = hostname.toLowerCase();
   return policy.names.has(host) || policy.suffixes.some((suffix) => host.endsWith(suffix));
@@ -155,7 +181,11 @@ export class UnsafeAddressError extends Error {
   }
 }
 
-type Resolver = (hostname: string, options: LookupAllOptions, callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void) => void;
+type Resolver = (
+  hostname: string,
+  options: LookupAllOptions,
+  callback: (error: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void,
+) => void;
 
 /**
  * A `lookup` for sockets that refuses a name if any address it resolves to
@@ -180,7 +210,8 @@ function guardedLookup(policy: CompiledPolicy, resolve: Resolver): LookupFunctio
       // Sockets ask for every address when they race IPv4 against IPv6 (autoSelectFamily), else for one.
       if (options.all) return callback(null, addresses);
       const [first] = addresses;
-      if (first === undefined) return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
+      if (first === undefined)
+        return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), '', 0);
       callback(null, first.address, first.family);
     });
   };
@@ -207,7 +238,10 @@ export function guardedConnector(fetchPolicy: FetchPolicy, connectTimeoutMs: num
 export interface GuardedGetOptions {
   /** Sent on every hop: nothing secret here. */
   headers?: Record<string, string>;
-  /** Sent only while the request stays on the channel's origin (or one of `credentialOrigins`): never after a redirect away. */
+  /**
+   * Sent only while the request stays on the channel's origin (or one of `credentialOrigins`): never after a redirect
+   * away.
+   */
   credentials?: Record<string, string>;
   /** Origins besides the channel's own that may receive `credentials` (BFL's regional hosts for a channel on BFL). */
   credentialOrigins?: readonly string[];
@@ -230,8 +264,16 @@ function originOf(url: string): string | undefined {
 }
 
 /** Refusals are logged by scheme and host only: paths and queries of vendor URLs carry signatures. */
-function unsafeUrl(ctx: CallContext, target: URL | undefined, reason: string, cause?: UnsafeAddressError): GatewayError {
-  ctx.log.warn({ target: target === undefined ? undefined : `${target.protocol}//${target.host}`, reason }, 'refused to fetch a URL the vendor sent');
+function unsafeUrl(
+  ctx: CallContext,
+  target: URL | undefined,
+  reason: string,
+  cause?: UnsafeAddressError,
+): GatewayError {
+  ctx.log.warn(
+    { target: target === undefined ? undefined : `${target.protocol}//${target.host}`, reason },
+    'refused to fetch a URL the vendor sent',
+  );
   return new GatewayError(502, 'The upstream vendor answered with a URL the gateway does not fetch.', {
     type: 'server_error',
     code: 'unsafe_vendor_url',
@@ -254,12 +296,18 @@ function findUnsafeAddress(error: unknown): UnsafeAddressError | undefined {
  * configured (it may be a local model server); everything else must be
  * public. Redirects are followed here, up to `maxRedirects`, each hop checked.
  */
-export async function guardedGet(url: string, ctx: CallContext, options: GuardedGetOptions = {}): Promise<VendorResponse> {
+export async function guardedGet(
+  url: string,
+  ctx: CallContext,
+  options: GuardedGetOptions = {},
+): Promise<VendorResponse> {
   ctx.signal.throwIfAborted();
   const deadline = AbortSignal.timeout(options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
   const signal = AbortSignal.any([ctx.signal, deadline]);
   const channelOrigin = originOf(ctx.channel.baseUrl);
-  const keyOrigins = new Set([channelOrigin, ...(options.credentialOrigins ?? [])].filter((origin) => origin !== undefined));
+  const keyOrigins = new Set(
+    [channelOrigin, ...(options.credentialOrigins ?? [])].filter((origin) => origin !== undefined),
+  );
   let target: URL;
   try {
     target = new URL(url);
@@ -270,7 +318,8 @@ export async function guardedGet(url: string, ctx: CallContext, options: Guarded
   const keyOrigin = keyOrigins.has(target.origin) ? target.origin : undefined;
   let onKeyOrigin = keyOrigin !== undefined;
   for (let hop = 0; ; hop += 1) {
-    if (target.protocol !== 'http:' && target.protocol !== 'https:') throw unsafeUrl(ctx, target, `the ${target.protocol} scheme`);
+    if (target.protocol !== 'http:' && target.protocol !== 'https:')
+      throw unsafeUrl(ctx, target, `the ${target.protocol} scheme`);
     // Once a redirect leaves the key's origin the key stays behind, even if a later hop comes back.
     onKeyOrigin &&= target.origin === keyOrigin;
     const headers = onKeyOrigin ? { ...options.headers, ...options.credentials } : { ...options.headers };
@@ -308,7 +357,12 @@ export async function guardedGet(url: string, ctx: CallContext, options: Guarded
  * refused before reading), else throws `tooLarge()`: a misbehaving vendor
  * cannot make the worker buffer without end.
  */
-export async function readBoundedBytes(response: VendorResponse, maxBytes: number, ctx: CallContext, tooLarge: () => GatewayError): Promise<Buffer> {
+export async function readBoundedBytes(
+  response: VendorResponse,
+  maxBytes: number,
+  ctx: CallContext,
+  tooLarge: () => GatewayError,
+): Promise<Buffer> {
   const declared = Number(response.headers['content-length']);
   if (Number.isFinite(declared) && declared > maxBytes) {
     discardBody(response);

@@ -55,7 +55,13 @@ export async function postVendor(
   const sent = { ...headers, ...(typeof body === 'string' ? { 'content-type': 'application/json' } : {}), accept };
   let response: VendorResponse;
   try {
-    const answer = await request(url, { method: 'POST', dispatcher: ctx.http.agent, signal: ctx.signal, headers: sent, body });
+    const answer = await request(url, {
+      method: 'POST',
+      dispatcher: ctx.http.agent,
+      signal: ctx.signal,
+      headers: sent,
+      body,
+    });
     response = { status: answer.statusCode, headers: answer.headers, body: answer.body };
   } catch (error) {
     throw mapTransportError(error, ctx);
@@ -72,7 +78,11 @@ export interface JsonAnswer {
 }
 
 /** POSTs and reads the JSON object answered; a refusal is thrown as `mapError` reads it. */
-export async function postJson(ctx: CallContext, request: VendorRequest, mapError: VendorErrorMapper): Promise<JsonAnswer> {
+export async function postJson(
+  ctx: CallContext,
+  request: VendorRequest,
+  mapError: VendorErrorMapper,
+): Promise<JsonAnswer> {
   const response = await postVendor(ctx, request, mapError);
   const text = await readBodyText(response, ctx);
   return { text, json: parseJsonObject(text) };
@@ -82,20 +92,36 @@ export async function postJson(ctx: CallContext, request: VendorRequest, mapErro
  * The one status check of vendor answers: a 2xx passes; anything else is read
  * (capped), mapped by the vendor's `mapError`, logged and thrown.
  */
-export async function requireOk(response: VendorResponse, ctx: CallContext, mapError: VendorErrorMapper): Promise<VendorResponse> {
+export async function requireOk(
+  response: VendorResponse,
+  ctx: CallContext,
+  mapError: VendorErrorMapper,
+): Promise<VendorResponse> {
   if (response.status < 200 || response.status >= 300) throw await readRefusal(response, ctx, mapError);
   return response;
 }
 
-async function readRefusal(response: VendorResponse, ctx: CallContext, mapError: VendorErrorMapper): Promise<GatewayError> {
+async function readRefusal(
+  response: VendorResponse,
+  ctx: CallContext,
+  mapError: VendorErrorMapper,
+): Promise<GatewayError> {
   const bodyText = await readCappedText(response, ctx);
   const error = mapError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
   const upstreamRequestId = response.headers['request-id'] ?? response.headers['x-request-id'];
-  ctx.log.debug({ upstreamStatus: response.status, upstreamRequestId, err: error }, 'upstream vendor refused the request');
+  ctx.log.debug(
+    { upstreamStatus: response.status, upstreamRequestId, err: error },
+    'upstream vendor refused the request',
+  );
   return error;
 }
 
-const TIMEOUT_CODES = new Set(['UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'ETIMEDOUT']);
+const TIMEOUT_CODES = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+  'ETIMEDOUT',
+]);
 
 /**
  * Turns a failure of the HTTP exchange into what the caller acts on: the
@@ -107,7 +133,10 @@ export function mapTransportError(error: unknown, ctx: CallContext): unknown {
   if (isGatewayError(error)) return error;
   const code = (error as { code?: unknown } | null)?.code;
   // `TimeoutError`: a fetch's own total deadline (AbortSignal.timeout) fired, not the caller's signal.
-  if ((typeof code === 'string' && TIMEOUT_CODES.has(code)) || (error as { name?: unknown } | null)?.name === 'TimeoutError') {
+  if (
+    (typeof code === 'string' && TIMEOUT_CODES.has(code)) ||
+    (error as { name?: unknown } | null)?.name === 'TimeoutError'
+  ) {
     return new GatewayError(504, 'The upstream vendor timed out.', {
       type: 'server_error',
       code: 'vendor_timeout',

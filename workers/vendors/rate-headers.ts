@@ -20,7 +20,10 @@ export const maxSaturatedRestMs = 60_000;
 /** A limit at 0 whose reset is unreadable or past rests its channel this long. */
 const unknownResetMs = 1_000;
 
-/** How long from `now` the answer's key has nothing left of some limit; undefined when every limit has room (or none is told). */
+/**
+ * How long from `now` the answer's key has nothing left of some limit; undefined when every limit has room (or none is
+ * told).
+ */
 export function saturatedForMs(headers: Headers, now = Date.now()): number | undefined {
   let longest: number | undefined;
   const exhausted = (remaining: string | undefined, resetMs: number | undefined) => {
@@ -51,6 +54,7 @@ export function durationMs(text: string | undefined): number | undefined {
   const trimmed = text.trim();
   if (trimmed === '' || trimmed.length > 40 || !/^(?:\d+(?:\.\d+)?(?:ms|h|m|s))+$/.test(trimmed)) return undefined;
   let total = 0;
-  for (const [, amount, unit] of trimmed.matchAll(/(\d+(?:\.\d+)?)(ms|h|m|s)/g)) total += Number(amount) * durationUnits[unit!]!;
+  for (const [, amount, unit] of trimmed.matchAll(/(\d+(?:\.\d+)?)(ms|h|m|s)/g))
+    total += Number(amount) * durationUnits[unit!]!;
   return Math.ceil(total);
 }

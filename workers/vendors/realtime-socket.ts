@@ -74,7 +74,12 @@ function openTimeoutError(): GatewayError {
 }
 
 /** Reads a refused upgrade's answer (bounded in size and time) and maps it as the vendor's HTTP errors are. */
-function readRefusal(response: IncomingMessage, secrets: readonly string[], deadlineMs: number, mapError: VendorErrorMapper): Promise<GatewayError> {
+function readRefusal(
+  response: IncomingMessage,
+  secrets: readonly string[],
+  deadlineMs: number,
+  mapError: VendorErrorMapper,
+): Promise<GatewayError> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -118,7 +123,10 @@ export function boundOpening(
   ctx.signal.addEventListener('abort', onAbort, { once: true });
   socket.once('unexpected-response', (_request, response) => {
     void readRefusal(response, secrets, Math.min(ctx.connectTimeoutMs, MAX_REFUSAL_WAIT_MS), mapError).then((error) => {
-      ctx.log.debug({ upstreamStatus: response.statusCode, err: error }, 'upstream vendor refused the realtime session');
+      ctx.log.debug(
+        { upstreamStatus: response.statusCode, err: error },
+        'upstream vendor refused the realtime session',
+      );
       fail(error);
     });
   });
@@ -155,7 +163,9 @@ export function pingRealtimeSocket(intervalMs: number, ping: () => void, silent:
   };
 }
 
-/** Writes `data` unless more than `maxBufferedBytes` still wait to be taken by the vendor: false, nothing written, then. */
+/**
+ * Writes `data` unless more than `maxBufferedBytes` still wait to be taken by the vendor: false, nothing written, then.
+ */
 export function sendUnlessStalled(socket: WebSocket, data: string, maxBufferedBytes: number): boolean {
   if (socket.bufferedAmount > maxBufferedBytes) return false;
   socket.send(data);

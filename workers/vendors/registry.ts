@@ -44,14 +44,21 @@ const capabilityNames: Record<keyof VendorAdapter, string> = {
  * catalog never routes a model to a vendor that lacks the capability, but a
  * channel file can point a model at the wrong protocol.
  */
-export function adapterMethod<K extends keyof VendorAdapter>(protocol: Protocol, method: K): NonNullable<VendorAdapter[K]> {
+export function adapterMethod<K extends keyof VendorAdapter>(
+  protocol: Protocol,
+  method: K,
+): NonNullable<VendorAdapter[K]> {
   const adapter = adapters[protocol];
   const implementation = adapter[method];
   if (!implementation) {
-    throw new GatewayError(400, `This model's vendor (${protocol} protocol) does not serve ${capabilityNames[method]}.`, {
-      code: 'unsupported_endpoint',
-      param: 'model',
-    });
+    throw new GatewayError(
+      400,
+      `This model's vendor (${protocol} protocol) does not serve ${capabilityNames[method]}.`,
+      {
+        code: 'unsupported_endpoint',
+        param: 'model',
+      },
+    );
   }
   return implementation.bind(adapter) as NonNullable<VendorAdapter[K]>;
 }

@@ -134,7 +134,11 @@ export async function postSse(
  * envelope) or as malformed; returns for an SSE answer (or any other that is not
  * JSON, such as the audio a speech request streams).
  */
-export async function rejectJsonStreamAnswer(response: VendorResponse, ctx: CallContext, toError: InlineErrorReader): Promise<void> {
+export async function rejectJsonStreamAnswer(
+  response: VendorResponse,
+  ctx: CallContext,
+  toError: InlineErrorReader,
+): Promise<void> {
   const contentType = response.headers['content-type'];
   if (typeof contentType !== 'string' || !contentType.includes('application/json')) return;
   const text = await readCappedText(response, ctx);

@@ -8,7 +8,13 @@ import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
 import type { CompletionRequest } from '../../shared/schemas/completions.js';
 import type { EmbeddingRequest } from '../../shared/schemas/embeddings.js';
 import type { ImageGenerationRequest } from '../../shared/schemas/images.js';
-import type { ImageEditInput, ImageVariationInput, TranscriptionInput, TranslationInput, VideoInput } from '../../shared/schemas/media-inputs.js';
+import type {
+  ImageEditInput,
+  ImageVariationInput,
+  TranscriptionInput,
+  TranslationInput,
+  VideoInput,
+} from '../../shared/schemas/media-inputs.js';
 import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
@@ -17,7 +23,6 @@ import type { MessagesJob } from '../../shared/messages.js';
 import type { GeminiEmbedJob, GeminiJob } from '../../shared/gemini.js';
 import type { SpeechJob } from '../../shared/schemas/speech.js';
 import type { ModerationRequest } from '../../shared/schemas/moderations.js';
-
 
 export type { BlobRef };
 
@@ -43,7 +48,10 @@ export interface VendorHttp {
 }
 
 export interface CallContext {
-  /** The request's id (its `x-request-id`, not the job's): for logs, and the folder of what the call stores (a video's file). */
+  /**
+   * The request's id (its `x-request-id`, not the job's): for logs, and the folder of what the call stores (a video's
+   * file).
+   */
   requestId: string;
   signal: AbortSignal;
   channel: Channel;
@@ -56,8 +64,9 @@ export interface CallContext {
   /** Told the headers of each answer the vendor accepted: its rate-limit headers say when the channel is saturated. */
   answered?: (headers: Record<string, string | string[] | undefined>) => void;
   /**
-   * The `service_tier` a chat call sends (`shared/scheduling/served-tier.ts`): the job's band, only to a vendor that sells
-   * tiers itself (SERVICE_TIER_NATIVE_VENDORS). Absent: the vendor never sees `service_tier`, whatever the request says.
+   * The `service_tier` a chat call sends (`shared/scheduling/served-tier.ts`): the job's band, only to a vendor that
+   * sells tiers itself (SERVICE_TIER_NATIVE_VENDORS). Absent: the vendor never sees `service_tier`, whatever the
+   * request says.
    */
   serviceTier?: ServiceTier;
 }
@@ -126,7 +135,9 @@ export interface ModerationAnswer {
   usage?: Usage;
 }
 
-/** One event of a vendor's own Messages stream: as written (`data`, its JSON text), and what it means as answer events. */
+/**
+ * One event of a vendor's own Messages stream: as written (`data`, its JSON text), and what it means as answer events.
+ */
 export interface NativeEvent {
   name: string;
   data: string;
@@ -193,7 +204,10 @@ export interface VendorAdapter {
    * throws, on the first `next()`, before any audio is yielded.
    */
   speak?(input: SpeechJob, ctx: CallContext): AsyncIterable<SpeechEvent[]>;
-  /** Text and images judged against the harm categories (`/v1/moderations`): one result per text of a list, one for a single text or for all the parts. */
+  /**
+   * Text and images judged against the harm categories (`/v1/moderations`): one result per text of a list, one for a
+   * single text or for all the parts.
+   */
   moderate?(request: ModerationRequest, ctx: CallContext): Promise<ModerationAnswer>;
   /**
    * A Realtime session (below): resolves once the vendor's socket is open and its
@@ -205,9 +219,10 @@ export interface VendorAdapter {
 /**
  * A live session with a vendor, spoken in OpenAI's GA Realtime protocol whatever the vendor speaks.
  *
- * The worker holding a session (`workers/realtime/`) opens it through its channel's adapter (`openRealtime` below), hands it the client's events as they arrive over Redis, and relays what it reports.
- * OpenAI's adapter passes events through; another vendor's (Gemini Live) translates both ways, so the relay, the
- * billing and the record read one protocol.
+ * The worker holding a session (`workers/realtime/`) opens it through its channel's adapter (`openRealtime` below),
+ * hands it the client's events as they arrive over Redis, and relays what it reports. OpenAI's adapter passes events
+ * through; another vendor's (Gemini Live) translates both ways, so the relay, the billing and the record read one
+ * protocol.
  */
 
 /** A client event of OpenAI's GA Realtime protocol, parsed (the relay checked it is an object with a string `type`). */

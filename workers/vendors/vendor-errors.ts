@@ -159,5 +159,9 @@ export function mapVendorError(
 /** An error reported inside a 200 answer or stream: the vendor failed after accepting the request. */
 export function inlineVendorError(message: string | null, knownSecrets: readonly string[] = []): GatewayError {
   const text = message ? scrubSecrets(message, knownSecrets) : 'unknown error';
-  return new GatewayError(502, `Upstream vendor error: ${text}`, { type: 'server_error', code: 'vendor_error', retryable: true });
+  return new GatewayError(502, `Upstream vendor error: ${text}`, {
+    type: 'server_error',
+    code: 'vendor_error',
+    retryable: true,
+  });
 }

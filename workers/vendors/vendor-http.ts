@@ -22,7 +22,12 @@ export function createVendorHttp(config: VendorHttpSettings): VendorHttp {
     });
   // undici keeps a connection pool per origin inside each agent.
   const agent = agentWith({ timeout: timeouts.connectMs });
-  const guardedAgent = agentWith(guardedConnector({ allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate }, timeouts.connectMs));
+  const guardedAgent = agentWith(
+    guardedConnector(
+      { allowHosts: config.fetchAllowHosts, allowPrivate: config.fetchAllowPrivate },
+      timeouts.connectMs,
+    ),
+  );
   const { streamDelayMs, videoMs } = config.mock;
   return {
     agent,

@@ -50,7 +50,9 @@ export function labelledIndexes(labels: readonly string[], width: number): Set<n
  */
 function markAxes(instance: Chart<'bar' | 'line', number[], string>, element: HTMLCanvasElement, p: Props): void {
   element.dataset.yTicks = (instance.scales.y?.ticks ?? []).map((tick) => tick.value).join(',');
-  element.dataset.valueAxes = String(Object.values(instance.scales).filter((scale) => scale.axis === 'y' && scale.options.display !== false).length);
+  element.dataset.valueAxes = String(
+    Object.values(instance.scales).filter((scale) => scale.axis === 'y' && scale.options.display !== false).length,
+  );
   const shown = labelledIndexes(p.labels, instance.width);
   element.dataset.xLabels = p.labels.filter((_, i) => shown.has(i)).join('|');
   let last = -1;
@@ -124,7 +126,8 @@ export function BarChart(props: Props) {
             x: {
               stacked: !!p.stacked,
               grid: { display: false },
-              // Labelled from the last bar back (labelledIndexes), never skipped by Chart.js's own choice, which may end the axis days before the last bar.
+              // Labelled from the last bar back (labelledIndexes), never skipped by Chart.js's own choice, which may
+              // end the axis days before the last bar.
               ticks: {
                 maxRotation: 0,
                 autoSkip: false,
@@ -138,7 +141,11 @@ export function BarChart(props: Props) {
               stacked: !!p.stacked,
               beginAtZero: true,
               border: { display: false },
-              ticks: { maxTicksLimit: 5, ...(p.wholeNumbers ? { precision: 0 } : {}), callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)) },
+              ticks: {
+                maxTicksLimit: 5,
+                ...(p.wholeNumbers ? { precision: 0 } : {}),
+                callback: (value) => (latest.current.axisFormat ?? latest.current.format)(Number(value)),
+              },
             },
           },
           plugins: {
@@ -170,7 +177,8 @@ export function BarChart(props: Props) {
       markAxes(chart.current, canvas.current, p);
       // The labels the axis shows depend on its width: marked again after each resize.
       chart.current.options.onResize = (instance) => {
-        if (canvas.current) markAxes(instance as Chart<'bar' | 'line', number[], string>, canvas.current, latest.current);
+        if (canvas.current)
+          markAxes(instance as Chart<'bar' | 'line', number[], string>, canvas.current, latest.current);
       };
     });
     return () => {
@@ -185,7 +193,8 @@ export function BarChart(props: Props) {
     if (!instance) return;
     instance.data.labels = props.labels;
     instance.data.datasets = datasets(props);
-    if (instance.options.plugins?.legend) instance.options.plugins.legend.display = props.series.length > 1 || !!props.runningTotal;
+    if (instance.options.plugins?.legend)
+      instance.options.plugins.legend.display = props.series.length > 1 || !!props.runningTotal;
     instance.update();
     if (canvas.current) markAxes(instance, canvas.current, props);
   }, [props.labels, props.series]);

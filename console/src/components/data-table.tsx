@@ -102,7 +102,13 @@ function showing<Row>(column: Column<Row>): string | false {
 const columnClass = <Row,>(column: Column<Row>) => `dt-col-${column.id}`;
 
 function cellClasses<Row>(column: Column<Row>, row: Row): Classes {
-  return classes(columnClass(column), ...placing(column), showing(column), column.lead && 'dt-lead', typeof column.class === 'function' ? column.class(row) : column.class);
+  return classes(
+    columnClass(column),
+    ...placing(column),
+    showing(column),
+    column.lead && 'dt-lead',
+    typeof column.class === 'function' ? column.class(row) : column.class,
+  );
 }
 
 /** The label-and-value lines of a row's details: its `detail` columns, and its `wide` ones where they are hidden. */
@@ -168,7 +174,11 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
   const hasFooter = columns.some((column) => column.footer);
   const phone = props.phone ?? 'cards';
   return (
-    <TableCard labelledBy={props.labelledBy} label={props.label} class={classes(props.cardClass, phone === 'cards' && 'dt-cards-card')}>
+    <TableCard
+      labelledBy={props.labelledBy}
+      label={props.label}
+      class={classes(props.cardClass, phone === 'cards' && 'dt-cards-card')}
+    >
       <table
         class={classes('table', 'data-table', phone === 'cards' && 'dt-cards', props.class)}
         aria-labelledby={props.labelledBy}
@@ -177,7 +187,11 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
         <thead>
           <tr>
             {columns.map((column) => (
-              <th scope="col" key={column.id} class={classes(columnClass(column), ...placing(column), showing(column), column.headerClass)}>
+              <th
+                scope="col"
+                key={column.id}
+                class={classes(columnClass(column), ...placing(column), showing(column), column.headerClass)}
+              >
                 {column.hideLabel ? (
                   <span class="visually-hidden">{column.label}</span>
                 ) : (
@@ -217,9 +231,17 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
               const key = rowKey(row);
               return (
                 <Fragment key={key}>
-                  <tr class={classes(onRowClick && 'clickable-row', selected?.(row) && 'row-target', rowClass?.(row))} onClick={onRowClick && (() => onRowClick(row))}>
+                  <tr
+                    class={classes(onRowClick && 'clickable-row', selected?.(row) && 'row-target', rowClass?.(row))}
+                    onClick={onRowClick && (() => onRowClick(row))}
+                  >
                     {columns.map((column) => (
-                      <td key={column.id} class={cellClasses(column, row)} title={column.title?.(row)} data-label={column.lead || column.hideLabel ? undefined : column.label}>
+                      <td
+                        key={column.id}
+                        class={cellClasses(column, row)}
+                        title={column.title?.(row)}
+                        data-label={column.lead || column.hideLabel ? undefined : column.label}
+                      >
                         {column.cell(row)}
                       </td>
                     ))}
@@ -245,7 +267,11 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
           <tfoot>
             <tr>
               {columns.map((column) => (
-                <td key={column.id} class={classes(...placing(column), showing(column))} data-label={column.footer && !column.lead ? column.label : undefined}>
+                <td
+                  key={column.id}
+                  class={classes(...placing(column), showing(column))}
+                  data-label={column.footer && !column.lead ? column.label : undefined}
+                >
                   {column.footer?.(rows)}
                 </td>
               ))}
@@ -261,16 +287,34 @@ export function DataTable<Row>(props: DataTableProps<Row>) {
  * A list read a page at a time (usePagedList) in a table: its rows once the first page is in, what went wrong
  * reading it, and under it why a refresh or the next page failed and the button that asks for the next page.
  */
-export function PagedTable<Row>({ list, what, onRetry, ...table }: Omit<DataTableProps<Row>, 'rows' | 'failure'> & { list: PagedList<unknown, Row>; what: string; onRetry: () => void }) {
+export function PagedTable<Row>({
+  list,
+  what,
+  onRetry,
+  ...table
+}: Omit<DataTableProps<Row>, 'rows' | 'failure'> & {
+  list: PagedList<unknown, Row>;
+  what: string;
+  onRetry: () => void;
+}) {
   const { current, rows, error, more } = list;
   return (
     <>
-      <DataTable {...table} rows={current ? rows : undefined} failure={error && !current ? { message: `Could not load the ${what}: ${error}`, onRetry } : undefined} />
+      <DataTable
+        {...table}
+        rows={current ? rows : undefined}
+        failure={error && !current ? { message: `Could not load the ${what}: ${error}`, onRetry } : undefined}
+      />
       {error && current && <ErrorMessage message={`Could not refresh the ${what}: ${error}`} />}
       {more.error && <ErrorMessage message={`Could not load more: ${more.error}`} onDismiss={list.dismissMoreError} />}
       {current?.hasMore && (
         <div class="load-more">
-          <button type="button" class="button button-secondary" onClick={() => void list.loadMore()} disabled={more.busy}>
+          <button
+            type="button"
+            class="button button-secondary"
+            onClick={() => void list.loadMore()}
+            disabled={more.busy}
+          >
             {more.busy && <Spinner />}
             Load more
           </button>
@@ -313,7 +357,17 @@ function EmptyRow({ columns, children }: { columns: number; children: ComponentC
  * line under the table say so (a phone shows no scroll bar until touched).
  * A caption-less table gets its name from a heading: pass the heading's id.
  */
-function TableCard({ children, labelledBy, label, class: className }: { children: ComponentChildren; labelledBy?: string | undefined; label?: string | undefined; class?: string | undefined }) {
+function TableCard({
+  children,
+  labelledBy,
+  label,
+  class: className,
+}: {
+  children: ComponentChildren;
+  labelledBy?: string | undefined;
+  label?: string | undefined;
+  class?: string | undefined;
+}) {
   const scroller = useRef<HTMLDivElement>(null);
   const [more, setMore] = useState<{ left: boolean; right: boolean }>({ left: false, right: false });
   useEffect(() => {
@@ -339,12 +393,23 @@ function TableCard({ children, labelledBy, label, class: className }: { children
   const scrolls = more.left || more.right;
   return (
     <div class={`table-card ${more.left ? 'more-left' : ''} ${more.right ? 'more-right' : ''} ${className ?? ''}`}>
-      <div class="table-scroll" ref={scroller} tabIndex={0} role="group" aria-labelledby={labelledBy} aria-label={labelledBy ? undefined : label}>
+      <div
+        class="table-scroll"
+        ref={scroller}
+        tabIndex={0}
+        role="group"
+        aria-labelledby={labelledBy}
+        aria-label={labelledBy ? undefined : label}
+      >
         {children}
       </div>
       {scrolls && (
         <p class="scroll-hint" aria-hidden="true">
-          {more.left && more.right ? '\u2190 Scroll sideways for more columns \u2192' : more.right ? 'Scroll sideways for more columns \u2192' : '\u2190 More columns to the left'}
+          {more.left && more.right
+            ? '\u2190 Scroll sideways for more columns \u2192'
+            : more.right
+              ? 'Scroll sideways for more columns \u2192'
+              : '\u2190 More columns to the left'}
         </p>
       )}
     </div>

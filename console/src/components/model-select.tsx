@@ -8,11 +8,28 @@ export function preferred(models: PricedModel[], names: string[]): string {
   return models[0]?.id ?? '';
 }
 
-export function ModelSelect({ id, models, value, onChange, loading }: { id: string; models: PricedModel[]; value: string; onChange: (id: string) => void; loading: boolean }) {
+export function ModelSelect({
+  id,
+  models,
+  value,
+  onChange,
+  loading,
+}: {
+  id: string;
+  models: PricedModel[];
+  value: string;
+  onChange: (id: string) => void;
+  loading: boolean;
+}) {
   return (
     <div class="field">
       <label for={id}>Model</label>
-      <select id={id} value={value} onChange={(e) => onChange(e.currentTarget.value)} disabled={loading && models.length === 0}>
+      <select
+        id={id}
+        value={value}
+        onChange={(e) => onChange(e.currentTarget.value)}
+        disabled={loading && models.length === 0}
+      >
         {models.length === 0 && <option value="">{loading ? 'Loading models…' : 'No models available'}</option>}
         {models.map((m) => (
           <option value={m.id} key={m.id}>

@@ -22,7 +22,12 @@ export function failureOf(caught: unknown): Failure {
 export function RequestErrorMessage({ failure, onDismiss }: { failure: Failure | undefined; onDismiss?: () => void }) {
   const id = failure?.requestId;
   return (
-    <ErrorMessage message={failure?.message} onDismiss={onDismiss} class="request-error" actions={id && <CopyButton text={id} label={`Copy the request ID ${id}`} class="request-copy" />}>
+    <ErrorMessage
+      message={failure?.message}
+      onDismiss={onDismiss}
+      class="request-error"
+      actions={id && <CopyButton text={id} label={`Copy the request ID ${id}`} class="request-copy" />}
+    >
       {id && (
         <span class="request-error-id">
           {' '}

@@ -11,8 +11,22 @@ export function Logo() {
     <span class="logo">
       <svg viewBox="0 0 32 32" aria-hidden="true" class="logo-mark">
         <rect width="32" height="32" rx="8" fill="#111827" />
-        <path d="M8 22h6l4-12h6" fill="none" stroke="#fff" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round" />
-        <path d="M8 10h6l1.5 4.5" fill="none" stroke="#34d399" stroke-width="2.5" stroke-linecap="round" stroke-linejoin="round" />
+        <path
+          d="M8 22h6l4-12h6"
+          fill="none"
+          stroke="#fff"
+          stroke-width="2.5"
+          stroke-linecap="round"
+          stroke-linejoin="round"
+        />
+        <path
+          d="M8 10h6l1.5 4.5"
+          fill="none"
+          stroke="#34d399"
+          stroke-width="2.5"
+          stroke-linecap="round"
+          stroke-linejoin="round"
+        />
       </svg>
       <span class="logo-text">Switchyard</span>
     </span>
@@ -26,29 +40,56 @@ const icons: Record<string, string> = {
   batches: 'M10 3l7 3.5-7 3.5-7-3.5L10 3zm-7 7l7 3.5 7-3.5M3 13.5L10 17l7-3.5',
   pricing: 'M10 3v14m3.5-11.5H8.25a2.25 2.25 0 0 0 0 4.5h3.5a2.25 2.25 0 0 1 0 4.5H6',
   playground: 'M6 5l-3 5 3 5m8-10l3 5-3 5M11.5 4l-3 12',
-  accounts: 'M7.5 9a3 3 0 1 0 0-6 3 3 0 0 0 0 6zm-5 8a5 5 0 0 1 10 0m1-8.5a2.5 2.5 0 1 0 0-5m1.5 13.5a4.5 4.5 0 0 0-2-3.7',
+  accounts:
+    'M7.5 9a3 3 0 1 0 0-6 3 3 0 0 0 0 6zm-5 8a5 5 0 0 1 10 0m1-8.5a2.5 2.5 0 1 0 0-5m1.5 13.5a4.5 4.5 0 0 0-2-3.7',
   allkeys: 'M3 5h14M3 10h14M3 15h9',
   channels: 'M3 6h9m0 0l-3-3m3 3l-3 3m8 5H8m0 0l3-3m-3 3l3 3',
   queues: 'M4 4h12v4H4zm0 8h12v4H4z',
   audit: 'M6 3h8l2 2v12H4V5l2-2zm1 5h6m-6 3h6m-6 3h4',
   budgets: 'M3 15.5h14M5 15.5V11m4 4.5V7m4 8.5V9.5m4 6V4',
   tools: 'M12.5 3.5a3.5 3.5 0 0 0-3.3 4.6L3.5 13.8a1.4 1.4 0 0 0 2 2l5.7-5.7a3.5 3.5 0 0 0 4.6-3.3l-2 2-2-.6-.6-2 2-2z',
-  team: 'M7 8.5a2.75 2.75 0 1 0 0-5.5 2.75 2.75 0 0 0 0 5.5zm-4.5 8a4.5 4.5 0 0 1 9 0M13 8.5a2.5 2.5 0 1 0 0-5M14.5 12a4.5 4.5 0 0 1 3 4.5',
+  team:
+    'M7 8.5a2.75 2.75 0 1 0 0-5.5 2.75 2.75 0 0 0 0 5.5zm-4.5 8a4.5 4.5 0 0 1 9 0M13 8.5a2.5 2.5 0 1 0 0-5M14.5 ' +
+    '12a4.5 4.5 0 0 1 3 4.5',
 };
 
 function NavIcon({ name }: { name: string }) {
   return (
     <svg viewBox="0 0 20 20" class="nav-icon" aria-hidden="true">
-      <path d={icons[name] ?? ''} fill="none" stroke="currentColor" stroke-width="1.6" stroke-linecap="round" stroke-linejoin="round" />
+      <path
+        d={icons[name] ?? ''}
+        fill="none"
+        stroke="currentColor"
+        stroke-width="1.6"
+        stroke-linecap="round"
+        stroke-linejoin="round"
+      />
     </svg>
   );
 }
 
-function NavLink({ href, path, icon, children, onNavigate }: { href: string; path: string; icon: string; children: ComponentChildren; onNavigate: () => void }) {
+function NavLink({
+  href,
+  path,
+  icon,
+  children,
+  onNavigate,
+}: {
+  href: string;
+  path: string;
+  icon: string;
+  children: ComponentChildren;
+  onNavigate: () => void;
+}) {
   const current = path === href;
   return (
     <li>
-      <Link href={href} class={`nav-link ${current ? 'is-current' : ''}`} aria-current={current ? 'page' : undefined} onClick={onNavigate}>
+      <Link
+        href={href}
+        class={`nav-link ${current ? 'is-current' : ''}`}
+        aria-current={current ? 'page' : undefined}
+        onClick={onNavigate}
+      >
         <NavIcon name={icon} />
         <span>{children}</span>
       </Link>
@@ -65,10 +106,17 @@ export function MockNotice({ mock }: { mock: ConsoleConfig['mock'] }) {
   const price = mock.billed ? 'billed' : 'free';
   const which =
     mock.models === 'all'
-      ? 'Answers come from the built-in mock, not a real model: no vendor key is set, so the mock answers for every model.'
-      : `Answers of the mock-… models come from the built-in mock, not a real model; the other models reach their vendors.`;
-  const money = mock.billed ? 'Its answers are billed at the listed prices (MOCK_BILLING=on).' : 'Its answers are free: nothing is charged for them (MOCK_BILLING is off).';
-  const short = mock.models === 'all' ? 'Answers come from the built-in mock, not a real model' : 'mock-… models answer from the built-in mock, not a real model';
+      ? 'Answers come from the built-in mock, not a real model: no vendor key is set, so the mock answers for ' +
+        'every model.'
+      : `Answers of the mock-… models come from the built-in mock, not a real model; the other models reach their ` +
+        `vendors.`;
+  const money = mock.billed
+    ? 'Its answers are billed at the listed prices (MOCK_BILLING=on).'
+    : 'Its answers are free: nothing is charged for them (MOCK_BILLING is off).';
+  const short =
+    mock.models === 'all'
+      ? 'Answers come from the built-in mock, not a real model'
+      : 'mock-… models answer from the built-in mock, not a real model';
   return (
     <div class={`mock-notice mock-notice-${price}`} role="note" aria-label="Mock vendor" title={`${which} ${money}`}>
       <span class={`badge ${mock.billed ? 'badge-warn' : 'badge-accent'} mock-badge`}>Mock vendor · {price}</span>
@@ -90,14 +138,23 @@ function TeamSwitcher({ place }: { place: 'sidebar' | 'topbar' }) {
   const options = [ownTeam(account), ...switchableTeams(teams).filter((choice) => choice.id !== account.id)];
   if (options.length < 2) return null;
   // The person's own account first, then the teams by name.
-  options.sort((a, b) => Number(b.id === account.id) - Number(a.id === account.id) || teamName(a, account.id).localeCompare(teamName(b, account.id)));
+  options.sort(
+    (a, b) =>
+      Number(b.id === account.id) - Number(a.id === account.id) ||
+      teamName(a, account.id).localeCompare(teamName(b, account.id)),
+  );
   const id = `team-switcher-${place}`;
   return (
     <div class={`team-switcher team-switcher-${place}`}>
       <label for={id} class={place === 'topbar' ? 'visually-hidden' : 'team-switcher-label'}>
         Team
       </label>
-      <select id={id} value={team.id} title={`${teamName(team, account.id)} · ${roleNames[team.role]}`} onChange={(event) => switchTeam(event.currentTarget.value)}>
+      <select
+        id={id}
+        value={team.id}
+        title={`${teamName(team, account.id)} · ${roleNames[team.role]}`}
+        onChange={(event) => switchTeam(event.currentTarget.value)}
+      >
         {options.map((option) => (
           <option key={option.id} value={option.id}>
             {teamName(option, account.id)} · {roleNames[option.role]}
@@ -138,7 +195,13 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
           <Logo />
         </Link>
         <TeamSwitcher place="topbar" />
-        <button type="button" class="menu-button" aria-expanded={menuOpen} aria-controls="sidebar" onClick={() => setMenuOpen((open) => !open)}>
+        <button
+          type="button"
+          class="menu-button"
+          aria-expanded={menuOpen}
+          aria-controls="sidebar"
+          onClick={() => setMenuOpen((open) => !open)}
+        >
           <svg viewBox="0 0 20 20" aria-hidden="true">
             {menuOpen ? (
               <path d="M5 5l10 10M15 5L5 15" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" />
@@ -199,10 +262,23 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
             </ul>
             {admin && (
               <>
-                <button type="button" class="nav-toggle" aria-expanded={adminOpen} aria-controls="nav-admin" onClick={() => setAdminOpen((open) => !open)}>
+                <button
+                  type="button"
+                  class="nav-toggle"
+                  aria-expanded={adminOpen}
+                  aria-controls="nav-admin"
+                  onClick={() => setAdminOpen((open) => !open)}
+                >
                   <span>Admin</span>
                   <svg viewBox="0 0 20 20" aria-hidden="true" class="nav-chevron">
-                    <path d="M7 5l5 5-5 5" fill="none" stroke="currentColor" stroke-width="1.8" stroke-linecap="round" stroke-linejoin="round" />
+                    <path
+                      d="M7 5l5 5-5 5"
+                      fill="none"
+                      stroke="currentColor"
+                      stroke-width="1.8"
+                      stroke-linecap="round"
+                      stroke-linejoin="round"
+                    />
                   </svg>
                 </button>
                 <ul class="nav-list" id="nav-admin" hidden={!adminOpen}>

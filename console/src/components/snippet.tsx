@@ -5,7 +5,17 @@ import { CopyButton } from './ui';
  * A titled block of code to copy (a key's first request, an agent's config). A `secret` in it is marked, and kept in
  * one piece where it fits on a line (it moves down whole), broken only where it cannot fit at all (a phone).
  */
-export function Snippet({ title, label, code, secret }: { title: string; label?: string; code: string; secret?: string }) {
+export function Snippet({
+  title,
+  label,
+  code,
+  secret,
+}: {
+  title: string;
+  label?: string;
+  code: string;
+  secret?: string;
+}) {
   const parts = secret ? code.split(secret) : [code];
   return (
     <>

@@ -146,7 +146,15 @@ export function StatusMessage({ message, class: className }: { message: string |
   );
 }
 
-export function PageHeader({ title, description, actions }: { title: string; description?: ComponentChildren; actions?: ComponentChildren }) {
+export function PageHeader({
+  title,
+  description,
+  actions,
+}: {
+  title: string;
+  description?: ComponentChildren;
+  actions?: ComponentChildren;
+}) {
   return (
     <header class="page-header">
       <div>
@@ -201,12 +209,22 @@ export function Dialog({ title, onClose, children, wide, alert }: DialogProps) {
     // A click on the backdrop lands on the dialog element itself, outside its box.
     if (!ref.current || event.target !== ref.current) return;
     const box = ref.current.getBoundingClientRect();
-    const inside = event.clientX >= box.left && event.clientX <= box.right && event.clientY >= box.top && event.clientY <= box.bottom;
+    const inside =
+      event.clientX >= box.left &&
+      event.clientX <= box.right &&
+      event.clientY >= box.top &&
+      event.clientY <= box.bottom;
     if (!inside) closeRef.current();
   };
 
   return (
-    <dialog ref={ref} class={`dialog ${wide ? 'dialog-wide' : ''}`} aria-labelledby={titleId} role={alert ? 'alertdialog' : undefined} onClick={onBackdrop}>
+    <dialog
+      ref={ref}
+      class={`dialog ${wide ? 'dialog-wide' : ''}`}
+      aria-labelledby={titleId}
+      role={alert ? 'alertdialog' : undefined}
+      onClick={onBackdrop}
+    >
       <div class="dialog-head">
         <h2 id={titleId}>{title}</h2>
         <button type="button" class="icon-button" onClick={() => closeRef.current()} aria-label="Close">
@@ -219,7 +237,6 @@ export function Dialog({ title, onClose, children, wide, alert }: DialogProps) {
     </dialog>
   );
 }
-
 
 export function Spinner() {
   return <span class="spinner" aria-hidden="true" />;
@@ -244,7 +261,21 @@ export function DialogFormActions({ onCancel, busy, submit }: { onCancel: () => 
  * Asks before what cannot be taken back (revoking a key, removing a server, deleting a batch): its lead, the way
  * back (focused first) and the danger button; `onConfirm` runs once, a failure said above the buttons.
  */
-export function ConfirmDialog({ title, confirm, cancel = 'Cancel', onClose, onConfirm, children }: { title: string; confirm: string; cancel?: string; onClose: () => void; onConfirm: () => Promise<void>; children: ComponentChildren }) {
+export function ConfirmDialog({
+  title,
+  confirm,
+  cancel = 'Cancel',
+  onClose,
+  onConfirm,
+  children,
+}: {
+  title: string;
+  confirm: string;
+  cancel?: string;
+  onClose: () => void;
+  onConfirm: () => Promise<void>;
+  children: ComponentChildren;
+}) {
   const { busy, error, send } = useSending();
   return (
     <Dialog title={title} onClose={onClose} alert>
@@ -291,7 +322,14 @@ export function optionalNumber(text: string): number | undefined {
 }
 
 export function modelList(text: string): string[] | undefined {
-  const models = [...new Set(text.split(',').map((m) => m.trim()).filter(Boolean))];
+  const models = [
+    ...new Set(
+      text
+        .split(',')
+        .map((m) => m.trim())
+        .filter(Boolean),
+    ),
+  ];
   return models.length ? models : undefined;
 }
 
@@ -300,10 +338,19 @@ export function CopyButton({ text, label, class: className }: { text: string; la
   const [copied, copy, copyError] = useCopy();
   return (
     <>
-      <button type="button" class={className ? `button button-secondary button-small ${className}` : 'button button-secondary button-small'} onClick={() => void copy(text)} aria-label={label}>
+      <button
+        type="button"
+        class={className ? `button button-secondary button-small ${className}` : 'button button-secondary button-small'}
+        onClick={() => void copy(text)}
+        aria-label={label}
+      >
         {copied ? 'Copied' : 'Copy'}
       </button>
-      {copyError ? <span class="visually-hidden" role="alert">{copyError}</span> : null}
+      {copyError ? (
+        <span class="visually-hidden" role="alert">
+          {copyError}
+        </span>
+      ) : null}
     </>
   );
 }

@@ -8,7 +8,18 @@ import { barLabel, compactCount, count, duration, fullTime, money, number, reque
 import { usePagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
 import { mayUseKeys } from '../teams';
-import { requestStatuses, serviceTiers, type Account, type ActivityPage, type ActivityRow, type Key, type KeyName, type List, type RequestCounts, type RequestHistogram } from '../types';
+import {
+  requestStatuses,
+  serviceTiers,
+  type Account,
+  type ActivityPage,
+  type ActivityRow,
+  type Key,
+  type KeyName,
+  type List,
+  type RequestCounts,
+  type RequestHistogram,
+} from '../types';
 
 /*
  * The request log: every request of the account's keys (every account's, for
@@ -71,7 +82,8 @@ function filtersOf(search: string): Filters {
 function addressOf(filters: Filters): string {
   const query = new URLSearchParams();
   if (filters.range !== defaultRange) query.set('range', filters.range);
-  for (const name of ['account_id', 'key_id', 'model', 'status', 'service_tier', 'cache', 'batch'] as const) if (filters[name]) query.set(name, filters[name]);
+  for (const name of ['account_id', 'key_id', 'model', 'status', 'service_tier', 'cache', 'batch'] as const)
+    if (filters[name]) query.set(name, filters[name]);
   const text = query.toString();
   return text ? `${pagePath}?${text}` : pagePath;
 }
@@ -98,11 +110,18 @@ function StatusBadge({ status }: { status: string }) {
 
 const tierLabel = (tier: string) => tier[0]!.toUpperCase() + tier.slice(1);
 
-/** How the response cache took part: answered from it, shared another request's vendor call, or missed it and stored its answer. */
+/**
+ * How the response cache took part: answered from it, shared another request's vendor call, or missed it and stored its
+ * answer.
+ */
 const cacheBadges: Partial<Record<string, { label: string; title: string; class: string }>> = {
   hit: { label: 'cache hit', title: 'Answered from the response cache: no vendor call', class: 'cache-hit' },
   coalesced: { label: 'shared call', title: "Shared an identical request's vendor call", class: 'cache-shared' },
-  miss: { label: 'cache miss', title: 'Not in the response cache: the vendor answered, and the answer was stored for later', class: 'cache-miss' },
+  miss: {
+    label: 'cache miss',
+    title: 'Not in the response cache: the vendor answered, and the answer was stored for later',
+    class: 'cache-miss',
+  },
 };
 
 function CacheBadge({ cache }: { cache: string | null | undefined }) {
@@ -114,10 +133,15 @@ function CacheBadge({ cache }: { cache: string | null | undefined }) {
   ) : null;
 }
 
-const cacheLabels: Record<string, string> = { hit: 'Hit (answered from the cache)', miss: 'Miss (answer stored)', coalesced: 'Shared a vendor call' };
+const cacheLabels: Record<string, string> = {
+  hit: 'Hit (answered from the cache)',
+  miss: 'Miss (answer stored)',
+  coalesced: 'Shared a vendor call',
+};
 
 /** What the cache saved a request, as its row says it: what the call would have cost. */
-const savedText = (row: ActivityRow) => (row.saved_micros > 0 ? `saved ${money(row.saved_micros / 1_000_000)}` : undefined);
+const savedText = (row: ActivityRow) =>
+  row.saved_micros > 0 ? `saved ${money(row.saved_micros / 1_000_000)}` : undefined;
 
 /**
  * What the vendor's prompt caching saved a settled request (its prompt at the plain input price less what it was
@@ -133,7 +157,9 @@ function PromptCacheSaved({ row }: { row: ActivityRow }) {
     <>
       {money(saved / 1_000_000)}
       <span class="muted small">
-        {saved < 0 ? ' (by the vendor’s prompt caching: its cache writes cost more than its reads saved)' : ' (by the vendor’s prompt caching)'}
+        {saved < 0
+          ? ' (by the vendor’s prompt caching: its cache writes cost more than its reads saved)'
+          : ' (by the vendor’s prompt caching)'}
       </span>
     </>
   );
@@ -149,10 +175,27 @@ const batchAddress = (id: string) => `/console/batches?batch=${encodeURIComponen
  * A batch's id: a link to it on the Batches page for whoever has that page (owners and members), plain text for a
  * viewer (the page is not theirs: the link would land on Usage).
  */
-function BatchRef({ id, label, class: className, stop, children }: { id: string; label: string; class?: string; stop?: boolean; children: ComponentChildren }) {
+function BatchRef({
+  id,
+  label,
+  class: className,
+  stop,
+  children,
+}: {
+  id: string;
+  label: string;
+  class?: string;
+  stop?: boolean;
+  children: ComponentChildren;
+}) {
   if (!mayUseKeys(useTeam().role)) return <span class={className}>{children}</span>;
   return (
-    <Link href={batchAddress(id)} class={className} aria-label={label} onClick={stop ? (event) => event.stopPropagation() : undefined}>
+    <Link
+      href={batchAddress(id)}
+      class={className}
+      aria-label={label}
+      onClick={stop ? (event) => event.stopPropagation() : undefined}
+    >
       {children}
     </Link>
   );
@@ -180,7 +223,11 @@ function Breakable({ text }: { text: string }) {
  * Endpoints whose rows read better by name than by the log's key. A Realtime session is one row for its whole
  * life (endpoint `realtime`, its amounts the sum of its responses'), and each response it billed a row of its own.
  */
-const endpointLabels: Record<string, string> = { realtime: 'Realtime session', 'realtime.response': 'Realtime response', 'audio.speech': 'Speech' };
+const endpointLabels: Record<string, string> = {
+  realtime: 'Realtime session',
+  'realtime.response': 'Realtime response',
+  'audio.speech': 'Speech',
+};
 
 function endpointLabel(endpoint: string | null): string {
   return endpoint === null ? '—' : (endpointLabels[endpoint] ?? endpoint);
@@ -226,7 +273,10 @@ function cost(row: ActivityRow): string {
   return '—';
 }
 
-/** The time a row shows: its latency, a session's length, or a batch request's run on its worker ("batch" when not timed). */
+/**
+ * The time a row shows: its latency, a session's length, or a batch request's run on its worker ("batch" when not
+ * timed).
+ */
 function rowLatency(row: ActivityRow): string {
   if (isSession(row)) return duration(sessionLength(row));
   if (row.latency_ms !== null) return duration(row.latency_ms);
@@ -234,7 +284,9 @@ function rowLatency(row: ActivityRow): string {
   return '—';
 }
 
-/** A token count for a narrow cell: whole up to 99,999, then short ("1.2M"); the whole number is in the cell's title. */
+/**
+ * A token count for a narrow cell: whole up to 99,999, then short ("1.2M"); the whole number is in the cell's title.
+ */
 const cellCount = (n: number) => (n < 100_000 ? count(n) : compactCount(n));
 
 /**
@@ -245,7 +297,11 @@ const cellCount = (n: number) => (n < 100_000 ? count(n) : compactCount(n));
 function tokenHalves(row: ActivityRow): [string, string] | undefined {
   // A hit billed no tokens: its row says what it saved instead (the stored answer's tokens are not recorded).
   if (!row.settled || row.cache === 'hit') return undefined;
-  if (isSpeech(row)) return [`${row.input_tokens ? cellCount(row.input_tokens) : '—'} /`, row.audio_seconds ? `${count(row.audio_seconds)} s audio` : cellCount(row.output_tokens)];
+  if (isSpeech(row))
+    return [
+      `${row.input_tokens ? cellCount(row.input_tokens) : '—'} /`,
+      row.audio_seconds ? `${count(row.audio_seconds)} s audio` : cellCount(row.output_tokens),
+    ];
   return [`${cellCount(row.input_tokens)} /`, cellCount(row.output_tokens)];
 }
 
@@ -264,7 +320,9 @@ function tokensTitle(row: ActivityRow): string | undefined {
   if (!row.settled) return undefined;
   if (row.cache === 'hit') return 'Answered from the cache: no tokens billed';
   if (isSpeech(row)) {
-    const heard = row.audio_seconds ? `${count(row.audio_seconds)} s of audio billed (whole seconds)` : `${count(row.output_tokens)} audio tokens`;
+    const heard = row.audio_seconds
+      ? `${count(row.audio_seconds)} s of audio billed (whole seconds)`
+      : `${count(row.output_tokens)} audio tokens`;
     return `${row.input_tokens ? `${count(row.input_tokens)} tokens in` : 'Billed by the character'}; ${heard}`;
   }
   return `${count(row.input_tokens)} tokens in, ${count(row.output_tokens)} out`;
@@ -278,7 +336,17 @@ function media(row: ActivityRow): string {
   return parts.join(' · ') || '—';
 }
 
-function Detail({ label, children, mono, class: className }: { label: string; children: ComponentChildren; mono?: boolean; class?: string }) {
+function Detail({
+  label,
+  children,
+  mono,
+  class: className,
+}: {
+  label: string;
+  children: ComponentChildren;
+  mono?: boolean;
+  class?: string;
+}) {
   return (
     <div class={className ? `detail ${className}` : 'detail'}>
       <dt>{label}</dt>
@@ -287,13 +355,25 @@ function Detail({ label, children, mono, class: className }: { label: string; ch
   );
 }
 
-function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityRow; keyName: string | undefined; accountName: string | undefined; onClose: () => void }) {
-  const text = (value: string | number | null | undefined) => (value === null || value === undefined || value === '' ? '—' : String(value));
+function RequestDetails({
+  row,
+  keyName,
+  accountName,
+  onClose,
+}: {
+  row: ActivityRow;
+  keyName: string | undefined;
+  accountName: string | undefined;
+  onClose: () => void;
+}) {
+  const text = (value: string | number | null | undefined) =>
+    value === null || value === undefined || value === '' ? '—' : String(value);
   const session = isSession(row);
   const speech = isSpeech(row);
   const label = endpointLabel(row.endpoint);
   // A response of a session: its row's id is the session's and the response's (`<session>:<response>`).
-  const partOf = row.endpoint === 'realtime.response' && row.id.includes(':') ? row.id.slice(0, row.id.indexOf(':')) : undefined;
+  const partOf =
+    row.endpoint === 'realtime.response' && row.id.includes(':') ? row.id.slice(0, row.id.indexOf(':')) : undefined;
   const reason = row.finish_reason ?? '';
   return (
     <Dialog title={session ? 'Session details' : 'Request details'} onClose={onClose} wide>
@@ -338,7 +418,9 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
         {session && <Detail label="Responses">{row.session ? count(row.session.responses) : '—'}</Detail>}
         {speech ? (
           <>
-            <Detail label="Text in">{row.settled ? (row.input_tokens ? `${count(row.input_tokens)} tokens` : 'Billed by the character') : '—'}</Detail>
+            <Detail label="Text in">
+              {row.settled ? (row.input_tokens ? `${count(row.input_tokens)} tokens` : 'Billed by the character') : '—'}
+            </Detail>
             <Detail label="Audio out">{audioOut(row)}</Detail>
           </>
         ) : (
@@ -368,7 +450,13 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
           {label === row.endpoint || row.endpoint === null ? text(row.endpoint) : `${label} (${row.endpoint})`}
         </Detail>
         {!session && <Detail label="Stream">{row.stream === null ? '—' : row.stream ? 'Yes' : 'No'}</Detail>}
-        <Detail label="HTTP status">{row.http_status === null && isBatch(row) ? <span class="muted">None (a batch request)</span> : text(row.http_status)}</Detail>
+        <Detail label="HTTP status">
+          {row.http_status === null && isBatch(row) ? (
+            <span class="muted">None (a batch request)</span>
+          ) : (
+            text(row.http_status)
+          )}
+        </Detail>
         {session ? (
           <Detail label="Close reason">
             {reason ? (
@@ -442,7 +530,15 @@ function RequestDetails({ row, keyName, accountName, onClose }: { row: ActivityR
  * are `wide` (below 1100 px of window they are in the row's details); time to first token is in the request's dialog.
  * On a phone the page's own grid (styles.css, `.activity-table`) shows time, status, model, cost, key and latency.
  */
-function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<string, string> | undefined; keyNames: Map<string, string>; open: (row: ActivityRow) => void }): Array<Column<ActivityRow> | false> {
+function requestColumns({
+  accountNames,
+  keyNames,
+  open,
+}: {
+  accountNames: Map<string, string> | undefined;
+  keyNames: Map<string, string>;
+  open: (row: ActivityRow) => void;
+}): Array<Column<ActivityRow> | false> {
   return [
     {
       id: 'time',
@@ -531,21 +627,28 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
       priority: 'wide',
       class: 'col-http',
       // A batch request has no HTTP answer of its own: its outcome's code, or "batch".
-      title: (row) => (row.http_status === null && isBatch(row) ? 'A batch request: no HTTP answer of its own' : undefined),
-      cell: (row) => row.http_status ?? (isBatch(row) ? <span class="muted mono small">{row.error_code ?? 'batch'}</span> : '—'),
+      title: (row) =>
+        row.http_status === null && isBatch(row) ? 'A batch request: no HTTP answer of its own' : undefined,
+      cell: (row) =>
+        row.http_status ?? (isBatch(row) ? <span class="muted mono small">{row.error_code ?? 'batch'}</span> : '—'),
     },
     {
       id: 'latency',
       label: 'Latency',
       numeric: true,
       // A session's row: how long it lasted, and how many responses it billed; a batch request's: its worker's run.
-      class: (row) => (isSession(row) ? 'col-latency col-duration' : isBatch(row) && row.latency_ms === null && !(row.duration_ms > 0) ? 'col-latency col-untimed' : 'col-latency'),
+      class: (row) =>
+        isSession(row)
+          ? 'col-latency col-duration'
+          : isBatch(row) && row.latency_ms === null && !(row.duration_ms > 0)
+            ? 'col-latency col-untimed'
+            : 'col-latency',
       title: (row) =>
         isSession(row)
           ? `Session of ${duration(sessionLength(row))}${row.session ? `, ${count(row.session.responses)} response${row.session.responses === 1 ? '' : 's'}` : ''}`
           : isBatch(row) && row.latency_ms === null
             ? row.duration_ms > 0
-              ? "A batch request: its run on the worker"
+              ? 'A batch request: its run on the worker'
               : 'A batch request: not timed'
             : undefined,
       cell: rowLatency,
@@ -566,7 +669,10 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
       label: 'Cost',
       numeric: true,
       class: (row) => `col-cost ${row.settled || row.status === 'refused' ? 'cell-strong' : 'muted'}`,
-      title: (row) => (row.saved_micros > 0 ? `The response cache saved ${money(row.saved_micros / 1_000_000)}: what the call would have cost` : undefined),
+      title: (row) =>
+        row.saved_micros > 0
+          ? `The response cache saved ${money(row.saved_micros / 1_000_000)}: what the call would have cost`
+          : undefined,
       cell: (row) => (
         <>
           {cost(row)}
@@ -580,11 +686,13 @@ function requestColumns({ accountNames, keyNames, open }: { accountNames: Map<st
 /** What the count line says: the requests, and how many of them did not complete ("87 requests, 6 of them refused"). */
 function countLine(counts: RequestCounts): string {
   const head = `${count(counts.requests)} ${counts.requests === 1 ? 'request' : 'requests'}`;
-  const ended = ([
-    [counts.refused, 'refused'],
-    [counts.failed, 'failed'],
-    [counts.cancelled, 'cancelled'],
-  ] as const)
+  const ended = (
+    [
+      [counts.refused, 'refused'],
+      [counts.failed, 'failed'],
+      [counts.cancelled, 'cancelled'],
+    ] as const
+  )
     .filter(([n]) => n > 0)
     .map(([n, how], i) => `${count(n)}${i === 0 ? ' of them' : ''} ${how}`);
   if (ended.length === 0) return head;
@@ -599,7 +707,9 @@ export function ActivityPage() {
   const search = useSearch();
   const filters = useMemo(() => filtersOf(search), [search]);
   const range = ranges.find((r) => r.value === filters.range)!;
-  /** "Now" for the range: taken at each change of filters and on Refresh, so the list and the chart read the same range. */
+  /**
+   * "Now" for the range: taken at each change of filters and on Refresh, so the list and the chart read the same range.
+   */
   const [refreshes, setRefreshes] = useState(0);
   const now = useMemo(() => Math.floor(Date.now() / 1000), [search, refreshes]);
 
@@ -623,7 +733,8 @@ export function ActivityPage() {
   const { current, rows } = list;
   // The filter's counts come with its first page (a page after it has none): kept while more pages load.
   const countsOf = useRef<{ path: string; counts: RequestCounts } | undefined>(undefined);
-  if (current?.page.counts && countsOf.current?.path !== current.path) countsOf.current = { path: current.path, counts: current.page.counts };
+  if (current?.page.counts && countsOf.current?.path !== current.path)
+    countsOf.current = { path: current.path, counts: current.page.counts };
   const counts = current && countsOf.current?.path === current.path ? countsOf.current.counts : undefined;
   const [open, setOpen] = useState<ActivityRow | undefined>(undefined);
   // `?request=<id>` (the Playground's link to a request it made): its row marked, its details opened once it is listed.
@@ -650,9 +761,16 @@ export function ActivityPage() {
   const keys = useApi<List<Key | KeyName>>(admin ? '/admin/keys' : '/key-names');
   const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
   const keyNames = useMemo(() => new Map((keys.data?.data ?? []).map((key) => [key.id, key.name])), [keys.data]);
-  const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
-  const keyOptions = (keys.data?.data ?? []).filter((key) => !filters.account_id || key.account_id === filters.account_id);
-  if (filters.key_id && !keyOptions.some((key) => key.id === filters.key_id)) keyOptions.push({ id: filters.key_id, object: 'key_name', name: filters.key_id, account_id: '', revoked: false });
+  const accountNames = useMemo(
+    () =>
+      new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])),
+    [accounts.data],
+  );
+  const keyOptions = (keys.data?.data ?? []).filter(
+    (key) => !filters.account_id || key.account_id === filters.account_id,
+  );
+  if (filters.key_id && !keyOptions.some((key) => key.id === filters.key_id))
+    keyOptions.push({ id: filters.key_id, object: 'key_name', name: filters.key_id, account_id: '', revoked: false });
 
   // Models as they come up in the rows (and the one filtered by), kept while the filters change.
   const seenModels = useRef(new Set<string>());
@@ -666,7 +784,15 @@ export function ActivityPage() {
     if (name === 'account_id') next.key_id = '';
     navigate(addressOf(next));
   };
-  const filtered = !!(filters.key_id || filters.model || filters.status || filters.service_tier || filters.cache || filters.batch || (admin && filters.account_id));
+  const filtered = !!(
+    filters.key_id ||
+    filters.model ||
+    filters.status ||
+    filters.service_tier ||
+    filters.cache ||
+    filters.batch ||
+    (admin && filters.account_id)
+  );
 
   const chart = useMemo(() => {
     const data = histogram.data;
@@ -707,11 +833,22 @@ export function ActivityPage() {
     <>
       <PageHeader
         title="Activity"
-        description={admin ? 'Every request made with a key of this gateway: how it ended, how long it took and what it cost.' : 'Every request made with your keys: how it ended, how long it took and what it cost.'}
+        description={
+          admin
+            ? 'Every request made with a key of this gateway: how it ended, how long it took and what it cost.'
+            : 'Every request made with your keys: how it ended, how long it took and what it cost.'
+        }
         actions={
           <button type="button" class="button button-secondary" onClick={refresh}>
             <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
-              <path d="M16 10a6 6 0 1 1-1.8-4.3M16 4v3.5h-3.5" fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
+              <path
+                d="M16 10a6 6 0 1 1-1.8-4.3M16 4v3.5h-3.5"
+                fill="none"
+                stroke="currentColor"
+                stroke-width="1.7"
+                stroke-linecap="round"
+                stroke-linejoin="round"
+              />
             </svg>
             Refresh
           </button>
@@ -731,14 +868,20 @@ export function ActivityPage() {
         {admin && (
           <div class="field field-inline">
             <label for="activity-account">Account</label>
-            <select id="activity-account" value={filters.account_id} onChange={(e) => set('account_id', e.currentTarget.value)}>
+            <select
+              id="activity-account"
+              value={filters.account_id}
+              onChange={(e) => set('account_id', e.currentTarget.value)}
+            >
               <option value="">All accounts</option>
               {(accounts.data?.data ?? []).map((account) => (
                 <option value={account.id} key={account.id}>
                   {account.email || account.name || account.id}
                 </option>
               ))}
-              {filters.account_id && !accountNames.has(filters.account_id) && <option value={filters.account_id}>{filters.account_id}</option>}
+              {filters.account_id && !accountNames.has(filters.account_id) && (
+                <option value={filters.account_id}>{filters.account_id}</option>
+              )}
             </select>
           </div>
         )}
@@ -748,7 +891,9 @@ export function ActivityPage() {
             <option value="">All keys</option>
             {keyOptions.map((key) => (
               <option value={key.id} key={key.id}>
-                {admin && !filters.account_id && 'account_email' in key && key.account_email ? `${key.name} (${key.account_email})` : key.name}
+                {admin && !filters.account_id && 'account_email' in key && key.account_email
+                  ? `${key.name} (${key.account_email})`
+                  : key.name}
                 {'revoked' in key && key.revoked ? ' (revoked)' : ''}
               </option>
             ))}
@@ -778,7 +923,11 @@ export function ActivityPage() {
         </div>
         <div class="field field-inline field-short">
           <label for="activity-tier">Tier</label>
-          <select id="activity-tier" value={filters.service_tier} onChange={(e) => set('service_tier', e.currentTarget.value)}>
+          <select
+            id="activity-tier"
+            value={filters.service_tier}
+            onChange={(e) => set('service_tier', e.currentTarget.value)}
+          >
             <option value="">Any</option>
             {serviceTiers.map((tier) => (
               <option value={tier} key={tier}>
@@ -804,13 +953,22 @@ export function ActivityPage() {
             <BatchRef id={filters.batch} class="mono small" label={`Batch ${filters.batch} on the Batches page`}>
               {shortBatch(filters.batch)}
             </BatchRef>
-            <button type="button" class="link-button small" aria-label="Show every batch's requests" onClick={() => set('batch', '')}>
+            <button
+              type="button"
+              class="link-button small"
+              aria-label="Show every batch's requests"
+              onClick={() => set('batch', '')}
+            >
               ×
             </button>
           </span>
         )}
         {filtered && (
-          <button type="button" class="link-button filters-clear" onClick={() => navigate(addressOf({ ...filtersOf(''), range: filters.range }))}>
+          <button
+            type="button"
+            class="link-button filters-clear"
+            onClick={() => navigate(addressOf({ ...filtersOf(''), range: filters.range }))}
+          >
             Clear filters
           </button>
         )}
@@ -821,7 +979,11 @@ export function ActivityPage() {
             {bucketName ? `Requests per ${bucketName}` : 'Requests'}
           </h2>
           <p class="muted small" aria-live="polite">
-            {histogram.data ? `${count(chart.requests)} requests · ${count(chart.errors)} not completed` : histogram.error ? '' : 'Loading…'}
+            {histogram.data
+              ? `${count(chart.requests)} requests · ${count(chart.errors)} not completed`
+              : histogram.error
+                ? ''
+                : 'Loading…'}
           </p>
         </div>
         {histogram.error && <ErrorMessage message={`Could not load the chart: ${histogram.error}`} />}
@@ -841,8 +1003,14 @@ export function ActivityPage() {
       <section class="section" aria-labelledby="requests-heading">
         <div class="section-head">
           <h2 id="requests-heading">Requests</h2>
-          <p class="muted small activity-count" aria-live="polite" title="Every logged request of the range and filters, refusals included, each counted once (a Realtime session's responses, not the session)">
-            {current ? `${counts ? `${countLine(counts)} · ` : ''}${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
+          <p
+            class="muted small activity-count"
+            aria-live="polite"
+            title="Every logged request of the range and filters, refusals included, each counted once (a Realtime session's responses, not the session)"
+          >
+            {current
+              ? `${counts ? `${countLine(counts)} · ` : ''}${count(rows.length)}${current.hasMore ? '+' : ''} shown, newest first`
+              : ''}
           </p>
         </div>
         <PagedTable

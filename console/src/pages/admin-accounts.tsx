@@ -3,7 +3,17 @@ import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
+import {
+  Dialog,
+  DialogFormActions,
+  ErrorMessage,
+  PageHeader,
+  Spinner,
+  StatusMessage,
+  useApi,
+  useSending,
+  useTitle,
+} from '../components/ui';
 import { balance, dateTime, money } from '../format';
 import { defaultAccountId, serviceTiers, type Account, type AccountList, type Role, type ServiceTier } from '../types';
 import { parseToolPatterns } from '../tool-patterns';
@@ -21,7 +31,8 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     if (!email.trim()) return setError('Enter the email address of the new account.');
-    if (password && password.length < 8) return setError('The password must have at least 8 characters (or leave it empty).');
+    if (password && password.length < 8)
+      return setError('The password must have at least 8 characters (or leave it empty).');
     void send(async () => {
       const body: Record<string, unknown> = { email: email.trim(), role };
       if (password) body.password = password;
@@ -44,7 +55,14 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
         <div class="form-grid">
           <div class="field">
             <label for="account-email">Email</label>
-            <input id="account-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
+            <input
+              id="account-email"
+              type="email"
+              required
+              value={email}
+              onInput={(e) => setEmail(e.currentTarget.value)}
+              autoComplete="off"
+            />
           </div>
           <div class="field">
             <label for="account-password">Password</label>
@@ -63,7 +81,13 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
           </div>
           <div class="field">
             <label for="account-name">Name</label>
-            <input id="account-name" type="text" value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" />
+            <input
+              id="account-name"
+              type="text"
+              value={name}
+              onInput={(e) => setName(e.currentTarget.value)}
+              autoComplete="off"
+            />
           </div>
           <div class="field">
             <label for="account-role">Role</label>
@@ -85,19 +109,32 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
   );
 }
 
-function CreditDialog({ account, onClose, onCredited }: { account: Account; onClose: () => void; onCredited: (balanceUsd: number) => void }) {
+function CreditDialog({
+  account,
+  onClose,
+  onCredited,
+}: {
+  account: Account;
+  onClose: () => void;
+  onCredited: (balanceUsd: number) => void;
+}) {
   const [amount, setAmount] = useState('');
   const [note, setNote] = useState('');
   const { busy, error, setError, send } = useSending();
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     const value = Number(amount);
-    if (amount.trim() === '' || !Number.isFinite(value) || value === 0) return setError('Enter an amount in USD (negative to correct a balance).');
+    if (amount.trim() === '' || !Number.isFinite(value) || value === 0)
+      return setError('Enter an amount in USD (negative to correct a balance).');
     void send(async () => {
-      const answer = await api<{ account_id: string; balance_usd: number }>('POST', `/admin/accounts/${encodeURIComponent(account.id)}/credits`, {
-        amount_usd: value,
-        ...(note.trim() ? { note: note.trim() } : {}),
-      });
+      const answer = await api<{ account_id: string; balance_usd: number }>(
+        'POST',
+        `/admin/accounts/${encodeURIComponent(account.id)}/credits`,
+        {
+          amount_usd: value,
+          ...(note.trim() ? { note: note.trim() } : {}),
+        },
+      );
       onCredited(answer.balance_usd);
     });
   };
@@ -110,11 +147,27 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
         <div class="form-stack">
           <div class="field">
             <label for="credit-amount">Amount (USD)</label>
-            <input id="credit-amount" type="number" step="any" inputMode="decimal" required value={amount} onInput={(e) => setAmount(e.currentTarget.value)} autoFocus />
+            <input
+              id="credit-amount"
+              type="number"
+              step="any"
+              inputMode="decimal"
+              required
+              value={amount}
+              onInput={(e) => setAmount(e.currentTarget.value)}
+              autoFocus
+            />
           </div>
           <div class="field">
             <label for="credit-note">Note</label>
-            <input id="credit-note" type="text" maxLength={1000} value={note} onInput={(e) => setNote(e.currentTarget.value)} placeholder="e.g. Invoice 2024-017" />
+            <input
+              id="credit-note"
+              type="text"
+              maxLength={1000}
+              value={note}
+              onInput={(e) => setNote(e.currentTarget.value)}
+              placeholder="e.g. Invoice 2024-017"
+            />
           </div>
         </div>
         <ErrorMessage message={error} />
@@ -128,19 +181,37 @@ function CreditDialog({ account, onClose, onCredited }: { account: Account; onCl
  * A dialog's change to one account: `change` reads its form into the fields to PATCH, or the message of what is
  * wrong with it; the saved account goes to `onSaved`, a refusal to the dialog's error.
  */
-function useAccountChange(account: Account, onSaved: (updated: Account) => void, change: () => Record<string, unknown> | string) {
+function useAccountChange(
+  account: Account,
+  onSaved: (updated: Account) => void,
+  change: () => Record<string, unknown> | string,
+) {
   const { busy, error, setError, send } = useSending();
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     const fields = change();
     if (typeof fields === 'string') return setError(fields);
-    void send(async () => onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, fields)));
+    void send(async () =>
+      onSaved(await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, fields)),
+    );
   };
   return { error, busy, submit };
 }
 
 /** The dialog of one account setting: its lead, its fields, and Save (a refusal said above the buttons). */
-function SettingDialog({ title, lead, form, onClose, children }: { title: string; lead: ComponentChildren; form: ReturnType<typeof useAccountChange>; onClose: () => void; children: ComponentChildren }) {
+function SettingDialog({
+  title,
+  lead,
+  form,
+  onClose,
+  children,
+}: {
+  title: string;
+  lead: ComponentChildren;
+  form: ReturnType<typeof useAccountChange>;
+  onClose: () => void;
+  children: ComponentChildren;
+}) {
   return (
     <Dialog title={title} onClose={onClose}>
       <p class="dialog-lead">{lead}</p>
@@ -153,17 +224,48 @@ function SettingDialog({ title, lead, form, onClose, children }: { title: string
   );
 }
 
-function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
+function WeightDialog({
+  account,
+  onClose,
+  onSaved,
+}: {
+  account: Account;
+  onClose: () => void;
+  onSaved: (updated: Account) => void;
+}) {
   const [weight, setWeight] = useState(String(account.weight));
   const form = useAccountChange(account, onSaved, () => {
     const value = Number(weight);
-    return Number.isInteger(value) && value >= 1 && value <= 100 ? { weight: value } : 'Enter a whole number from 1 to 100.';
+    return Number.isInteger(value) && value >= 1 && value <= 100
+      ? { weight: value }
+      : 'Enter a whole number from 1 to 100.';
   });
   return (
-    <SettingDialog title={`Weight of ${accountLabel(account)}`} lead={<>When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of weight 3 is served three times as much as one of weight 1. Every account starts at 1.</>} form={form} onClose={onClose}>
+    <SettingDialog
+      title={`Weight of ${accountLabel(account)}`}
+      lead={
+        <>
+          When requests wait for a vendor, each account waiting gets its weight's share of what is free: an account of
+          weight 3 is served three times as much as one of weight 1. Every account starts at 1.
+        </>
+      }
+      form={form}
+      onClose={onClose}
+    >
       <div class="field">
         <label for="account-weight">Weight (1–100)</label>
-        <input id="account-weight" type="number" min={1} max={100} step={1} inputMode="numeric" required value={weight} onInput={(e) => setWeight(e.currentTarget.value)} autoFocus />
+        <input
+          id="account-weight"
+          type="number"
+          min={1}
+          max={100}
+          step={1}
+          inputMode="numeric"
+          required
+          value={weight}
+          onInput={(e) => setWeight(e.currentTarget.value)}
+          autoFocus
+        />
       </div>
     </SettingDialog>
   );
@@ -172,20 +274,43 @@ function WeightDialog({ account, onClose, onSaved }: { account: Account; onClose
 /** The most seconds an account's cache cap may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
 /** What an account's row says of its cache cap: no cap of its own, off (never cached), or its seconds. */
-const cacheCapText = (cap: number | null) => (cap === null ? 'no cap' : cap === 0 ? 'off' : `${cap.toLocaleString()} s`);
+const cacheCapText = (cap: number | null) =>
+  cap === null ? 'no cap' : cap === 0 ? 'off' : `${cap.toLocaleString()} s`;
 /** The same as the row's button reads it. */
-const cacheCapLine = (cap: number | null) => (cap === null ? 'Cache: no cap' : cap === 0 ? 'Cache: off (never cached)' : `Cache: at most ${cap.toLocaleString()} s`);
+const cacheCapLine = (cap: number | null) =>
+  cap === null ? 'Cache: no cap' : cap === 0 ? 'Cache: off (never cached)' : `Cache: at most ${cap.toLocaleString()} s`;
 
-function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Account; gatewayCap: number | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
+function CacheCapDialog({
+  account,
+  gatewayCap,
+  onClose,
+  onSaved,
+}: {
+  account: Account;
+  gatewayCap: number | undefined;
+  onClose: () => void;
+  onSaved: (updated: Account) => void;
+}) {
   const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
   const form = useAccountChange(account, onSaved, () => {
     const text = cap.trim();
     const value = text === '' ? null : Number(text);
-    if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS)) return `Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`;
+    if (value !== null && (!Number.isInteger(value) || value < 0 || value > maxCacheTtlS))
+      return `Enter a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}, or leave it empty.`;
     return { cache_max_ttl_s: value };
   });
   return (
-    <SettingDialog title={`Cache cap of ${accountLabel(account)}`} lead={<>The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests or its keys’ default TTL name. 0 turns caching off for the account.</>} form={form} onClose={onClose}>
+    <SettingDialog
+      title={`Cache cap of ${accountLabel(account)}`}
+      lead={
+        <>
+          The longest this account’s answers are kept in the response cache, whatever <code>max-age</code> its requests
+          or its keys’ default TTL name. 0 turns caching off for the account.
+        </>
+      }
+      form={form}
+      onClose={onClose}
+    >
       <div class="field">
         <label for="account-cache-cap">Cache cap (s)</label>
         <input
@@ -202,7 +327,9 @@ function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Ac
           autoFocus
         />
         <p class="field-hint" id="account-cache-cap-hint">
-          Empty: no cap of its own{gatewayCap === undefined ? '' : ` (the gateway’s ${gatewayCap.toLocaleString()} s still holds)`}. 0: never cached.
+          Empty: no cap of its own
+          {gatewayCap === undefined ? '' : ` (the gateway’s ${gatewayCap.toLocaleString()} s still holds)`}. 0: never
+          cached.
         </p>
       </div>
     </SettingDialog>
@@ -210,9 +337,18 @@ function CacheCapDialog({ account, gatewayCap, onClose, onSaved }: { account: Ac
 }
 
 /** What an account's row says of the MCP tools its keys may use: every tool, none, or its patterns. */
-const toolsLine = (tools: readonly string[] | null) => (tools === null ? 'Tools: every' : tools.length === 0 ? 'Tools: none' : `Tools: ${tools.join(', ')}`);
+const toolsLine = (tools: readonly string[] | null) =>
+  tools === null ? 'Tools: every' : tools.length === 0 ? 'Tools: none' : `Tools: ${tools.join(', ')}`;
 
-function ToolsDialog({ account, onClose, onSaved }: { account: Account; onClose: () => void; onSaved: (updated: Account) => void }) {
+function ToolsDialog({
+  account,
+  onClose,
+  onSaved,
+}: {
+  account: Account;
+  onClose: () => void;
+  onSaved: (updated: Account) => void;
+}) {
   const [every, setEvery] = useState(account.mcp_tools === null);
   const [patterns, setPatterns] = useState(account.mcp_tools?.join(', ') ?? '');
   const form = useAccountChange(account, onSaved, () => {
@@ -221,9 +357,25 @@ function ToolsDialog({ account, onClose, onSaved }: { account: Account; onClose:
     return typeof tools === 'string' ? tools : { mcp_tools: tools };
   });
   return (
-    <SettingDialog title={`MCP tools of ${accountLabel(account)}`} lead={<>The tools of the MCP servers this account’s keys may use through /mcp. A key may be narrowed further on All keys.</>} form={form} onClose={onClose}>
+    <SettingDialog
+      title={`MCP tools of ${accountLabel(account)}`}
+      lead={
+        <>
+          The tools of the MCP servers this account’s keys may use through /mcp. A key may be narrowed further on All
+          keys.
+        </>
+      }
+      form={form}
+      onClose={onClose}
+    >
       <div class="check">
-        <input id="account-tools-every" type="checkbox" checked={every} onChange={(e) => setEvery(e.currentTarget.checked)} autoFocus />
+        <input
+          id="account-tools-every"
+          type="checkbox"
+          checked={every}
+          onChange={(e) => setEvery(e.currentTarget.checked)}
+          autoFocus
+        />
         <label for="account-tools-every">Every tool</label>
       </div>
       <div class="field">
@@ -256,23 +408,44 @@ const tierHints: Record<ServiceTier, string> = {
 /** What an account's row says of its tiers. */
 const tiersText = (tiers: ServiceTier[] | null) => (tiers ? tiers.map(tierLabel).join(', ') : 'gateway default');
 
-function TiersDialog({ account, defaults, onClose, onSaved }: { account: Account; defaults: ServiceTier[] | undefined; onClose: () => void; onSaved: (updated: Account) => void }) {
+function TiersDialog({
+  account,
+  defaults,
+  onClose,
+  onSaved,
+}: {
+  account: Account;
+  defaults: ServiceTier[] | undefined;
+  onClose: () => void;
+  onSaved: (updated: Account) => void;
+}) {
   const [useDefault, setUseDefault] = useState(account.service_tiers === null);
   // Unticking "the gateway's default" starts from what the account has now.
   const [chosen, setChosen] = useState<ServiceTier[]>(account.service_tiers ?? defaults ?? ['default']);
-  const toggle = (tier: ServiceTier, on: boolean) => setChosen((previous) => serviceTiers.filter((t) => (t === tier ? on : previous.includes(t))));
+  const toggle = (tier: ServiceTier, on: boolean) =>
+    setChosen((previous) => serviceTiers.filter((t) => (t === tier ? on : previous.includes(t))));
   const { error, busy, submit } = useAccountChange(account, onSaved, () =>
-    !useDefault && chosen.length === 0 ? 'Choose at least one tier, or use the gateway’s default.' : { service_tiers: useDefault ? null : chosen },
+    !useDefault && chosen.length === 0
+      ? 'Choose at least one tier, or use the gateway’s default.'
+      : { service_tiers: useDefault ? null : chosen },
   );
   return (
     <Dialog title={`Service tiers of ${accountLabel(account)}`} onClose={onClose}>
       <p class="dialog-lead">
-        The service tiers this account’s requests may ask for with <code>service_tier</code>. Unless set here, an account has the gateway’s default.
+        The service tiers this account’s requests may ask for with <code>service_tier</code>. Unless set here, an
+        account has the gateway’s default.
       </p>
       <form onSubmit={submit} noValidate>
         <div class="form-stack">
           <div class="check">
-            <input id="tiers-default" type="checkbox" checked={useDefault} onChange={(e) => setUseDefault(e.currentTarget.checked)} aria-describedby={defaults ? 'tiers-default-hint' : undefined} autoFocus />
+            <input
+              id="tiers-default"
+              type="checkbox"
+              checked={useDefault}
+              onChange={(e) => setUseDefault(e.currentTarget.checked)}
+              aria-describedby={defaults ? 'tiers-default-hint' : undefined}
+              autoFocus
+            />
             <label for="tiers-default">Use the gateway’s default</label>
             {defaults && (
               <span class="check-hint" id="tiers-default-hint">
@@ -321,18 +494,24 @@ export function AccountsPage() {
   const [status, setStatus] = useState<string | undefined>(undefined);
   const list = accounts.data ? listOf(accounts.data) : undefined;
   const defaultTiers = accounts.data && !Array.isArray(accounts.data) ? accounts.data.default_service_tiers : undefined;
-  const gatewayCacheCap = accounts.data && !Array.isArray(accounts.data) ? accounts.data.gateway_cache_max_ttl_s : undefined;
+  const gatewayCacheCap =
+    accounts.data && !Array.isArray(accounts.data) ? accounts.data.gateway_cache_max_ttl_s : undefined;
 
   // The list's own fields (the default tiers) are kept through a change of its accounts.
   const change = (update: (list: Account[]) => Account[]) =>
-    accounts.setData((previous) => previous && (Array.isArray(previous) ? update(previous) : { ...previous, data: update(previous.data) }));
+    accounts.setData(
+      (previous) =>
+        previous && (Array.isArray(previous) ? update(previous) : { ...previous, data: update(previous.data) }),
+    );
   const replace = (updated: Account) => change((list) => list.map((a) => (a.id === updated.id ? updated : a)));
 
   const toggle = async (account: Account) => {
     setBusyId(account.id);
     setError(undefined);
     try {
-      const updated = await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, { disabled: !account.disabled });
+      const updated = await api<Account>('PATCH', `/admin/accounts/${encodeURIComponent(account.id)}`, {
+        disabled: !account.disabled,
+      });
       replace(updated);
       setStatus(`${accountLabel(updated)} ${updated.disabled ? 'disabled' : 'enabled'}.`);
     } catch (caught) {
@@ -386,13 +565,25 @@ export function AccountsPage() {
               Team
             </span>
           ) : (
-            <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>{account.role === 'admin' ? 'Admin' : 'Member'}</span>
+            <span class={`badge ${account.role === 'admin' ? 'badge-accent' : ''}`}>
+              {account.role === 'admin' ? 'Admin' : 'Member'}
+            </span>
           )}
-          {account.disabled ? <span class="badge badge-danger">Disabled</span> : <span class="badge badge-ok">Active</span>}
+          {account.disabled ? (
+            <span class="badge badge-danger">Disabled</span>
+          ) : (
+            <span class="badge badge-ok">Active</span>
+          )}
         </span>
       ),
     },
-    { id: 'balance', label: 'Balance', numeric: true, class: 'nowrap', cell: (account) => balance(account.balance_usd) },
+    {
+      id: 'balance',
+      label: 'Balance',
+      numeric: true,
+      class: 'nowrap',
+      cell: (account) => balance(account.balance_usd),
+    },
     {
       id: 'serving',
       label: 'Serving',
@@ -400,7 +591,13 @@ export function AccountsPage() {
       cell: (account) => (
         <>
           {/* Its weight: its share of contended capacity against other accounts' (1 unless an admin set it). */}
-          <button type="button" class="weight-button tiers-button account-setting" onClick={() => setWeighing(account)} aria-label={`Change weight, now ${account.weight}`} title="Its fair share when requests wait for a vendor: weight 3 is served three times as much as weight 1">
+          <button
+            type="button"
+            class="weight-button tiers-button account-setting"
+            onClick={() => setWeighing(account)}
+            aria-label={`Change weight, now ${account.weight}`}
+            title="Its fair share when requests wait for a vendor: weight 3 is served three times as much as weight 1"
+          >
             Weight: {account.weight}
           </button>
           {/* The service tiers it may ask for (the gateway's default unless an admin set its own). */}
@@ -424,7 +621,13 @@ export function AccountsPage() {
             {cacheCapLine(account.cache_max_ttl_s)}
           </button>
           {/* The MCP tools its keys may use (every tool unless an admin set a list). */}
-          <button type="button" class="weight-button tiers-button account-setting" onClick={() => setTooling(account)} aria-label={`Change MCP tools, now ${toolsLine(account.mcp_tools).slice(7)}`} title="The MCP tools this account's keys may use">
+          <button
+            type="button"
+            class="weight-button tiers-button account-setting"
+            onClick={() => setTooling(account)}
+            aria-label={`Change MCP tools, now ${toolsLine(account.mcp_tools).slice(7)}`}
+            title="The MCP tools this account's keys may use"
+          >
             {toolsLine(account.mcp_tools)}
           </button>
         </>
@@ -477,12 +680,21 @@ export function AccountsPage() {
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={error ?? accounts.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <DataTable labelledBy="accounts-heading" class="table-compact account-table" columns={columns} rows={list} rowKey={(account) => account.id} skeletonRows={3} empty="No accounts yet." />
+        <DataTable
+          labelledBy="accounts-heading"
+          class="table-compact account-table"
+          columns={columns}
+          rows={list}
+          rowKey={(account) => account.id}
+          skeletonRows={3}
+          empty="No accounts yet."
+        />
       </section>
       {disabling && (
         <Dialog title="Disable this account?" onClose={() => setDisabling(undefined)} alert>
           <p class="dialog-lead">
-            <strong>{accountLabel(disabling)}</strong> is signed out everywhere and cannot sign in, and every one of its keys is refused at once. You can enable it again later.
+            <strong>{accountLabel(disabling)}</strong> is signed out everywhere and cannot sign in, and every one of its
+            keys is refused at once. You can enable it again later.
           </p>
           <div class="dialog-actions">
             <button type="button" class="button button-secondary" onClick={() => setDisabling(undefined)} autoFocus>
@@ -520,7 +732,9 @@ export function AccountsPage() {
           onClose={() => setTiering(undefined)}
           onSaved={(updated) => {
             replace(updated);
-            setStatus(`Service tiers of ${accountLabel(updated)}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`);
+            setStatus(
+              `Service tiers of ${accountLabel(updated)}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`,
+            );
             setTiering(undefined);
           }}
         />

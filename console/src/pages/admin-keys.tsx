@@ -21,14 +21,21 @@ export function AllKeysPage() {
   const accounts = list ? new Set(list.map((key) => key.account_id)).size : undefined;
   return (
     <>
-      <PageHeader title="All keys" description="Every API key on this gateway, by account. Edit or revoke any of them here." />
+      <PageHeader
+        title="All keys"
+        description="Every API key on this gateway, by account. Edit or revoke any of them here."
+      />
       <ErrorMessage message={keys.error} />
       <section class="section" aria-labelledby="all-keys-heading">
         <div class="section-head">
           <h2 id="all-keys-heading" class="visually-hidden">
             Keys of every account
           </h2>
-          <span class="muted">{live !== undefined ? `${live} key${live === 1 ? '' : 's'} in ${accounts} account${accounts === 1 ? '' : 's'}` : '\u00a0'}</span>
+          <span class="muted">
+            {live !== undefined
+              ? `${live} key${live === 1 ? '' : 's'} in ${accounts} account${accounts === 1 ? '' : 's'}`
+              : '\u00a0'}
+          </span>
         </div>
         <StatusMessage message={status} />
         <AccountKeyGroups

@@ -28,9 +28,13 @@ function span(seconds: number): string {
   return `${count(Math.round(seconds / 86_400))} d`;
 }
 
-/** The columns; the finished jobs' are of the jobs BullMQ still keeps (`keeps`), not totals: the request log has every request. */
+/**
+ * The columns; the finished jobs' are of the jobs BullMQ still keeps (`keeps`), not totals: the request log has every
+ * request.
+ */
 function queueColumns(keeps: QueueList['keeps'] | undefined): Column<QueueCounts>[] {
-  const kept = (seconds: number | undefined, most: number | undefined) => (seconds !== undefined && most !== undefined ? `last ${span(seconds)}, at most ${count(most)}` : 'recent only');
+  const kept = (seconds: number | undefined, most: number | undefined) =>
+    seconds !== undefined && most !== undefined ? `last ${span(seconds)}, at most ${count(most)}` : 'recent only';
   return [
     { id: 'name', label: 'Name', lead: true, class: 'mono cell-strong', cell: (queue) => <QueueName queue={queue} /> },
     { id: 'waiting', label: 'Waiting', numeric: true, cell: (queue) => count(queue.waiting) },
@@ -45,7 +49,14 @@ function queueColumns(keeps: QueueList['keeps'] | undefined): Column<QueueCounts
       class: (queue) => (queue.failed ? 'text-danger' : undefined),
       cell: (queue) => count(queue.failed),
     },
-    { id: 'completed', label: 'Kept completed', note: kept(keeps?.completed_seconds, keeps?.completed_count), numeric: true, headerClass: 'wrap-head', cell: (queue) => count(queue.completed) },
+    {
+      id: 'completed',
+      label: 'Kept completed',
+      note: kept(keeps?.completed_seconds, keeps?.completed_count),
+      numeric: true,
+      headerClass: 'wrap-head',
+      cell: (queue) => count(queue.completed),
+    },
   ];
 }
 
@@ -78,14 +89,23 @@ export function QueuesPage() {
         </span>
       </div>
       <ErrorMessage message={queues.error} />
-      <DataTable label="Queues" columns={queueColumns(queues.data?.keeps)} rows={list} rowKey={(queue) => queue.name} skeletonRows={5} empty="No queues." />
+      <DataTable
+        label="Queues"
+        columns={queueColumns(queues.data?.keeps)}
+        rows={list}
+        rowKey={(queue) => queue.name}
+        skeletonRows={5}
+        empty="No queues."
+      />
       {/* With the rows (in the same render), so it never moves as they come in. */}
       {queues.data && (
         <p class="table-note muted small queue-keeps-note">
-          Kept completed and kept failed count the finished jobs BullMQ still holds, not every job that ran: a waiting client’s job is dropped{' '}
-          {span(queues.data.keeps.completed_seconds)} after it completes ({span(queues.data.keeps.failed_seconds)} after it fails), and beyond the last{' '}
-          {count(queues.data.keeps.completed_count)} completed ({count(queues.data.keeps.failed_count)} failed); an async job after {span(queues.data.keeps.async_seconds)}. The
-          request log has every request: see <Link href="/console/activity">Activity</Link> and <Link href="/console/usage">Usage</Link>.
+          Kept completed and kept failed count the finished jobs BullMQ still holds, not every job that ran: a waiting
+          client’s job is dropped {span(queues.data.keeps.completed_seconds)} after it completes (
+          {span(queues.data.keeps.failed_seconds)} after it fails), and beyond the last{' '}
+          {count(queues.data.keeps.completed_count)} completed ({count(queues.data.keeps.failed_count)} failed); an
+          async job after {span(queues.data.keeps.async_seconds)}. The request log has every request: see{' '}
+          <Link href="/console/activity">Activity</Link> and <Link href="/console/usage">Usage</Link>.
         </p>
       )}
     </>

@@ -51,14 +51,50 @@ type NamedRow = AuditRowView & { names: Record<string, string> };
 const named = (row: NamedRow, id: string | null) => (id === null ? '—' : (row.names[id] ?? id));
 
 const columns: Array<Column<NamedRow>> = [
-  { id: 'time', label: 'Time', lead: true, cell: (row) => requestTime(row.time / 1000), title: (row) => new Date(row.time).toISOString() },
-  { id: 'who', label: 'Who', cell: (row) => row.actor_email || named(row, row.actor), title: (row) => row.actor, class: 'audit-cut' },
+  {
+    id: 'time',
+    label: 'Time',
+    lead: true,
+    cell: (row) => requestTime(row.time / 1000),
+    title: (row) => new Date(row.time).toISOString(),
+  },
+  {
+    id: 'who',
+    label: 'Who',
+    cell: (row) => row.actor_email || named(row, row.actor),
+    title: (row) => row.actor,
+    class: 'audit-cut',
+  },
   { id: 'action', label: 'Action', cell: (row) => <code>{row.action}</code> },
-  { id: 'target', label: 'Target', cell: (row) => named(row, row.target), title: (row) => row.target ?? undefined, class: 'audit-cut' },
-  { id: 'from', label: 'From where', priority: 'wide', cell: (row) => row.ip ?? '—', title: (row) => row.user_agent ?? undefined },
-  { id: 'team', label: 'Team', priority: 'detail', cell: (row) => named(row, row.team_id), title: (row) => row.team_id ?? undefined },
+  {
+    id: 'target',
+    label: 'Target',
+    cell: (row) => named(row, row.target),
+    title: (row) => row.target ?? undefined,
+    class: 'audit-cut',
+  },
+  {
+    id: 'from',
+    label: 'From where',
+    priority: 'wide',
+    cell: (row) => row.ip ?? '—',
+    title: (row) => row.user_agent ?? undefined,
+  },
+  {
+    id: 'team',
+    label: 'Team',
+    priority: 'detail',
+    cell: (row) => named(row, row.team_id),
+    title: (row) => row.team_id ?? undefined,
+  },
   { id: 'agent', label: 'User agent', priority: 'detail', cell: (row) => row.user_agent ?? '—', class: 'audit-wrap' },
-  { id: 'changes', label: 'Before → after', priority: 'detail', cell: (row) => <Changes row={row} />, class: 'audit-wrap' },
+  {
+    id: 'changes',
+    label: 'Before → after',
+    priority: 'detail',
+    cell: (row) => <Changes row={row} />,
+    class: 'audit-wrap',
+  },
   { id: 'hash', label: 'Hash', priority: 'detail', cell: (row) => <code>{row.hash}</code>, class: 'audit-wrap' },
 ];
 
@@ -104,7 +140,12 @@ export function AuditPage() {
     <>
       <PageHeader
         title="Audit log"
-        description={me.role === 'admin' ? 'Every change made on this gateway, newest first: who made it, when, from where, and what it changed.' : 'The changes made in the teams you own, newest first: who made them, when, from where, and what they changed.'}
+        description={
+          me.role === 'admin'
+            ? 'Every change made on this gateway, newest first: who made it, when, from where, and what it changed.'
+            : 'The changes made in the teams you own, newest first: who made them, when, from where, and what they ' +
+              'changed.'
+        }
         actions={
           <>
             <button type="button" class="button button-secondary" onClick={() => setRefreshes((n) => n + 1)}>
@@ -127,7 +168,11 @@ export function AuditPage() {
       >
         <div class="field field-inline">
           <label for="audit-action">Action</label>
-          <select id="audit-action" value={value('action')} onChange={(event) => apply({ action: event.currentTarget.value, actor })}>
+          <select
+            id="audit-action"
+            value={value('action')}
+            onChange={(event) => apply({ action: event.currentTarget.value, actor })}
+          >
             <option value="">All actions</option>
             {auditActions.map((action) => (
               <option value={action} key={action}>
@@ -138,7 +183,14 @@ export function AuditPage() {
         </div>
         <div class="field field-inline">
           <label for="audit-actor">Who</label>
-          <input id="audit-actor" type="search" placeholder="email or account id" value={actor} onInput={(event) => setActor(event.currentTarget.value)} onBlur={() => apply({ actor })} />
+          <input
+            id="audit-actor"
+            type="search"
+            placeholder="email or account id"
+            value={actor}
+            onInput={(event) => setActor(event.currentTarget.value)}
+            onBlur={() => apply({ actor })}
+          />
         </div>
         <div class="field field-inline">
           <label for="audit-team">Team</label>
@@ -154,11 +206,21 @@ export function AuditPage() {
         </div>
         <div class="field field-inline">
           <label for="audit-from">From</label>
-          <input id="audit-from" type="date" value={value('from')} onChange={(event) => apply({ from: event.currentTarget.value, actor })} />
+          <input
+            id="audit-from"
+            type="date"
+            value={value('from')}
+            onChange={(event) => apply({ from: event.currentTarget.value, actor })}
+          />
         </div>
         <div class="field field-inline">
           <label for="audit-to">To</label>
-          <input id="audit-to" type="date" value={value('to')} onChange={(event) => apply({ to: event.currentTarget.value, actor })} />
+          <input
+            id="audit-to"
+            type="date"
+            value={value('to')}
+            onChange={(event) => apply({ to: event.currentTarget.value, actor })}
+          />
         </div>
         <button type="submit" class="visually-hidden" tabIndex={-1}>
           Apply

@@ -23,8 +23,18 @@ import type { Account, Batch, BatchPage, BatchStatus, List, OpenAIBatchStatus } 
 
 const pageSize = 20;
 
-const statusLabel: Record<BatchStatus, string> = { validating: 'validating', in_progress: 'in progress', canceling: 'canceling', ended: 'ended' };
-const statusBadge: Record<BatchStatus, string> = { validating: 'badge-accent', in_progress: 'badge-accent', canceling: 'badge-warn', ended: 'badge-ok' };
+const statusLabel: Record<BatchStatus, string> = {
+  validating: 'validating',
+  in_progress: 'in progress',
+  canceling: 'canceling',
+  ended: 'ended',
+};
+const statusBadge: Record<BatchStatus, string> = {
+  validating: 'badge-accent',
+  in_progress: 'badge-accent',
+  canceling: 'badge-warn',
+  ended: 'badge-ok',
+};
 const openAIStatusBadge: Record<OpenAIBatchStatus, string> = {
   validating: 'badge-accent',
   in_progress: 'badge-accent',
@@ -38,7 +48,12 @@ const openAIStatusBadge: Record<OpenAIBatchStatus, string> = {
 
 /** Its status as its own API says it (OpenAI's: `completed`, `failed`, …). */
 function Status({ batch }: { batch: Batch }) {
-  if (batch.openai_status) return <span class={`badge badge-cap ${openAIStatusBadge[batch.openai_status]}`}>{batch.openai_status.replace('_', ' ')}</span>;
+  if (batch.openai_status)
+    return (
+      <span class={`badge badge-cap ${openAIStatusBadge[batch.openai_status]}`}>
+        {batch.openai_status.replace('_', ' ')}
+      </span>
+    );
   return <span class={`badge badge-cap ${statusBadge[batch.status]}`}>{statusLabel[batch.status]}</span>;
 }
 
@@ -58,10 +73,15 @@ function Made({ batch }: { batch: Batch }) {
   );
 }
 
-/** The outcomes a batch has so far, the ones with none left out: "3 succeeded · 1 errored · 2 processing" (wrapped between them only). */
+/**
+ * The outcomes a batch has so far, the ones with none left out: "3 succeeded · 1 errored · 2 processing" (wrapped
+ * between them only).
+ */
 function Outcomes({ batch }: { batch: Batch }) {
   const { counts } = batch;
-  const parts = (['succeeded', 'errored', 'canceled', 'expired', 'processing'] as const).filter((name) => counts[name] > 0);
+  const parts = (['succeeded', 'errored', 'canceled', 'expired', 'processing'] as const).filter(
+    (name) => counts[name] > 0,
+  );
   if (parts.length === 0) return <span class="cell-sub muted">no requests</span>;
   return (
     <span class="cell-sub muted batch-outcomes">
@@ -82,7 +102,11 @@ function Progress({ batch }: { batch: Batch }) {
   return (
     <>
       <span class="batch-progress">
-        <progress max={Math.max(1, batch.total)} value={batch.total === 0 ? 1 : done} aria-label={`${batch.id}: ${count(done)} of ${count(batch.total)} requests done`} />
+        <progress
+          max={Math.max(1, batch.total)}
+          value={batch.total === 0 ? 1 : done}
+          aria-label={`${batch.id}: ${count(done)} of ${count(batch.total)} requests done`}
+        />
         <span class="batch-done">
           {count(done)}/{count(batch.total)}
         </span>
@@ -104,9 +128,13 @@ function Ends({ batch }: { batch: Batch }) {
   );
 }
 
-/** One results file: its path in a curl line to copy, read with an API key of the account (`$SWITCHYARD_KEY`, as the README names it). */
+/**
+ * One results file: its path in a curl line to copy, read with an API key of the account (`$SWITCHYARD_KEY`, as the
+ * README names it).
+ */
 function ResultsLine({ batch, path, what, baseUrl }: { batch: Batch; path: string; what: string; baseUrl: string }) {
-  const header = batch.dialect === 'openai' ? '-H "Authorization: Bearer $SWITCHYARD_KEY"' : '-H "x-api-key: $SWITCHYARD_KEY"';
+  const header =
+    batch.dialect === 'openai' ? '-H "Authorization: Bearer $SWITCHYARD_KEY"' : '-H "x-api-key: $SWITCHYARD_KEY"';
   const curl = `curl ${baseUrl.replace(/\/+$/, '')}${path} ${header}`;
   return (
     <div class="batch-results">
@@ -119,14 +147,31 @@ function ResultsLine({ batch, path, what, baseUrl }: { batch: Batch; path: strin
   );
 }
 
-/** An ended batch's results, on a line under its row: a message batch's results, an OpenAI batch's output and error files (by name). */
+/**
+ * An ended batch's results, on a line under its row: a message batch's results, an OpenAI batch's output and error
+ * files (by name).
+ */
 function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
   const output = batch.files?.output;
   const errors = batch.files?.error;
   return batch.dialect === 'openai' ? (
     <>
-      {output && <ResultsLine batch={batch} path={`/v1/files/${output.id}/content`} what={`Output ${output.filename ?? output.id}`} baseUrl={baseUrl} />}
-      {errors && <ResultsLine batch={batch} path={`/v1/files/${errors.id}/content`} what={`Errors ${errors.filename ?? errors.id}`} baseUrl={baseUrl} />}
+      {output && (
+        <ResultsLine
+          batch={batch}
+          path={`/v1/files/${output.id}/content`}
+          what={`Output ${output.filename ?? output.id}`}
+          baseUrl={baseUrl}
+        />
+      )}
+      {errors && (
+        <ResultsLine
+          batch={batch}
+          path={`/v1/files/${errors.id}/content`}
+          what={`Errors ${errors.filename ?? errors.id}`}
+          baseUrl={baseUrl}
+        />
+      )}
     </>
   ) : (
     batch.results_path && <ResultsLine batch={batch} path={batch.results_path} what="Results" baseUrl={baseUrl} />
@@ -134,7 +179,8 @@ function Results({ batch, baseUrl }: { batch: Batch; baseUrl: string }) {
 }
 
 /** Whether the batch has anything to read yet. */
-const hasResults = (batch: Batch) => (batch.dialect === 'openai' ? !!(batch.files?.output || batch.files?.error) : !!batch.results_path);
+const hasResults = (batch: Batch) =>
+  batch.dialect === 'openai' ? !!(batch.files?.output || batch.files?.error) : !!batch.results_path;
 
 /** Whether a batch may still change: not ended, or an OpenAI batch whose files are still being written. */
 const isRunning = (batch: Batch) => batch.status !== 'ended' || batch.openai_status === 'finalizing';
@@ -148,9 +194,12 @@ function CancelingNote({ batch }: { batch: Batch }) {
   const left = batch.counts.processing;
   return (
     <p class="batch-canceling-note small">
-      <strong>Canceling</strong> (asked {moment((batch.cancel_initiated_at ?? 0) * 1000)}). Requests that had not started are canceled and cost nothing.{' '}
+      <strong>Canceling</strong> (asked {moment((batch.cancel_initiated_at ?? 0) * 1000)}). Requests that had not
+      started are canceled and cost nothing.{' '}
       {left > 0
-        ? `The ${count(left)} still shown as processing were already queued or sent to a vendor: those a vendor is answering finish (and are billed), the others are canceled when a worker reaches them. The batch ends when none is left.`
+        ? `The ${count(left)} still shown as processing were already queued or sent to a vendor: those a vendor is ` +
+          `answering finish (and are billed), the others are canceled when a worker reaches them. The batch ends ` +
+          `when none is left.`
         : 'The batch ends in a moment.'}
     </p>
   );
@@ -174,7 +223,17 @@ function flexWords(multiple: number): string {
 type Acting = { batch: Batch; action: 'cancel' | 'delete' };
 
 /** Asks before canceling or deleting a batch, then does it through the console's endpoint. */
-function ConfirmAction({ acting, accountName, onClose, onDone }: { acting: Acting; accountName: string | undefined; onClose: () => void; onDone: (batch: Batch, action: Acting['action']) => void }) {
+function ConfirmAction({
+  acting,
+  accountName,
+  onClose,
+  onDone,
+}: {
+  acting: Acting;
+  accountName: string | undefined;
+  onClose: () => void;
+  onDone: (batch: Batch, action: Acting['action']) => void;
+}) {
   const { batch, action } = acting;
   const run = async () => {
     const path = `/batches/${encodeURIComponent(batch.id)}`;
@@ -186,14 +245,24 @@ function ConfirmAction({ acting, accountName, onClose, onDone }: { acting: Actin
   };
   const whose = accountName ? ` of ${accountName}` : '';
   return (
-    <ConfirmDialog title={action === 'cancel' ? 'Cancel this batch?' : 'Delete this batch?'} confirm={action === 'cancel' ? 'Cancel batch' : 'Delete batch'} cancel="Keep it" onClose={onClose} onConfirm={run}>
+    <ConfirmDialog
+      title={action === 'cancel' ? 'Cancel this batch?' : 'Delete this batch?'}
+      confirm={action === 'cancel' ? 'Cancel batch' : 'Delete batch'}
+      cancel="Keep it"
+      onClose={onClose}
+      onConfirm={run}
+    >
       <span class="mono">{batch.id}</span>
       {whose}
       {action === 'cancel'
-        ? `: its ${count(batch.counts.processing)} requests not yet done stop. Those a vendor is already answering finish (and are billed); the rest are canceled. What has finished keeps its results. This cannot be undone.`
+        ? `: its ${count(batch.counts.processing)} requests not yet done stop. Those a vendor is already answering ` +
+          `finish (and are billed); the rest are canceled. What has finished keeps its results. This cannot be ` +
+          `undone.`
         : batch.dialect === 'openai'
-          ? ': the batch is removed from the list and can no longer be read through the API. Its input, output and error files stay among the account’s files. This cannot be undone.'
-          : ': the batch and its results are removed: its results can no longer be read through the API. This cannot be undone.'}
+          ? ': the batch is removed from the list and can no longer be read through the API. Its input, output and ' +
+            'error files stay among the account’s files. This cannot be undone.'
+          : ': the batch and its results are removed: its results can no longer be read through the API. This ' +
+            'cannot be undone.'}
     </ConfirmDialog>
   );
 }
@@ -213,7 +282,16 @@ interface Listing {
  * the page is in sight: the rows shown so far read again in one request (up to 100; those past that kept as they
  * were). `at`: when they were last read.
  */
-function useLiveBatches(listPath: string, alsoLive: boolean): PagedList<BatchPage, Batch> & { at: number | undefined; live: boolean; refresh: () => void; replace: (batch: Batch) => void; remove: (id: string) => void } {
+function useLiveBatches(
+  listPath: string,
+  alsoLive: boolean,
+): PagedList<BatchPage, Batch> & {
+  at: number | undefined;
+  live: boolean;
+  refresh: () => void;
+  replace: (batch: Batch) => void;
+  remove: (id: string) => void;
+} {
   const [loaded, setLoaded] = useState<Listing | undefined>(undefined);
   const [error, setError] = useState<string | undefined>(undefined);
   const [more, setMore] = useState<{ busy: boolean; error?: string }>({ busy: false });
@@ -235,8 +313,16 @@ function useLiveBatches(listPath: string, alsoLive: boolean): PagedList<BatchPag
         setLoaded((previous) => {
           const same = previous?.path === listPath;
           // Rows past what one read holds stay as they were, after the fresh ones.
-          const kept = same && previous.rows.length > readMost ? previous.rows.slice(readMost).filter((row) => !page.data.some((fresh) => fresh.id === row.id)) : [];
-          return { path: listPath, rows: [...page.data, ...kept], page: kept.length > 0 ? previous!.page : page, hasMore: kept.length > 0 ? previous!.hasMore : page.has_more };
+          const kept =
+            same && previous.rows.length > readMost
+              ? previous.rows.slice(readMost).filter((row) => !page.data.some((fresh) => fresh.id === row.id))
+              : [];
+          return {
+            path: listPath,
+            rows: [...page.data, ...kept],
+            page: kept.length > 0 ? previous!.page : page,
+            hasMore: kept.length > 0 ? previous!.hasMore : page.has_more,
+          };
         });
         setAt(Date.now());
       })
@@ -253,7 +339,8 @@ function useLiveBatches(listPath: string, alsoLive: boolean): PagedList<BatchPag
   }, []);
 
   const live = alsoLive || !!current?.rows.some(isRunning);
-  // While a batch runs and the page is in sight: read again 5 s after the last read (and at once on coming back into sight).
+  // While a batch runs and the page is in sight: read again 5 s after the last read (and at once on coming back into
+  // sight).
   useEffect(() => {
     if (!live || !visible || !current) return;
     const wait = at === undefined ? 0 : Math.max(0, at + 5000 - Date.now());
@@ -267,16 +354,28 @@ function useLiveBatches(listPath: string, alsoLive: boolean): PagedList<BatchPag
     setMore({ busy: true });
     try {
       const page = await api<BatchPage>('GET', `${listPath}&limit=${pageSize}&cursor=${encodeURIComponent(cursor)}`);
-      setLoaded((previous) => (previous?.path === listPath ? { path: listPath, rows: [...previous.rows, ...page.data.filter((row) => !previous.rows.some((had) => had.id === row.id))], page, hasMore: page.has_more } : previous));
+      setLoaded((previous) =>
+        previous?.path === listPath
+          ? {
+              path: listPath,
+              rows: [...previous.rows, ...page.data.filter((row) => !previous.rows.some((had) => had.id === row.id))],
+              page,
+              hasMore: page.has_more,
+            }
+          : previous,
+      );
       setMore({ busy: false });
     } catch (caught) {
       setMore({ busy: false, error: messageOf(caught) });
     }
   };
-  const edit = (change: (rows: Batch[]) => Batch[]) => setLoaded((previous) => (previous ? { ...previous, rows: change(previous.rows) } : previous));
+  const edit = (change: (rows: Batch[]) => Batch[]) =>
+    setLoaded((previous) => (previous ? { ...previous, rows: change(previous.rows) } : previous));
 
   return {
-    current: current ? { path: current.path, rows: current.rows, hasMore: current.hasMore, page: current.page } : undefined,
+    current: current
+      ? { path: current.path, rows: current.rows, hasMore: current.hasMore, page: current.page }
+      : undefined,
     rows: current?.rows ?? [],
     error,
     loading: !current && !error,
@@ -291,7 +390,15 @@ function useLiveBatches(listPath: string, alsoLive: boolean): PagedList<BatchPag
   };
 }
 
-function batchColumns({ accountNames, showAccount, act }: { accountNames: Map<string, string>; showAccount: boolean; act: (acting: Acting) => void }): Array<Column<Batch> | false> {
+function batchColumns({
+  accountNames,
+  showAccount,
+  act,
+}: {
+  accountNames: Map<string, string>;
+  showAccount: boolean;
+  act: (acting: Acting) => void;
+}): Array<Column<Batch> | false> {
   const accountOf = (batch: Batch) => accountNames.get(batch.account_id) ?? batch.account_id;
   return [
     {
@@ -318,20 +425,65 @@ function batchColumns({ accountNames, showAccount, act }: { accountNames: Map<st
       cell: (batch) => (
         <>
           <Status batch={batch} />
-          <Link href={`/console/activity?batch=${encodeURIComponent(batch.id)}`} class="cell-sub batch-requests-link" aria-label={`Requests of ${batch.id} in Activity`}>
+          <Link
+            href={`/console/activity?batch=${encodeURIComponent(batch.id)}`}
+            class="cell-sub batch-requests-link"
+            aria-label={`Requests of ${batch.id} in Activity`}
+          >
             Requests
           </Link>
         </>
       ),
     },
-    { id: 'model', label: 'Model', class: 'cell-clip batch-model-cell', title: (batch) => batch.models?.join(', '), cell: (batch) => <ModelCell batch={batch} /> },
-    { id: 'progress', label: 'Progress', note: 'done / total', class: 'batch-progress-cell', cell: (batch) => <Progress batch={batch} /> },
-    { id: 'cost', label: 'Cost', note: 'so far', numeric: true, class: 'cell-strong', cell: (batch) => money(batch.cost_usd) },
+    {
+      id: 'model',
+      label: 'Model',
+      class: 'cell-clip batch-model-cell',
+      title: (batch) => batch.models?.join(', '),
+      cell: (batch) => <ModelCell batch={batch} />,
+    },
+    {
+      id: 'progress',
+      label: 'Progress',
+      note: 'done / total',
+      class: 'batch-progress-cell',
+      cell: (batch) => <Progress batch={batch} />,
+    },
+    {
+      id: 'cost',
+      label: 'Cost',
+      note: 'so far',
+      numeric: true,
+      class: 'cell-strong',
+      cell: (batch) => money(batch.cost_usd),
+    },
     { id: 'ends', label: 'Ends', note: 'ended or expires', class: 'nowrap', cell: (batch) => <Ends batch={batch} /> },
     { id: 'made', label: 'Made with', priority: 'detail', cell: (batch) => <Made batch={batch} /> },
-    { id: 'models', label: 'Models', priority: 'detail', cell: (batch) => (batch.models && batch.models.length > 0 ? <span class="mono">{batch.models.join(', ')}</span> : <span class="muted">not recorded</span>) },
-    { id: 'created', label: 'Created', priority: 'detail', title: (batch) => fullTime(batch.created_at), cell: (batch) => shortDateTime(batch.created_at) },
-    showAccount && { id: 'account-whole', label: 'Account', priority: 'detail', class: 'batch-account-whole', cell: accountOf },
+    {
+      id: 'models',
+      label: 'Models',
+      priority: 'detail',
+      cell: (batch) =>
+        batch.models && batch.models.length > 0 ? (
+          <span class="mono">{batch.models.join(', ')}</span>
+        ) : (
+          <span class="muted">not recorded</span>
+        ),
+    },
+    {
+      id: 'created',
+      label: 'Created',
+      priority: 'detail',
+      title: (batch) => fullTime(batch.created_at),
+      cell: (batch) => shortDateTime(batch.created_at),
+    },
+    showAccount && {
+      id: 'account-whole',
+      label: 'Account',
+      priority: 'detail',
+      class: 'batch-account-whole',
+      cell: accountOf,
+    },
     {
       id: 'actions',
       label: 'Actions',
@@ -341,11 +493,21 @@ function batchColumns({ accountNames, showAccount, act }: { accountNames: Map<st
       cell: (batch) => (
         <span class="batch-actions-line">
           {canCancel(batch) ? (
-            <button type="button" class="button button-secondary button-small" aria-label={`Cancel ${batch.id}`} onClick={() => act({ batch, action: 'cancel' })}>
+            <button
+              type="button"
+              class="button button-secondary button-small"
+              aria-label={`Cancel ${batch.id}`}
+              onClick={() => act({ batch, action: 'cancel' })}
+            >
               Cancel
             </button>
           ) : canDelete(batch) ? (
-            <button type="button" class="button button-ghost-danger button-small" aria-label={`Delete ${batch.id}`} onClick={() => act({ batch, action: 'delete' })}>
+            <button
+              type="button"
+              class="button button-ghost-danger button-small"
+              aria-label={`Delete ${batch.id}`}
+              onClick={() => act({ batch, action: 'delete' })}
+            >
               Delete
             </button>
           ) : null}
@@ -366,7 +528,11 @@ export function BatchesPage() {
   const accountId = admin ? (params.get('account_id') ?? '') : '';
   const wanted = params.get('batch') ?? '';
   const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
-  const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
+  const accountNames = useMemo(
+    () =>
+      new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])),
+    [accounts.data],
+  );
   const query = new URLSearchParams();
   if (accountId) query.set('account_id', accountId);
   const listPath = `/batches?${query}`;
@@ -377,7 +543,11 @@ export function BatchesPage() {
   const list = useLiveBatches(listPath, !!namedBatch && isRunning(namedBatch));
   const { current } = list;
   const listed = current?.rows ?? [];
-  const rows = current ? (namedBatch && !listed.some((row) => row.id === namedBatch.id) ? [namedBatch, ...listed] : listed) : undefined;
+  const rows = current
+    ? namedBatch && !listed.some((row) => row.id === namedBatch.id)
+      ? [namedBatch, ...listed]
+      : listed
+    : undefined;
   const { reload: reloadNamed } = named;
   // The named batch read again with the list.
   useEffect(() => {
@@ -402,7 +572,10 @@ export function BatchesPage() {
       setNotice(`Cancel asked for ${batch.id}.`);
     } else {
       list.remove(batch.id);
-      if (namedBatch?.id === batch.id) navigate(`/console/batches${accountId ? `?account_id=${encodeURIComponent(accountId)}` : ''}`, { replace: true });
+      if (namedBatch?.id === batch.id)
+        navigate(`/console/batches${accountId ? `?account_id=${encodeURIComponent(accountId)}` : ''}`, {
+          replace: true,
+        });
       setNotice(`Deleted ${batch.id}.`);
     }
     list.refresh();
@@ -426,7 +599,8 @@ export function BatchesPage() {
         description={
           <>
             Batches made with <code>POST /v1/messages/batches</code> or <code>POST /v1/batches</code>
-            {admin ? (accountId ? ' by this account’s keys' : ' by every account’s keys') : ' by your keys'}, newest first. A batch’s results are read with an API key once it has ended.
+            {admin ? (accountId ? ' by this account’s keys' : ' by every account’s keys') : ' by your keys'}, newest
+            first. A batch’s results are read with an API key once it has ended.
           </>
         }
         actions={
@@ -462,7 +636,9 @@ export function BatchesPage() {
         <div class="section-head">
           <h2 id="batches-heading">Batches</h2>
           <p class="muted small batch-updated">
-            <span aria-live="polite">{current ? `${count(listed.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}</span>
+            <span aria-live="polite">
+              {current ? `${count(listed.length)}${current.hasMore ? '+' : ''} shown, newest first` : ''}
+            </span>
             {list.at !== undefined && (
               <span class="batch-updated-at">
                 {' · '}Updated {timeOfDay(list.at)}
@@ -471,7 +647,11 @@ export function BatchesPage() {
             )}
           </p>
         </div>
-        {notice && <p class="visually-hidden" role="status">{notice}</p>}
+        {notice && (
+          <p class="visually-hidden" role="status">
+            {notice}
+          </p>
+        )}
         <PagedTable
           labelledBy="batches-heading"
           class="batches-table"
@@ -482,15 +662,33 @@ export function BatchesPage() {
           rowKey={(batch) => batch.id}
           skeletonRows={3}
           selected={(batch) => batch.id === wanted}
-          rowClass={(batch) => (hasResults(batch) || batch.status === 'canceling' ? 'batch-row has-results' : 'batch-row')}
+          rowClass={(batch) =>
+            hasResults(batch) || batch.status === 'canceling' ? 'batch-row has-results' : 'batch-row'
+          }
           rowDetail={(batch) =>
-            batch.status === 'canceling' ? <CancelingNote batch={batch} /> : hasResults(batch) && <Results batch={batch} baseUrl={config.base_url} />
+            batch.status === 'canceling' ? (
+              <CancelingNote batch={batch} />
+            ) : (
+              hasResults(batch) && <Results batch={batch} baseUrl={config.base_url} />
+            )
           }
           rowDetailClass="batch-results-row"
-          empty={admin && !accountId ? 'No batches yet in any account: make one with POST /v1/messages/batches or POST /v1/batches and an API key.' : 'No batches yet: make one with POST /v1/messages/batches or POST /v1/batches and an API key.'}
+          empty={
+            admin && !accountId
+              ? 'No batches yet in any account: make one with POST /v1/messages/batches or POST /v1/batches and an ' +
+                'API key.'
+              : 'No batches yet: make one with POST /v1/messages/batches or POST /v1/batches and an API key.'
+          }
         />
       </section>
-      {acting && <ConfirmAction acting={acting} accountName={showAccount ? accountNames.get(acting.batch.account_id) : undefined} onClose={() => setActing(undefined)} onDone={done} />}
+      {acting && (
+        <ConfirmAction
+          acting={acting}
+          accountName={showAccount ? accountNames.get(acting.batch.account_id) : undefined}
+          onClose={() => setActing(undefined)}
+          onDone={done}
+        />
+      )}
     </>
   );
 }

@@ -3,7 +3,17 @@ import { useState } from 'preact/hooks';
 import { api } from '../api';
 import { useAccount, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
+import {
+  Dialog,
+  DialogFormActions,
+  ErrorMessage,
+  PageHeader,
+  Spinner,
+  StatusMessage,
+  useApi,
+  useSending,
+  useTitle,
+} from '../components/ui';
 import { count, dateTime, money } from '../format';
 import { mayManageTeam, teamName } from '../teams';
 import type { AlertList, AlertView, BudgetPeriod, MemberCapView, TeamBudgetView } from '../types';
@@ -23,7 +33,10 @@ const perPeriod: Record<BudgetPeriod, string> = { day: 'per day', week: 'per wee
 /** An ISO time as the console writes times. */
 const isoTime = (iso: string | null) => (iso ? dateTime(Date.parse(iso) / 1000) : '—');
 
-/** Spent against a limit: the amounts, and a bar while there is a limit (red from 90 %); a dash without one (its cap says None beside it). */
+/**
+ * Spent against a limit: the amounts, and a bar while there is a limit (red from 90 %); a dash without one (its cap
+ * says None beside it).
+ */
 function SpendBar({ spent, limit, wide }: { spent: number | null; limit: number | null; wide?: boolean }) {
   if (limit === null) return <span class="muted">—</span>;
   const share = limit > 0 ? Math.min(1, (spent ?? 0) / limit) : 1;
@@ -45,16 +58,41 @@ function SpendBar({ spent, limit, wide }: { spent: number | null; limit: number 
 }
 
 /** An amount and a period, the form both the team's budget and a member's cap are set with. */
-function BudgetFields({ idPrefix, amount, period, onAmount, onPeriod }: { idPrefix: string; amount: string; period: BudgetPeriod; onAmount: (value: string) => void; onPeriod: (value: BudgetPeriod) => void }) {
+function BudgetFields({
+  idPrefix,
+  amount,
+  period,
+  onAmount,
+  onPeriod,
+}: {
+  idPrefix: string;
+  amount: string;
+  period: BudgetPeriod;
+  onAmount: (value: string) => void;
+  onPeriod: (value: BudgetPeriod) => void;
+}) {
   return (
     <div class="form-grid">
       <div class="field">
         <label for={`${idPrefix}-amount`}>Amount (USD)</label>
-        <input id={`${idPrefix}-amount`} type="number" inputMode="decimal" min="0" step="0.01" value={amount} onInput={(e) => onAmount(e.currentTarget.value)} autoComplete="off" />
+        <input
+          id={`${idPrefix}-amount`}
+          type="number"
+          inputMode="decimal"
+          min="0"
+          step="0.01"
+          value={amount}
+          onInput={(e) => onAmount(e.currentTarget.value)}
+          autoComplete="off"
+        />
       </div>
       <div class="field">
         <label for={`${idPrefix}-period`}>Period</label>
-        <select id={`${idPrefix}-period`} value={period} onChange={(e) => onPeriod(e.currentTarget.value as BudgetPeriod)}>
+        <select
+          id={`${idPrefix}-period`}
+          value={period}
+          onChange={(e) => onPeriod(e.currentTarget.value as BudgetPeriod)}
+        >
           {periods.map((p) => (
             <option key={p} value={p}>
               {periodNames[p]}
@@ -77,7 +115,11 @@ function parseAmount(text: string): number | string {
  * What the team's budget form and a member's cap dialog share: an amount and a period, checked, then `put` with the
  * limit (null clears it). Each is drawn afresh (keyed by its limit) once saved, so it starts from what the server kept.
  */
-function useLimitForm(limit: number | null, limitPeriod: BudgetPeriod | null, put: (usd: number | null, period: BudgetPeriod) => Promise<void>) {
+function useLimitForm(
+  limit: number | null,
+  limitPeriod: BudgetPeriod | null,
+  put: (usd: number | null, period: BudgetPeriod) => Promise<void>,
+) {
   const [amount, setAmount] = useState(limit === null ? '' : String(limit));
   const [period, setPeriod] = useState<BudgetPeriod>(limitPeriod ?? 'month');
   const { busy, error, setError, send } = useSending();
@@ -88,16 +130,35 @@ function useLimitForm(limit: number | null, limitPeriod: BudgetPeriod | null, pu
     void send(() => put(value, period));
   };
   const clear = () => void send(() => put(null, period));
-  const fields = (idPrefix: string) => <BudgetFields idPrefix={idPrefix} amount={amount} period={period} onAmount={setAmount} onPeriod={setPeriod} />;
+  const fields = (idPrefix: string) => (
+    <BudgetFields idPrefix={idPrefix} amount={amount} period={period} onAmount={setAmount} onPeriod={setPeriod} />
+  );
   return { busy, error, submit, clear, fields };
 }
 
 /** The owner's form for the team's budget: set (amount and period) or clear it. */
-function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: (view: TeamBudgetView, message: string) => void }) {
-  const { busy, error, submit, clear, fields } = useLimitForm(budget.budget_usd, budget.budget_period, async (usd, period) => {
-    const view = await api<TeamBudgetView>('PUT', `/teams/${encodeURIComponent(budget.team_id)}/budget`, usd === null ? { budget_usd: null } : { budget_usd: usd, budget_period: period });
-    onSaved(view, usd === null ? 'The team’s budget was cleared.' : `The team’s budget is ${money(usd)} ${perPeriod[period]}.`);
-  });
+function TeamBudgetForm({
+  budget,
+  onSaved,
+}: {
+  budget: TeamBudgetView;
+  onSaved: (view: TeamBudgetView, message: string) => void;
+}) {
+  const { busy, error, submit, clear, fields } = useLimitForm(
+    budget.budget_usd,
+    budget.budget_period,
+    async (usd, period) => {
+      const view = await api<TeamBudgetView>(
+        'PUT',
+        `/teams/${encodeURIComponent(budget.team_id)}/budget`,
+        usd === null ? { budget_usd: null } : { budget_usd: usd, budget_period: period },
+      );
+      onSaved(
+        view,
+        usd === null ? 'The team’s budget was cleared.' : `The team’s budget is ${money(usd)} ${perPeriod[period]}.`,
+      );
+    },
+  );
 
   return (
     <form onSubmit={submit} noValidate class="budget-form" aria-label="Team budget">
@@ -119,7 +180,17 @@ function TeamBudgetForm({ budget, onSaved }: { budget: TeamBudgetView; onSaved: 
 }
 
 /** The team's budget: the bar, the period and its reset, and the owner's form. */
-function TeamBudgetCard({ budget, name, manage, onSaved }: { budget: TeamBudgetView | undefined; name: string; manage: boolean; onSaved: (view: TeamBudgetView, message: string) => void }) {
+function TeamBudgetCard({
+  budget,
+  name,
+  manage,
+  onSaved,
+}: {
+  budget: TeamBudgetView | undefined;
+  name: string;
+  manage: boolean;
+  onSaved: (view: TeamBudgetView, message: string) => void;
+}) {
   return (
     <section class="card budget-card" aria-labelledby="team-budget-heading">
       <h2 id="team-budget-heading" class="card-title">
@@ -147,15 +218,33 @@ function TeamBudgetCard({ budget, name, manage, onSaved }: { budget: TeamBudgetV
           </div>
         </dl>
       )}
-      {budget && manage && <TeamBudgetForm key={`${budget.budget_usd}-${budget.budget_period}`} budget={budget} onSaved={onSaved} />}
+      {budget && manage && (
+        <TeamBudgetForm key={`${budget.budget_usd}-${budget.budget_period}`} budget={budget} onSaved={onSaved} />
+      )}
     </section>
   );
 }
 
 /** Sets or clears a member's cap (an owner's dialog). */
-function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; member: MemberCapView; onClose: () => void; onSaved: (member: MemberCapView) => void }) {
+function CapDialog({
+  teamId,
+  member,
+  onClose,
+  onSaved,
+}: {
+  teamId: string;
+  member: MemberCapView;
+  onClose: () => void;
+  onSaved: (member: MemberCapView) => void;
+}) {
   const { busy, error, submit, clear, fields } = useLimitForm(member.cap_usd, member.cap_period, async (usd, period) =>
-    onSaved(await api<MemberCapView>('PUT', `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`, usd === null ? { cap_usd: null } : { cap_usd: usd, cap_period: period })),
+    onSaved(
+      await api<MemberCapView>(
+        'PUT',
+        `/teams/${encodeURIComponent(teamId)}/members/${encodeURIComponent(member.id)}/cap`,
+        usd === null ? { cap_usd: null } : { cap_usd: usd, cap_period: period },
+      ),
+    ),
   );
 
   return (
@@ -177,10 +266,23 @@ function CapDialog({ teamId, member, onClose, onSaved }: { teamId: string; membe
   );
 }
 
-const kindNames: Record<AlertView['kind'], string> = { team: 'Team budget', key: 'Key budget', member: 'Member cap', key_lifetime: 'Key limit' };
-const deliveryNames: Record<AlertView['state'], string> = { pending: 'Sending', delivered: 'Delivered', failed: 'Failed', no_webhook: 'Not sent (no webhook)' };
+const kindNames: Record<AlertView['kind'], string> = {
+  team: 'Team budget',
+  key: 'Key budget',
+  member: 'Member cap',
+  key_lifetime: 'Key limit',
+};
+const deliveryNames: Record<AlertView['state'], string> = {
+  pending: 'Sending',
+  delivered: 'Delivered',
+  failed: 'Failed',
+  no_webhook: 'Not sent (no webhook)',
+};
 
-/** The team's alerts; a key's budget is named by the key's name, a member's cap by their address (the id when either is gone). */
+/**
+ * The team's alerts; a key's budget is named by the key's name, a member's cap by their address (the id when either is
+ * gone).
+ */
 function AlertsSection({ teamId }: { teamId: string }) {
   const alerts = useApi<AlertList>(`/teams/${encodeURIComponent(teamId)}/alerts`);
   const scopeName = (alert: AlertView) => (alert.kind === 'team' ? '' : alert.scope_name || alert.scope_id);
@@ -198,19 +300,40 @@ function AlertsSection({ teamId }: { teamId: string }) {
       ),
     },
     { id: 'threshold', label: 'Reached', numeric: true, cell: (alert) => `${alert.threshold_percent} %` },
-    { id: 'spent', label: 'Spent', numeric: true, priority: 'wide', cell: (alert) => `$${alert.spent_usd} of $${alert.limit_usd}` },
+    {
+      id: 'spent',
+      label: 'Spent',
+      numeric: true,
+      priority: 'wide',
+      cell: (alert) => `$${alert.spent_usd} of $${alert.limit_usd}`,
+    },
     { id: 'delivery', label: 'Delivery', cell: (alert) => deliveryNames[alert.state] },
     { id: 'attempts', label: 'Attempts', numeric: true, priority: 'wide', cell: (alert) => count(alert.attempts) },
-    { id: 'error', label: 'Last error', priority: 'detail', cell: (alert) => alert.last_error ?? (alert.last_status === null ? '—' : `HTTP ${alert.last_status}`) },
+    {
+      id: 'error',
+      label: 'Last error',
+      priority: 'detail',
+      cell: (alert) => alert.last_error ?? (alert.last_status === null ? '—' : `HTTP ${alert.last_status}`),
+    },
   ];
   return (
     <section class="section" aria-labelledby="alerts-heading">
       <div class="section-head">
         <h2 id="alerts-heading">Alerts</h2>
       </div>
-      <p class="section-note muted small">Sent once per period as spend passes a threshold of a budget, a cap or a key’s limit.</p>
+      <p class="section-note muted small">
+        Sent once per period as spend passes a threshold of a budget, a cap or a key’s limit.
+      </p>
       <ErrorMessage message={alerts.error} />
-      <DataTable labelledBy="alerts-heading" class="table-compact alerts-table" columns={columns} rows={alerts.data?.data} rowKey={(alert) => alert.id} skeletonRows={2} empty="No alerts yet." />
+      <DataTable
+        labelledBy="alerts-heading"
+        class="table-compact alerts-table"
+        columns={columns}
+        rows={alerts.data?.data}
+        rowKey={(alert) => alert.id}
+        skeletonRows={2}
+        empty="No alerts yet."
+      />
     </section>
   );
 }
@@ -241,9 +364,28 @@ export function BudgetsPage() {
         </>
       ),
     },
-    { id: 'cap', label: 'Cap', cell: (member) => (member.cap_usd === null ? <span class="muted">None</span> : `${money(member.cap_usd)} ${perPeriod[member.cap_period!]}`) },
-    { id: 'spent', label: 'Spent this period', cell: (member) => <SpendBar spent={member.cap_spent_usd} limit={member.cap_usd} /> },
-    { id: 'resets', label: 'Resets at', priority: 'wide', class: 'nowrap', cell: (member) => isoTime(member.cap_resets_at) },
+    {
+      id: 'cap',
+      label: 'Cap',
+      cell: (member) =>
+        member.cap_usd === null ? (
+          <span class="muted">None</span>
+        ) : (
+          `${money(member.cap_usd)} ${perPeriod[member.cap_period!]}`
+        ),
+    },
+    {
+      id: 'spent',
+      label: 'Spent this period',
+      cell: (member) => <SpendBar spent={member.cap_spent_usd} limit={member.cap_usd} />,
+    },
+    {
+      id: 'resets',
+      label: 'Resets at',
+      priority: 'wide',
+      class: 'nowrap',
+      cell: (member) => isoTime(member.cap_resets_at),
+    },
     manage && {
       id: 'actions',
       label: 'Actions',
@@ -251,7 +393,12 @@ export function BudgetsPage() {
       actions: true,
       class: 'row-actions',
       cell: (member) => (
-        <button type="button" class="button button-secondary button-small" onClick={() => setEditing(member)} aria-label={`Edit the cap of ${member.email || member.name}`}>
+        <button
+          type="button"
+          class="button button-secondary button-small"
+          onClick={() => setEditing(member)}
+          aria-label={`Edit the cap of ${member.email || member.name}`}
+        >
           Edit cap
         </button>
       ),
@@ -279,9 +426,21 @@ export function BudgetsPage() {
         <section class="section" aria-labelledby="caps-heading">
           <div class="section-head">
             <h2 id="caps-heading">Members’ caps</h2>
-            <span class="muted">{budget.data ? `${budget.data.members.length} ${budget.data.members.length === 1 ? 'person' : 'people'}` : '\u00a0'}</span>
+            <span class="muted">
+              {budget.data
+                ? `${budget.data.members.length} ${budget.data.members.length === 1 ? 'person' : 'people'}`
+                : '\u00a0'}
+            </span>
           </div>
-          <DataTable labelledBy="caps-heading" class="table-compact caps-table" columns={columns} rows={budget.data?.members} rowKey={(member) => member.id} skeletonRows={2} empty="Nobody is in this team yet." />
+          <DataTable
+            labelledBy="caps-heading"
+            class="table-compact caps-table"
+            columns={columns}
+            rows={budget.data?.members}
+            rowKey={(member) => member.id}
+            skeletonRows={2}
+            empty="Nobody is in this team yet."
+          />
         </section>
       )}
       <AlertsSection teamId={team.id} />
@@ -292,8 +451,15 @@ export function BudgetsPage() {
           onClose={() => setEditing(undefined)}
           onSaved={(member) => {
             setEditing(undefined);
-            budget.setData((previous) => previous && { ...previous, members: previous.members.map((m) => (m.id === member.id ? member : m)) });
-            setStatus(member.cap_usd === null ? `${member.email || member.name} has no cap now.` : `${member.email || member.name} may spend ${money(member.cap_usd)} ${perPeriod[member.cap_period!]}.`);
+            budget.setData(
+              (previous) =>
+                previous && { ...previous, members: previous.members.map((m) => (m.id === member.id ? member : m)) },
+            );
+            setStatus(
+              member.cap_usd === null
+                ? `${member.email || member.name} has no cap now.`
+                : `${member.email || member.name} may spend ${money(member.cap_usd)} ${perPeriod[member.cap_period!]}.`,
+            );
           }}
         />
       )}

@@ -6,9 +6,28 @@ import { teamName } from '../teams';
 import { type Column, DataTable } from '../components/data-table';
 import { Snippet } from '../components/snippet';
 import { parseToolPatterns } from '../tool-patterns';
-import { ConfirmDialog, Dialog, DialogFormActions, ErrorMessage, PageHeader, StatusMessage, modelList, optionalNumber, useApi, useCopy, useTitle } from '../components/ui';
+import {
+  ConfirmDialog,
+  Dialog,
+  DialogFormActions,
+  ErrorMessage,
+  PageHeader,
+  StatusMessage,
+  modelList,
+  optionalNumber,
+  useApi,
+  useCopy,
+  useTitle,
+} from '../components/ui';
 import { ago, dateInputValue, dateTime, endOfLocalDay, money, shortDate, todayInputValue } from '../format';
-import { defaultAccountId, type BudgetPeriod, type CreatedKey, type Key, type KeyLimitValues, type List } from '../types';
+import {
+  defaultAccountId,
+  type BudgetPeriod,
+  type CreatedKey,
+  type Key,
+  type KeyLimitValues,
+  type List,
+} from '../types';
 
 interface KeyDraft {
   name: string;
@@ -25,7 +44,18 @@ interface KeyDraft {
   tools: string;
 }
 
-const emptyDraft: KeyDraft = { name: '', limit: '', rpm: '', tpm: '', models: '', expires: '', cacheTtl: '', budget: '', budgetPeriod: 'month', tools: '' };
+const emptyDraft: KeyDraft = {
+  name: '',
+  limit: '',
+  rpm: '',
+  tpm: '',
+  models: '',
+  expires: '',
+  cacheTtl: '',
+  budget: '',
+  budgetPeriod: 'month',
+  tools: '',
+};
 
 /** The most seconds a key's default cache TTL may name (a year; the API's bound). */
 const maxCacheTtlS = 31_536_000;
@@ -63,10 +93,12 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
   const name = draft.name.trim();
   if (!name) return 'Give the key a name.';
   const limit = optionalNumber(draft.limit);
-  if (limit !== undefined && (!Number.isFinite(limit) || limit < 0)) return 'The spend limit must be a positive amount in USD.';
+  if (limit !== undefined && (!Number.isFinite(limit) || limit < 0))
+    return 'The spend limit must be a positive amount in USD.';
   const perMinute = (text: string, label: string) => {
     const value = optionalNumber(text);
-    if (value !== undefined && (!Number.isInteger(value) || value < 1)) return `${label} must be a whole number of at least 1.`;
+    if (value !== undefined && (!Number.isInteger(value) || value < 1))
+      return `${label} must be a whole number of at least 1.`;
     return value ?? null;
   };
   const rpm = perMinute(draft.rpm, 'RPM');
@@ -74,9 +106,11 @@ function parseDraft(draft: KeyDraft): KeyFieldsValue | string {
   const tpm = perMinute(draft.tpm, 'TPM');
   if (typeof tpm === 'string') return tpm;
   const cacheTtl = optionalNumber(draft.cacheTtl);
-  if (cacheTtl !== undefined && (!Number.isInteger(cacheTtl) || cacheTtl < 0 || cacheTtl > maxCacheTtlS)) return `The cache TTL must be a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}.`;
+  if (cacheTtl !== undefined && (!Number.isInteger(cacheTtl) || cacheTtl < 0 || cacheTtl > maxCacheTtlS))
+    return `The cache TTL must be a whole number of seconds from 0 to ${maxCacheTtlS.toLocaleString()}.`;
   const budget = optionalNumber(draft.budget);
-  if (budget !== undefined && (!Number.isFinite(budget) || budget < 0)) return 'The budget must be a positive amount in USD.';
+  if (budget !== undefined && (!Number.isFinite(budget) || budget < 0))
+    return 'The budget must be a positive amount in USD.';
   let expires: number | null = null;
   if (draft.expires) {
     const at = endOfLocalDay(draft.expires);
@@ -109,13 +143,21 @@ interface KeyCeilings {
   defaults: { rpm: number | null; tpm: number | null };
 }
 
-function ceilingsFor(role: string | undefined, key: Key | undefined, defaults: KeyCeilings['defaults'] | undefined): KeyCeilings | undefined {
+function ceilingsFor(
+  role: string | undefined,
+  key: Key | undefined,
+  defaults: KeyCeilings['defaults'] | undefined,
+): KeyCeilings | undefined {
   if (role === 'admin') return undefined;
   return { admin: key?.admin_limits ?? {}, defaults: defaults ?? { rpm: null, tpm: null } };
 }
 
 /** The draft against the ceilings: the first limit it would raise, widen or remove, said as the API would. */
-function ceilingProblem(parsed: KeyFieldsValue, ceilings: KeyCeilings | undefined, changed: (field: keyof KeyLimitValues) => boolean): string | undefined {
+function ceilingProblem(
+  parsed: KeyFieldsValue,
+  ceilings: KeyCeilings | undefined,
+  changed: (field: keyof KeyLimitValues) => boolean,
+): string | undefined {
   if (!ceilings) return undefined;
   const { admin, defaults } = ceilings;
   for (const field of ['limit_usd', 'rpm', 'tpm', 'expires_at'] as const) {
@@ -125,22 +167,35 @@ function ceilingProblem(parsed: KeyFieldsValue, ceilings: KeyCeilings | undefine
     const value = parsed[field];
     if (ceiling === null) continue;
     if (value === null ? set !== null : value > ceiling) {
-      return set !== null ? `${labels[field]} was set by an administrator: you can lower it, not raise or remove it.` : `${labels[field]} can be at most ${ceiling.toLocaleString()} on this gateway.`;
+      return set !== null
+        ? `${labels[field]} was set by an administrator: you can lower it, not raise or remove it.`
+        : `${labels[field]} can be at most ${ceiling.toLocaleString()} on this gateway.`;
     }
   }
   if (changed('models') && admin.models) {
     const allowed = admin.models;
-    if (!parsed.models || parsed.models.some((model) => !allowed.includes(model))) return `The models were set by an administrator: you can only narrow the list (${allowed.join(', ')}).`;
+    if (!parsed.models || parsed.models.some((model) => !allowed.includes(model)))
+      return `The models were set by an administrator: you can only narrow the list (${allowed.join(', ')}).`;
   }
   return undefined;
 }
 
-const labels = { limit_usd: 'The spend limit', rpm: 'RPM', tpm: 'TPM', expires_at: 'The expiry', models: 'The models' } as const;
+const labels = {
+  limit_usd: 'The spend limit',
+  rpm: 'RPM',
+  tpm: 'TPM',
+  expires_at: 'The expiry',
+  models: 'The models',
+} as const;
 
-/** What a key's cache TTL field says of its account's cap (an admin's): none, caching off, or at most so many seconds. */
+/**
+ * What a key's cache TTL field says of its account's cap (an admin's): none, caching off, or at most so many seconds.
+ */
 function cacheCapText(cap: number | null | undefined): string {
   if (cap == null) return '';
-  return cap === 0 ? ' Caching is off for this account.' : ` This account keeps answers at most ${cap.toLocaleString()} s.`;
+  return cap === 0
+    ? ' Caching is off for this account.'
+    : ` This account keeps answers at most ${cap.toLocaleString()} s.`;
 }
 
 function KeyFields({
@@ -162,7 +217,8 @@ function KeyFields({
   /** The MCP tools field: an admin's, changing any key. */
   tools?: boolean;
 }) {
-  const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) => onChange({ ...draft, [field]: event.currentTarget.value });
+  const set = (field: keyof KeyDraft) => (event: TargetedEvent<HTMLInputElement>) =>
+    onChange({ ...draft, [field]: event.currentTarget.value });
   const id = (field: string) => `${idPrefix}-${field}`;
   const admin = ceilings?.admin ?? {};
   const bound = (field: 'rpm' | 'tpm') => admin[field] ?? ceilings?.defaults[field] ?? null;
@@ -171,11 +227,32 @@ function KeyFields({
     <div class="form-grid">
       <div class="field field-wide">
         <label for={id('name')}>Name</label>
-        <input id={id('name')} type="text" required maxLength={200} value={draft.name} onInput={set('name')} autoFocus={autoFocus} placeholder="e.g. Production backend" autoComplete="off" />
+        <input
+          id={id('name')}
+          type="text"
+          required
+          maxLength={200}
+          value={draft.name}
+          onInput={set('name')}
+          autoFocus={autoFocus}
+          placeholder="e.g. Production backend"
+          autoComplete="off"
+        />
       </div>
       <div class="field">
         <label for={id('limit')}>Spend limit (USD)</label>
-        <input id={id('limit')} type="number" min="0" max={admin.limit_usd ?? undefined} step="any" inputMode="decimal" value={draft.limit} onInput={set('limit')} placeholder={admin.limit_usd == null ? 'No limit' : `At most ${admin.limit_usd}`} aria-describedby={admin.limit_usd == null ? undefined : id('limit-hint')} />
+        <input
+          id={id('limit')}
+          type="number"
+          min="0"
+          max={admin.limit_usd ?? undefined}
+          step="any"
+          inputMode="decimal"
+          value={draft.limit}
+          onInput={set('limit')}
+          placeholder={admin.limit_usd == null ? 'No limit' : `At most ${admin.limit_usd}`}
+          aria-describedby={admin.limit_usd == null ? undefined : id('limit-hint')}
+        />
         {admin.limit_usd != null && (
           <p class="field-hint" id={id('limit-hint')}>
             {byAdmin}
@@ -184,14 +261,29 @@ function KeyFields({
       </div>
       <div class="field">
         <label for={id('budget')}>Budget (USD)</label>
-        <input id={id('budget')} type="number" min="0" step="any" inputMode="decimal" value={draft.budget} onInput={set('budget')} placeholder="No budget" aria-describedby={id('budget-hint')} />
+        <input
+          id={id('budget')}
+          type="number"
+          min="0"
+          step="any"
+          inputMode="decimal"
+          value={draft.budget}
+          onInput={set('budget')}
+          placeholder="No budget"
+          aria-describedby={id('budget-hint')}
+        />
         <p class="field-hint" id={id('budget-hint')}>
           What it may spend per period, beside its limit. Empty: none.
         </p>
       </div>
       <div class="field">
         <label for={id('budget-period')}>Budget period</label>
-        <select id={id('budget-period')} value={draft.budgetPeriod} onChange={(event) => onChange({ ...draft, budgetPeriod: event.currentTarget.value as BudgetPeriod })} aria-describedby={id('budget-period-hint')}>
+        <select
+          id={id('budget-period')}
+          value={draft.budgetPeriod}
+          onChange={(event) => onChange({ ...draft, budgetPeriod: event.currentTarget.value as BudgetPeriod })}
+          aria-describedby={id('budget-period-hint')}
+        >
           {budgetPeriods.map((period) => (
             <option key={period} value={period}>
               {budgetPeriodLabels[period]}
@@ -204,35 +296,88 @@ function KeyFields({
       </div>
       <div class="field">
         <label for={id('rpm')}>RPM</label>
-        <input id={id('rpm')} type="number" min="1" max={bound('rpm') ?? undefined} step="1" inputMode="numeric" value={draft.rpm} onInput={set('rpm')} placeholder={bound('rpm') === null ? 'No limit' : `At most ${bound('rpm')!.toLocaleString()}`} aria-describedby={id('rpm-hint')} />
+        <input
+          id={id('rpm')}
+          type="number"
+          min="1"
+          max={bound('rpm') ?? undefined}
+          step="1"
+          inputMode="numeric"
+          value={draft.rpm}
+          onInput={set('rpm')}
+          placeholder={bound('rpm') === null ? 'No limit' : `At most ${bound('rpm')!.toLocaleString()}`}
+          aria-describedby={id('rpm-hint')}
+        />
         <p class="field-hint" id={id('rpm-hint')}>
           Requests per minute{admin.rpm != null ? `. ${byAdmin}` : ''}
         </p>
       </div>
       <div class="field">
         <label for={id('tpm')}>TPM</label>
-        <input id={id('tpm')} type="number" min="1" max={bound('tpm') ?? undefined} step="1" inputMode="numeric" value={draft.tpm} onInput={set('tpm')} placeholder={bound('tpm') === null ? 'No limit' : `At most ${bound('tpm')!.toLocaleString()}`} aria-describedby={id('tpm-hint')} />
+        <input
+          id={id('tpm')}
+          type="number"
+          min="1"
+          max={bound('tpm') ?? undefined}
+          step="1"
+          inputMode="numeric"
+          value={draft.tpm}
+          onInput={set('tpm')}
+          placeholder={bound('tpm') === null ? 'No limit' : `At most ${bound('tpm')!.toLocaleString()}`}
+          aria-describedby={id('tpm-hint')}
+        />
         <p class="field-hint" id={id('tpm-hint')}>
           Tokens per minute{admin.tpm != null ? `. ${byAdmin}` : ''}
         </p>
       </div>
       <div class="field">
         <label for={id('expires')}>Expires</label>
-        <input id={id('expires')} type="date" min={todayInputValue()} value={draft.expires} onInput={set('expires')} aria-describedby={id('expires-hint')} />
+        <input
+          id={id('expires')}
+          type="date"
+          min={todayInputValue()}
+          value={draft.expires}
+          onInput={set('expires')}
+          aria-describedby={id('expires-hint')}
+        />
         <p class="field-hint" id={id('expires-hint')}>
-          {admin.expires_at != null ? `Set by an administrator: ${dateTime(admin.expires_at)} at the latest.` : 'Empty: never'}
+          {admin.expires_at != null
+            ? `Set by an administrator: ${dateTime(admin.expires_at)} at the latest.`
+            : 'Empty: never'}
         </p>
       </div>
       <div class="field field-wide">
         <label for={id('models')}>Allowed models</label>
-        <input id={id('models')} type="text" value={draft.models} onInput={set('models')} placeholder="All models" autoComplete="off" spellcheck={false} aria-describedby={id('models-hint')} />
+        <input
+          id={id('models')}
+          type="text"
+          value={draft.models}
+          onInput={set('models')}
+          placeholder="All models"
+          autoComplete="off"
+          spellcheck={false}
+          aria-describedby={id('models-hint')}
+        />
         <p class="field-hint" id={id('models-hint')}>
-          {admin.models ? `Set by an administrator: only ${admin.models.join(', ')}; you can narrow the list.` : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'}
+          {admin.models
+            ? `Set by an administrator: only ${admin.models.join(', ')}; you can narrow the list.`
+            : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'}
         </p>
       </div>
       <div class="field">
         <label for={id('cache-ttl')}>Cache TTL (s)</label>
-        <input id={id('cache-ttl')} type="number" min="0" max={maxCacheTtlS} step="1" inputMode="numeric" value={draft.cacheTtl} onInput={set('cacheTtl')} placeholder="None" aria-describedby={id('cache-ttl-hint')} />
+        <input
+          id={id('cache-ttl')}
+          type="number"
+          min="0"
+          max={maxCacheTtlS}
+          step="1"
+          inputMode="numeric"
+          value={draft.cacheTtl}
+          onInput={set('cacheTtl')}
+          placeholder="None"
+          aria-describedby={id('cache-ttl-hint')}
+        />
         <p class="field-hint" id={id('cache-ttl-hint')}>
           Requests that send no Cache-Control are cached this long. Empty: none.{cacheCapText(cacheCap)}
         </p>
@@ -240,9 +385,19 @@ function KeyFields({
       {tools && (
         <div class="field field-wide">
           <label for={id('tools')}>MCP tools</label>
-          <input id={id('tools')} type="text" value={draft.tools} onInput={set('tools')} placeholder="Every tool its team allows" autoComplete="off" spellcheck={false} aria-describedby={id('tools-hint')} />
+          <input
+            id={id('tools')}
+            type="text"
+            value={draft.tools}
+            onInput={set('tools')}
+            placeholder="Every tool its team allows"
+            autoComplete="off"
+            spellcheck={false}
+            aria-describedby={id('tools-hint')}
+          />
           <p class="field-hint" id={id('tools-hint')}>
-            The tools of the MCP servers it may use: server/tool patterns, comma separated, e.g. notes/*, github/create_issue. Empty: every tool its team allows.
+            The tools of the MCP servers it may use: server/tool patterns, comma separated, e.g. notes/*,
+            github/create_issue. Empty: every tool its team allows.
           </p>
         </div>
       )}
@@ -281,7 +436,8 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
       if (parsed.models !== null) body.models = parsed.models;
       if (parsed.expires_at !== null) body.expires_at = parsed.expires_at;
       if (parsed.cache_ttl_s !== null) body.cache_ttl_s = parsed.cache_ttl_s;
-      if (parsed.budget_usd !== null) Object.assign(body, { budget_usd: parsed.budget_usd, budget_period: parsed.budget_period });
+      if (parsed.budget_usd !== null)
+        Object.assign(body, { budget_usd: parsed.budget_usd, budget_period: parsed.budget_period });
       const created = await api<CreatedKey>('POST', '/keys', body);
       setDraft(emptyDraft);
       onCreated(created);
@@ -295,14 +451,20 @@ function CreateKeyDialog({ onCreated, onClose }: { onCreated: (key: CreatedKey) 
   return (
     <Dialog title="New key" onClose={onClose} wide>
       <form onSubmit={submit} class="key-form" noValidate>
-        <KeyFields idPrefix="new-key" draft={draft} onChange={setDraft} autoFocus ceilings={ceilings} cacheCap={account?.cache_max_ttl_s} />
+        <KeyFields
+          idPrefix="new-key"
+          draft={draft}
+          onChange={setDraft}
+          autoFocus
+          ceilings={ceilings}
+          cacheCap={account?.cache_max_ttl_s}
+        />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Create key" />
       </form>
     </Dialog>
   );
 }
-
 
 function snippets(baseUrl: string, secret: string, model: string) {
   const root = baseUrl.replace(/\/+$/, '');
@@ -344,7 +506,8 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
   return (
     <Dialog title="Save your API key" onClose={onClose} wide>
       <p class="dialog-lead">
-        This is the only time the secret of <strong>{created.name}</strong> is shown. Copy it now and keep it somewhere safe: if you lose it, revoke the key and create a new one.
+        This is the only time the secret of <strong>{created.name}</strong> is shown. Copy it now and keep it somewhere
+        safe: if you lose it, revoke the key and create a new one.
       </p>
       <div class="field">
         <label for="new-secret">Secret key</label>
@@ -360,7 +523,12 @@ function SecretDialog({ created, onClose }: { created: CreatedKey; onClose: () =
             spellcheck={false}
             autoComplete="off"
           />
-          <button type="button" class="button button-primary" onClick={() => void copy(created.key)} aria-label="Copy key">
+          <button
+            type="button"
+            class="button button-primary"
+            onClick={() => void copy(created.key)}
+            aria-label="Copy key"
+          >
             {copied ? 'Copied' : 'Copy'}
           </button>
         </div>
@@ -450,7 +618,20 @@ function EditKeyDialog({
   return (
     <Dialog title={`Edit ${keyRecord.name}`} onClose={onClose} wide>
       <form onSubmit={submit} noValidate>
-        <KeyFields idPrefix="edit-key" draft={draft} onChange={setDraft} ceilings={ceilings} tools={base === '/admin/keys'} cacheCap={cacheCap !== undefined ? cacheCap : keyRecord.account_id === account?.id ? account.cache_max_ttl_s : undefined} />
+        <KeyFields
+          idPrefix="edit-key"
+          draft={draft}
+          onChange={setDraft}
+          ceilings={ceilings}
+          tools={base === '/admin/keys'}
+          cacheCap={
+            cacheCap !== undefined
+              ? cacheCap
+              : keyRecord.account_id === account?.id
+                ? account.cache_max_ttl_s
+                : undefined
+          }
+        />
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Save" />
       </form>
@@ -458,7 +639,17 @@ function EditKeyDialog({
   );
 }
 
-function RevokeDialog({ keyRecord, onClose, onRevoked, base = '/keys' }: { keyRecord: Key; onClose: () => void; onRevoked: () => void; base?: KeysBase }) {
+function RevokeDialog({
+  keyRecord,
+  onClose,
+  onRevoked,
+  base = '/keys',
+}: {
+  keyRecord: Key;
+  onClose: () => void;
+  onRevoked: () => void;
+  base?: KeysBase;
+}) {
   return (
     <ConfirmDialog
       title="Revoke this key?"
@@ -469,7 +660,8 @@ function RevokeDialog({ keyRecord, onClose, onRevoked, base = '/keys' }: { keyRe
         onRevoked();
       }}
     >
-      <strong>{keyRecord.name}</strong> (<span class="mono">{keyRecord.hint}</span>) stops working at once for every app that uses it. This cannot be undone.
+      <strong>{keyRecord.name}</strong> (<span class="mono">{keyRecord.hint}</span>) stops working at once for every app
+      that uses it. This cannot be undone.
     </ConfirmDialog>
   );
 }
@@ -488,8 +680,12 @@ function Spend({ keyRecord }: { keyRecord: Key }) {
         </span>
       )}
       {keyRecord.budget_usd !== null && keyRecord.budget_period !== null && (
-        <span class="cell-sub muted nowrap" title={keyRecord.budget_resets_at ? `Resets at ${keyRecord.budget_resets_at}` : undefined}>
-          {money(keyRecord.budget_spent_usd ?? 0)} / {money(keyRecord.budget_usd)} {budgetPeriodNames[keyRecord.budget_period]}
+        <span
+          class="cell-sub muted nowrap"
+          title={keyRecord.budget_resets_at ? `Resets at ${keyRecord.budget_resets_at}` : undefined}
+        >
+          {money(keyRecord.budget_spent_usd ?? 0)} / {money(keyRecord.budget_usd)}{' '}
+          {budgetPeriodNames[keyRecord.budget_period]}
         </span>
       )}
     </span>
@@ -510,7 +706,12 @@ function LimitLine({ keyRecord: key }: { keyRecord: Key }) {
   if (key.rpm != null) parts.push({ id: 'rpm', text: `${key.rpm.toLocaleString()} RPM`, admin: admin?.rpm });
   if (key.tpm != null) parts.push({ id: 'tpm', text: `${key.tpm.toLocaleString()} TPM`, admin: admin?.tpm });
   if (key.models?.length) {
-    parts.push({ id: 'models', text: key.models.length === 1 ? key.models[0]! : `${key.models.length} models`, admin: admin?.models, title: key.models.join(', ') });
+    parts.push({
+      id: 'models',
+      text: key.models.length === 1 ? key.models[0]! : `${key.models.length} models`,
+      admin: admin?.models,
+      title: key.models.join(', '),
+    });
   }
   if (parts.length === 0) return null;
   return (
@@ -600,9 +801,17 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke, madeBy }: KeyTabl
         );
       },
     },
-    { id: 'status', label: 'Status', headerClass: 'kt-status', class: 'key-status-cell', title: (key) => (key.expires_at == null ? undefined : `Expires ${dateTime(key.expires_at)}`), cell: (key) => <KeyStatus keyRecord={key} revoked={isRevoked(key)} /> },
     {
-      id: 'limits', headerClass: 'kt-limits',
+      id: 'status',
+      label: 'Status',
+      headerClass: 'kt-status',
+      class: 'key-status-cell',
+      title: (key) => (key.expires_at == null ? undefined : `Expires ${dateTime(key.expires_at)}`),
+      cell: (key) => <KeyStatus keyRecord={key} revoked={isRevoked(key)} />,
+    },
+    {
+      id: 'limits',
+      headerClass: 'kt-limits',
       label: 'Spent / limits',
       class: 'spend-cell key-limits-cell',
       cell: (key) => (
@@ -618,11 +827,20 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke, madeBy }: KeyTabl
       priority: 'wide',
       class: 'key-made-by-cell',
       title: (key) => key.created_by?.email || undefined,
-      cell: (key) => (key.created_by ? key.created_by.name || key.created_by.email : <span class="muted">Not in the console</span>),
+      cell: (key) =>
+        key.created_by ? key.created_by.name || key.created_by.email : <span class="muted">Not in the console</span>,
     },
-    { id: 'hint', label: 'Key', headerClass: 'kt-hint', priority: 'wide', class: 'mono nowrap', cell: (key) => key.hint },
     {
-      id: 'last-used', headerClass: 'kt-used',
+      id: 'hint',
+      label: 'Key',
+      headerClass: 'kt-hint',
+      priority: 'wide',
+      class: 'mono nowrap',
+      cell: (key) => key.hint,
+    },
+    {
+      id: 'last-used',
+      headerClass: 'kt-used',
       label: 'Last used',
       priority: 'wide',
       class: 'nowrap',
@@ -630,8 +848,19 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke, madeBy }: KeyTabl
       cell: (key) => (key.last_used_at == null ? <span class="muted">Never</span> : ago(key.last_used_at)),
     },
     { id: 'created', label: 'Created', priority: 'detail', cell: (key) => dateTime(key.created) },
-    { id: 'models', label: 'Models', priority: 'detail', class: 'key-models-detail', cell: (key) => (key.models?.length ? key.models.join(', ') : 'All models') },
-    { id: 'expires', label: 'Expires', priority: 'detail', cell: (key) => (key.expires_at == null ? 'Never' : dateTime(key.expires_at)) },
+    {
+      id: 'models',
+      label: 'Models',
+      priority: 'detail',
+      class: 'key-models-detail',
+      cell: (key) => (key.models?.length ? key.models.join(', ') : 'All models'),
+    },
+    {
+      id: 'expires',
+      label: 'Expires',
+      priority: 'detail',
+      cell: (key) => (key.expires_at == null ? 'Never' : dateTime(key.expires_at)),
+    },
     {
       id: 'actions',
       label: 'Actions',
@@ -655,11 +884,17 @@ export function keyColumns({ capOf, revoked, onEdit, onRevoke, madeBy }: KeyTabl
   return columns.filter((column): column is Column<Key> => !!column);
 }
 
-/** A mark beside a limit an administrator set: the member may lower it, not lift it. What it means is said under the table (AdminSetNote). */
+/**
+ * A mark beside a limit an administrator set: the member may lower it, not lift it. What it means is said under the
+ * table (AdminSetNote).
+ */
 function AdminSet({ value }: { value: unknown }) {
   if (value === null || value === undefined) return null;
   return (
-    <span class="badge badge-cap key-admin-chip" title="Set by an administrator: you can lower it, not raise or remove it">
+    <span
+      class="badge badge-cap key-admin-chip"
+      title="Set by an administrator: you can lower it, not raise or remove it"
+    >
       admin
     </span>
   );
@@ -667,21 +902,29 @@ function AdminSet({ value }: { value: unknown }) {
 
 /** Whether any of the keys has a limit an administrator set (a chip in its row). */
 export function hasAdminLimits(keys: readonly Key[] | undefined): boolean {
-  return !!keys?.some((key) => key.admin_limits && Object.values(key.admin_limits).some((value) => value !== null && value !== undefined));
+  return !!keys?.some(
+    (key) => key.admin_limits && Object.values(key.admin_limits).some((value) => value !== null && value !== undefined),
+  );
 }
 
 /** The legend of the "admin" chips, under a table that shows any. */
 export function AdminSetNote() {
   return (
     <p class="key-table-note muted small">
-      <span class="badge badge-cap">admin</span> beside a limit: an administrator set it. The key’s account can lower it, not raise or remove it.
+      <span class="badge badge-cap">admin</span> beside a limit: an administrator set it. The key’s account can lower
+      it, not raise or remove it.
     </p>
   );
 }
 
-/** A key's account as the admin's tables name it: its email, else its name (the default account's is "Default"), else its id. */
+/**
+ * A key's account as the admin's tables name it: its email, else its name (the default account's is "Default"), else
+ * its id.
+ */
 export function ownerOf(key: Key): string {
-  return key.account_email || key.account_name || (key.account_id === defaultAccountId ? 'Default' : key.account_id) || '—';
+  return (
+    key.account_email || key.account_name || (key.account_id === defaultAccountId ? 'Default' : key.account_id) || '—'
+  );
 }
 
 /** The dialogs a key table opens (Edit, Revoke), as the member's Keys page and the admin's All keys use them. */
@@ -704,7 +947,13 @@ interface AccountGroup {
 function groupByAccount(keys: readonly Key[]): AccountGroup[] {
   const groups = new Map<string, AccountGroup>();
   for (const key of keys) {
-    const group = groups.get(key.account_id) ?? { accountId: key.account_id, owner: ownerOf(key), system: key.account_id === defaultAccountId, team: key.account_kind === 'team', keys: [] };
+    const group = groups.get(key.account_id) ?? {
+      accountId: key.account_id,
+      owner: ownerOf(key),
+      system: key.account_id === defaultAccountId,
+      team: key.account_kind === 'team',
+      keys: [],
+    };
     group.keys.push(key);
     groups.set(key.account_id, group);
   }
@@ -716,9 +965,42 @@ function groupByAccount(keys: readonly Key[]): AccountGroup[] {
  * Every key of several accounts (an admin's lists): a heading per account (its email, else its name, "Default"),
  * under it the account's keys in the key table every page uses, with Edit and Revoke on each row.
  */
-export function AccountKeyGroups({ keys, idPrefix, options, skeletonRows = 2, empty }: { keys: readonly Key[] | undefined; idPrefix: string; options: KeyTableOptions; skeletonRows?: number; empty: string }) {
-  if (!keys) return <DataTable label="Keys" class="table-compact key-table" columns={keyColumns(options)} rows={undefined} rowKey={(key) => key.id} skeletonRows={skeletonRows} empty={empty} />;
-  if (keys.length === 0) return <DataTable label="Keys" class="table-compact key-table" columns={keyColumns(options)} rows={[]} rowKey={(key) => key.id} empty={empty} />;
+export function AccountKeyGroups({
+  keys,
+  idPrefix,
+  options,
+  skeletonRows = 2,
+  empty,
+}: {
+  keys: readonly Key[] | undefined;
+  idPrefix: string;
+  options: KeyTableOptions;
+  skeletonRows?: number;
+  empty: string;
+}) {
+  if (!keys)
+    return (
+      <DataTable
+        label="Keys"
+        class="table-compact key-table"
+        columns={keyColumns(options)}
+        rows={undefined}
+        rowKey={(key) => key.id}
+        skeletonRows={skeletonRows}
+        empty={empty}
+      />
+    );
+  if (keys.length === 0)
+    return (
+      <DataTable
+        label="Keys"
+        class="table-compact key-table"
+        columns={keyColumns(options)}
+        rows={[]}
+        rowKey={(key) => key.id}
+        empty={empty}
+      />
+    );
   const groups = groupByAccount(keys);
   return (
     <>
@@ -736,7 +1018,14 @@ export function AccountKeyGroups({ keys, idPrefix, options, skeletonRows = 2, em
                 {live} key{live === 1 ? '' : 's'}
               </span>
             </div>
-            <DataTable labelledBy={heading} class="table-compact key-table" columns={keyColumns(options)} rows={group.keys} rowKey={(key) => key.id} empty={empty} />
+            <DataTable
+              labelledBy={heading}
+              class="table-compact key-table"
+              columns={keyColumns(options)}
+              rows={group.keys}
+              rowKey={(key) => key.id}
+              empty={empty}
+            />
           </div>
         );
       })}
@@ -766,7 +1055,11 @@ export function KeysPage() {
   // In a team the keys are several people's; in one's own account they are one's own, unless others were let in.
   const inTeam = team.id !== me.id;
   const madeBy = inTeam || !!list?.some((key) => key.created_by && key.created_by.id !== me.id);
-  const heading = !inTeam ? 'Your keys' : team.role === 'owner' ? `Keys of ${teamName(team, me.id)}` : `Your keys in ${teamName(team, me.id)}`;
+  const heading = !inTeam
+    ? 'Your keys'
+    : team.role === 'owner'
+      ? `Keys of ${teamName(team, me.id)}`
+      : `Your keys in ${teamName(team, me.id)}`;
   const othersLive = others?.filter((key) => !revoked.has(key.id)).length;
   const live = list?.filter((key) => !revoked.has(key.id)).length;
   const options = (base: KeysBase, capOf: KeyTableOptions['capOf']): KeyTableOptions => ({
@@ -778,7 +1071,10 @@ export function KeysPage() {
   });
   return (
     <>
-      <PageHeader title="Keys" description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry." />
+      <PageHeader
+        title="Keys"
+        description="API keys for the OpenAI-compatible endpoint. Each key can have its own spend limit, rate limits, models and expiry."
+      />
       <section aria-labelledby="keys-heading" class="section">
         <div class="section-head">
           <h2 id="keys-heading">{heading}</h2>
@@ -796,7 +1092,11 @@ export function KeysPage() {
           rows={list}
           rowKey={(key) => key.id}
           skeletonRows={3}
-          empty={admin ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.' : 'No keys yet. Make one with “New key” to call the API.'}
+          empty={
+            admin
+              ? 'No keys of your own yet. Every other account’s keys, the command line’s among them, are below.'
+              : 'No keys yet. Make one with “New key” to call the API.'
+          }
         />
         {hasAdminLimits(list) && <AdminSetNote />}
       </section>
@@ -805,13 +1105,21 @@ export function KeysPage() {
         <section aria-labelledby="other-keys-heading" class="section">
           <div class="section-head">
             <h2 id="other-keys-heading">Other accounts’ keys</h2>
-            <span class="muted">{othersLive !== undefined ? `${othersLive} key${othersLive === 1 ? '' : 's'}` : '\u00a0'}</span>
+            <span class="muted">
+              {othersLive !== undefined ? `${othersLive} key${othersLive === 1 ? '' : 's'}` : '\u00a0'}
+            </span>
           </div>
           <p class="section-note muted small">
-            Keys made with <code>npm run keys -- create</code> belong to the Default account unless <code>--account</code> names another.
+            Keys made with <code>npm run keys -- create</code> belong to the Default account unless{' '}
+            <code>--account</code> names another.
           </p>
           <ErrorMessage message={all.error} />
-          <AccountKeyGroups keys={others} idPrefix="other-keys" options={options('/admin/keys', (key) => key.account_cache_max_ttl_s)} empty="No other account has a key." />
+          <AccountKeyGroups
+            keys={others}
+            idPrefix="other-keys"
+            options={options('/admin/keys', (key) => key.account_cache_max_ttl_s)}
+            empty="No other account has a key."
+          />
         </section>
       )}
       {creating && (
@@ -834,7 +1142,8 @@ export function KeysPage() {
           cacheCap={editing.base === '/keys' ? me.cache_max_ttl_s : editing.key.account_cache_max_ttl_s}
           onClose={() => setEditing(undefined)}
           onSaved={(saved) => {
-            const keep = (previous: List<Key> | undefined) => previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? { ...k, ...saved } : k)) };
+            const keep = (previous: List<Key> | undefined) =>
+              previous && { ...previous, data: previous.data.map((k) => (k.id === saved.id ? { ...k, ...saved } : k)) };
             keys.setData(keep);
             all.setData(keep);
             setEditing(undefined);

@@ -28,7 +28,10 @@ export function parseHeaderLines(text: string): Record<string, string> | string 
 }
 
 /** The form's fields as the API takes them, or what is wrong with them. */
-function fieldsOf(form: { url: string; cap: string; timeoutS: string; price: string }, creating: boolean): Record<string, unknown> | string {
+function fieldsOf(
+  form: { url: string; cap: string; timeoutS: string; price: string },
+  creating: boolean,
+): Record<string, unknown> | string {
   const fields: Record<string, unknown> = {};
   const url = form.url.trim();
   if (url !== '') {
@@ -47,7 +50,15 @@ function fieldsOf(form: { url: string; cap: string; timeoutS: string; price: str
   return fields;
 }
 
-export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServerConsoleView; onClose: () => void; onSaved: () => void }) {
+export function McpServerDialog({
+  server,
+  onClose,
+  onSaved,
+}: {
+  server?: McpServerConsoleView;
+  onClose: () => void;
+  onSaved: () => void;
+}) {
   const creating = server === undefined;
   const [name, setName] = useState('');
   const [url, setUrl] = useState('');
@@ -63,7 +74,8 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
-    if (creating && !namePattern.test(name.trim())) return setError('Name: lower-case letters, digits, - and _ (no __), starting with a letter or digit.');
+    if (creating && !namePattern.test(name.trim()))
+      return setError('Name: lower-case letters, digits, - and _ (no __), starting with a letter or digit.');
     const fields = fieldsOf({ url, cap, timeoutS, price }, creating);
     if (typeof fields === 'string') return setError(fields);
     const given = parseHeaderLines(headers);
@@ -87,7 +99,8 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
     <Dialog title={creating ? 'Add an MCP server' : `Change ${server.name}`} onClose={onClose} wide>
       <p class="dialog-lead">
         {creating
-          ? 'A server the workers reach over HTTP (Streamable HTTP, or the legacy HTTP+SSE). Its headers are kept sealed on the gateway and never shown again.'
+          ? 'A server the workers reach over HTTP (Streamable HTTP, or the legacy HTTP+SSE). Its headers are kept ' +
+            'sealed on the gateway and never shown again.'
           : 'What you leave empty stays as it is. Headers are never shown: enter them all again to change them.'}
       </p>
       <form onSubmit={submit} noValidate>
@@ -95,9 +108,22 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
           {creating && (
             <div class="field">
               <label for="mcp-name">Name</label>
-              <input id="mcp-name" type="text" required maxLength={63} value={name} onInput={(e) => setName(e.currentTarget.value)} placeholder="e.g. github" autoComplete="off" spellcheck={false} autoFocus aria-describedby="mcp-name-hint" />
+              <input
+                id="mcp-name"
+                type="text"
+                required
+                maxLength={63}
+                value={name}
+                onInput={(e) => setName(e.currentTarget.value)}
+                placeholder="e.g. github"
+                autoComplete="off"
+                spellcheck={false}
+                autoFocus
+                aria-describedby="mcp-name-hint"
+              />
               <p class="field-hint" id="mcp-name-hint">
-                Its tools are named <code>{name.trim() || 'name'}__tool</code> on /mcp, and it is served alone at /mcp/{name.trim() || 'name'}.
+                Its tools are named <code>{name.trim() || 'name'}__tool</code> on /mcp, and it is served alone at /mcp/
+                {name.trim() || 'name'}.
               </p>
             </div>
           )}
@@ -130,7 +156,13 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
               value={headers}
               disabled={noHeaders}
               onInput={(e) => setHeaders(e.currentTarget.value)}
-              placeholder={creating ? 'Authorization: Bearer …' : held.length > 0 ? `Sent now: ${held.join(', ')} (unchanged)` : 'None'}
+              placeholder={
+                creating
+                  ? 'Authorization: Bearer …'
+                  : held.length > 0
+                    ? `Sent now: ${held.join(', ')} (unchanged)`
+                    : 'None'
+              }
               autoComplete="off"
               spellcheck={false}
               aria-describedby="mcp-headers-hint"
@@ -141,21 +173,51 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
           </div>
           {!creating && held.length > 0 && (
             <div class="check">
-              <input id="mcp-no-headers" type="checkbox" checked={noHeaders} onChange={(e) => setNoHeaders(e.currentTarget.checked)} />
+              <input
+                id="mcp-no-headers"
+                type="checkbox"
+                checked={noHeaders}
+                onChange={(e) => setNoHeaders(e.currentTarget.checked)}
+              />
               <label for="mcp-no-headers">Send no headers</label>
             </div>
           )}
           <div class="field">
             <label for="mcp-cap">Calls at once</label>
-            <input id="mcp-cap" type="number" min={1} max={10_000} step={1} inputMode="numeric" value={cap} onInput={(e) => setCap(e.currentTarget.value)} />
+            <input
+              id="mcp-cap"
+              type="number"
+              min={1}
+              max={10_000}
+              step={1}
+              inputMode="numeric"
+              value={cap}
+              onInput={(e) => setCap(e.currentTarget.value)}
+            />
           </div>
           <div class="field">
             <label for="mcp-timeout">Timeout (s)</label>
-            <input id="mcp-timeout" type="number" min={0.1} max={3600} step="any" inputMode="decimal" value={timeoutS} onInput={(e) => setTimeoutS(e.currentTarget.value)} />
+            <input
+              id="mcp-timeout"
+              type="number"
+              min={0.1}
+              max={3600}
+              step="any"
+              inputMode="decimal"
+              value={timeoutS}
+              onInput={(e) => setTimeoutS(e.currentTarget.value)}
+            />
           </div>
           <div class="field">
             <label for="mcp-price">Price per call (USD)</label>
-            <input id="mcp-price" type="text" inputMode="decimal" value={price} onInput={(e) => setPrice(e.currentTarget.value)} placeholder="0" />
+            <input
+              id="mcp-price"
+              type="text"
+              inputMode="decimal"
+              value={price}
+              onInput={(e) => setPrice(e.currentTarget.value)}
+              placeholder="0"
+            />
           </div>
           <div class="check">
             <input id="mcp-keep" type="checkbox" checked={keep} onChange={(e) => setKeep(e.currentTarget.checked)} />
@@ -169,7 +231,15 @@ export function McpServerDialog({ server, onClose, onSaved }: { server?: McpServ
   );
 }
 
-export function RemoveMcpServerDialog({ server, onClose, onRemoved }: { server: McpServerConsoleView; onClose: () => void; onRemoved: () => void }) {
+export function RemoveMcpServerDialog({
+  server,
+  onClose,
+  onRemoved,
+}: {
+  server: McpServerConsoleView;
+  onClose: () => void;
+  onRemoved: () => void;
+}) {
   return (
     <ConfirmDialog
       title={`Remove ${server.name}?`}
@@ -180,7 +250,8 @@ export function RemoveMcpServerDialog({ server, onClose, onRemoved }: { server: 
         onRemoved();
       }}
     >
-      Its tools stop being served at once, to every agent; calls already waiting for it are refused, unbilled. Its headers are deleted with it.
+      Its tools stop being served at once, to every agent; calls already waiting for it are refused, unbilled. Its
+      headers are deleted with it.
     </ConfirmDialog>
   );
 }

@@ -21,15 +21,63 @@ import type { PricedModel, RequestPage, RequestView } from '../types';
 export const maxSpeechCharacters = 4096;
 
 /** The voices of OpenAI's speech models, which the mock takes too. */
-const openaiVoices = ['alloy', 'ash', 'ballad', 'coral', 'echo', 'fable', 'onyx', 'nova', 'sage', 'shimmer', 'verse', 'marin', 'cedar'];
+const openaiVoices = [
+  'alloy',
+  'ash',
+  'ballad',
+  'coral',
+  'echo',
+  'fable',
+  'onyx',
+  'nova',
+  'sage',
+  'shimmer',
+  'verse',
+  'marin',
+  'cedar',
+];
 /** Gemini's prebuilt voices. */
 const geminiVoices = [
-  'Kore', 'Puck', 'Zephyr', 'Charon', 'Fenrir', 'Leda', 'Orus', 'Aoede', 'Callirrhoe', 'Autonoe', 'Enceladus', 'Iapetus', 'Umbriel', 'Algieba', 'Despina',
-  'Erinome', 'Algenib', 'Rasalgethi', 'Laomedeia', 'Achernar', 'Alnilam', 'Schedar', 'Gacrux', 'Pulcherrima', 'Achird', 'Zubenelgenubi', 'Vindemiatrix',
-  'Sadachbia', 'Sadaltager', 'Sulafat',
+  'Kore',
+  'Puck',
+  'Zephyr',
+  'Charon',
+  'Fenrir',
+  'Leda',
+  'Orus',
+  'Aoede',
+  'Callirrhoe',
+  'Autonoe',
+  'Enceladus',
+  'Iapetus',
+  'Umbriel',
+  'Algieba',
+  'Despina',
+  'Erinome',
+  'Algenib',
+  'Rasalgethi',
+  'Laomedeia',
+  'Achernar',
+  'Alnilam',
+  'Schedar',
+  'Gacrux',
+  'Pulcherrima',
+  'Achird',
+  'Zubenelgenubi',
+  'Vindemiatrix',
+  'Sadachbia',
+  'Sadaltager',
+  'Sulafat',
 ];
 const allFormats = ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'];
-const formatLabels: Record<string, string> = { mp3: 'MP3', opus: 'Opus', aac: 'AAC', flac: 'FLAC', wav: 'WAV', pcm: 'PCM (24 kHz)' };
+const formatLabels: Record<string, string> = {
+  mp3: 'MP3',
+  opus: 'Opus',
+  aac: 'AAC',
+  flac: 'FLAC',
+  wav: 'WAV',
+  pcm: 'PCM (24 kHz)',
+};
 
 /** The voices a model takes: the catalog's list when it has one, else its vendor's. */
 function voicesOf(model: PricedModel | undefined): string[] {
@@ -44,7 +92,10 @@ function formatsOf(model: PricedModel | undefined): string[] {
   return model.speech_formats?.length ? model.speech_formats : allFormats;
 }
 
-/** Whether a model takes an option (`instructions`, `speed`): the catalog's word; where it says nothing, what OpenAI's models take (no instructions for tts-1 and tts-1-hd). */
+/**
+ * Whether a model takes an option (`instructions`, `speed`): the catalog's word; where it says nothing, what OpenAI's
+ * models take (no instructions for tts-1 and tts-1-hd).
+ */
 function takes(model: PricedModel | undefined, option: 'instructions' | 'speed'): boolean {
   if (!model) return false;
   if (model.speech_options) return model.speech_options.includes(option);
@@ -61,17 +112,26 @@ interface Spoken {
   /** The clip's own length (seconds), as the browser reads it from the audio once its metadata is in. */
   seconds?: number;
   requestId: string | null;
-  /** The server's clock when it answered (unix seconds), so the log is read from then whatever the browser's clock says. */
+  /**
+   * The server's clock when it answered (unix seconds), so the log is read from then whatever the browser's clock says.
+   */
   answeredAt: number;
 }
 
 /** What the request log says of it: still to come, in and settled, or not in by the deadline. */
-export type CostState = { state: 'pending' } | { state: 'settled'; row: RequestView } | { state: 'late' } | { state: 'failed'; message: string };
+export type CostState =
+  | { state: 'pending' }
+  | { state: 'settled'; row: RequestView }
+  | { state: 'late' }
+  | { state: 'failed'; message: string };
 
 /** How long the page waits for the request's row to be settled (it is written a moment after the answer). */
 const costDeadlineMs = 20_000;
 
-/** The tab's state, kept by the page so it outlives a switch to another tab and back; its blob URL revoked when replaced or left. */
+/**
+ * The tab's state, kept by the page so it outlives a switch to another tab and back; its blob URL revoked when replaced
+ * or left.
+ */
 export function useSpeechState() {
   const [model, setModel] = useState('');
   const [voice, setVoice] = useState('');
@@ -97,7 +157,29 @@ export function useSpeechState() {
     },
     [],
   );
-  return { model, setModel, voice, setVoice, format, setFormat, speed, setSpeed, instructions, setInstructions, text, setText, error, setError, busy, setBusy, spoken, setSpoken, cost, setCost, abort };
+  return {
+    model,
+    setModel,
+    voice,
+    setVoice,
+    format,
+    setFormat,
+    speed,
+    setSpeed,
+    instructions,
+    setInstructions,
+    text,
+    setText,
+    error,
+    setError,
+    busy,
+    setBusy,
+    spoken,
+    setSpoken,
+    cost,
+    setCost,
+    abort,
+  };
 }
 
 const sleep = (ms: number, signal: AbortSignal) =>
@@ -113,7 +195,10 @@ const sleep = (ms: number, signal: AbortSignal) =>
     );
   });
 
-/** An answer whose cost is read from the request log: its model, its request's id, and when the server answered (unix seconds). */
+/**
+ * An answer whose cost is read from the request log: its model, its request's id, and when the server answered (unix
+ * seconds).
+ */
 export interface Answered {
   model: string;
   requestId: string | null;
@@ -126,7 +211,10 @@ export function answeredAt(date: string | null): number {
   return Math.floor((Number.isFinite(parsed) ? parsed : Date.now()) / 1000);
 }
 
-/** The request's row once settled, read from the request log as the Activity page reads it; undefined when not in by the deadline. */
+/**
+ * The request's row once settled, read from the request log as the Activity page reads it; undefined when not in by the
+ * deadline.
+ */
 export async function settledRow(spoken: Answered, signal: AbortSignal): Promise<RequestView | undefined> {
   if (!spoken.requestId) return undefined;
   const query = new URLSearchParams({ since: String(spoken.answeredAt - 60), model: spoken.model, limit: '100' });
@@ -147,7 +235,8 @@ export function activityAddress(model: string, requestId: string): string {
 
 function CostLine({ spoken, cost }: { spoken: Spoken; cost: CostState | undefined }) {
   const parts: string[] = [`${count(spoken.characters)} character${spoken.characters === 1 ? '' : 's'}`];
-  // The clip's real length; what is billed is counted in whole seconds (a 2.16 s clip is billed as 3 s), said as such below.
+  // The clip's real length; what is billed is counted in whole seconds (a 2.16 s clip is billed as 3 s), said as such
+  // below.
   if (spoken.seconds !== undefined) parts.push(`${number(spoken.seconds)} s long`);
   let amount = <span class="muted">Cost: reading…</span>;
   if (cost?.state === 'settled') {
@@ -157,7 +246,8 @@ function CostLine({ spoken, cost }: { spoken: Spoken; cost: CostState | undefine
         Cost: {money(row.cost_usd)}
       </strong>
     );
-    if (row.input_tokens || row.output_tokens) parts.push(`${count(row.input_tokens)} tokens in / ${count(row.output_tokens)} out`);
+    if (row.input_tokens || row.output_tokens)
+      parts.push(`${count(row.input_tokens)} tokens in / ${count(row.output_tokens)} out`);
     if (row.audio_seconds) parts.push(`${count(row.audio_seconds)} s billed (whole seconds)`);
   } else if (cost?.state === 'late') {
     amount = <span class="muted">Cost: not in the log yet</span>;
@@ -179,13 +269,47 @@ function CostLine({ spoken, cost }: { spoken: Spoken; cost: CostState | undefine
   );
 }
 
-export function Speech({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useSpeechState> }) {
+export function Speech({
+  models,
+  loading,
+  state,
+}: {
+  models: PricedModel[];
+  loading: boolean;
+  state: ReturnType<typeof useSpeechState>;
+}) {
   const { refreshAccount } = useApp();
-  const { model, setModel, voice, setVoice, format, setFormat, speed, setSpeed, instructions, setInstructions, text, setText, error, setError, busy, setBusy, spoken, setSpoken, cost, setCost, abort } = state;
+  const {
+    model,
+    setModel,
+    voice,
+    setVoice,
+    format,
+    setFormat,
+    speed,
+    setSpeed,
+    instructions,
+    setInstructions,
+    text,
+    setText,
+    error,
+    setError,
+    busy,
+    setBusy,
+    spoken,
+    setSpoken,
+    cost,
+    setCost,
+    abort,
+  } = state;
 
   useEffect(() => {
     // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1'])));
+    setModel((current) =>
+      current && models.some((m) => m.id === current)
+        ? current
+        : preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1']),
+    );
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const voices = voicesOf(chosen);
@@ -196,7 +320,9 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
     // Read as they are now, not as this render saw them: a voice or format picked before this effect ran (it runs
     // after the paint that showed the model's choices) is kept when the model offers it.
     setVoice((current) => (voices.includes(current) ? current : (voices[0] ?? '')));
-    setFormat((current) => (formats.includes(current) ? current : formats.includes('mp3') ? 'mp3' : (formats[0] ?? '')));
+    setFormat((current) =>
+      formats.includes(current) ? current : formats.includes('mp3') ? 'mp3' : (formats[0] ?? ''),
+    );
   }, [model, chosen]);
 
   const submit = async (event: TargetedSubmitEvent<HTMLFormElement>) => {
@@ -277,7 +403,12 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
         <div class="field-pair">
           <div class="field">
             <label for="speech-voice">Voice</label>
-            <select id="speech-voice" value={voice} onChange={(e) => setVoice(e.currentTarget.value)} disabled={voices.length === 0}>
+            <select
+              id="speech-voice"
+              value={voice}
+              onChange={(e) => setVoice(e.currentTarget.value)}
+              disabled={voices.length === 0}
+            >
               {voices.map((v) => (
                 <option value={v} key={v}>
                   {v[0]!.toUpperCase() + v.slice(1)}
@@ -287,7 +418,12 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
           </div>
           <div class="field">
             <label for="speech-format">Format</label>
-            <select id="speech-format" value={format} onChange={(e) => setFormat(e.currentTarget.value)} disabled={formats.length === 0}>
+            <select
+              id="speech-format"
+              value={format}
+              onChange={(e) => setFormat(e.currentTarget.value)}
+              disabled={formats.length === 0}
+            >
               {formats.map((f) => (
                 <option value={f} key={f}>
                   {formatLabels[f] ?? f}
@@ -319,7 +455,13 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
         {instructed && (
           <div class="field">
             <label for="speech-instructions">Instructions</label>
-            <textarea id="speech-instructions" rows={2} value={instructions} onInput={(e) => setInstructions(e.currentTarget.value)} placeholder="e.g. Speak calmly, like a radio host." />
+            <textarea
+              id="speech-instructions"
+              rows={2}
+              value={instructions}
+              onInput={(e) => setInstructions(e.currentTarget.value)}
+              placeholder="e.g. Speak calmly, like a radio host."
+            />
           </div>
         )}
         <p class="field-hint">Billed to your account's Playground key.</p>
@@ -364,11 +506,16 @@ export function Speech({ models, loading, state }: { models: PricedModel[]; load
                 onLoadedMetadata={(event) => {
                   // A length the browser cannot tell (a stream's Infinity, NaN) is left unsaid.
                   const seconds = event.currentTarget.duration;
-                  if (Number.isFinite(seconds) && seconds > 0 && spoken.seconds !== seconds) setSpoken({ ...spoken, seconds });
+                  if (Number.isFinite(seconds) && seconds > 0 && spoken.seconds !== seconds)
+                    setSpoken({ ...spoken, seconds });
                 }}
               />
               <CostLine spoken={spoken} cost={cost} />
-              <a class="speech-download" href={spoken.url} download={`speech.${spoken.format === 'pcm' ? 'wav' : spoken.format}`}>
+              <a
+                class="speech-download"
+                href={spoken.url}
+                download={`speech.${spoken.format === 'pcm' ? 'wav' : spoken.format}`}
+              >
                 Download
               </a>
             </>

@@ -7,7 +7,15 @@ import { failureOf, RequestErrorMessage, type Failure } from '../components/requ
 import { count, money, size } from '../format';
 import { ModelSelect, preferred } from '../components/model-select';
 import { Link } from '../router';
-import { activityAddress, answeredAt, settledRow, Speech, useSpeechState, type Answered, type CostState } from './playground-speech';
+import {
+  activityAddress,
+  answeredAt,
+  settledRow,
+  Speech,
+  useSpeechState,
+  type Answered,
+  type CostState,
+} from './playground-speech';
 import type { List, PricedModel } from '../types';
 
 type Mode = 'chat' | 'image' | 'speech';
@@ -31,7 +39,12 @@ interface AnswerFacts extends Answered {
  * The cost is the log's, so what the page shows is what Activity and Usage show; the stream's own usage is shown
  * meanwhile, and the log's tokens replace it once in.
  */
-async function readCost(answer: Answered, signal: AbortSignal, update: (cost: CostState) => void, settled: () => void): Promise<void> {
+async function readCost(
+  answer: Answered,
+  signal: AbortSignal,
+  update: (cost: CostState) => void,
+  settled: () => void,
+): Promise<void> {
   if (!answer.requestId) return update({ state: 'late' });
   try {
     const row = await settledRow(answer, signal);
@@ -46,7 +59,11 @@ async function readCost(answer: Answered, signal: AbortSignal, update: (cost: Co
 function AnswerMeta({ answer }: { answer: AnswerFacts }) {
   const { cost } = answer;
   const row = cost.state === 'settled' ? cost.row : undefined;
-  const tokens = row ? { in: row.input_tokens, out: row.output_tokens } : answer.usage ? { in: answer.usage.prompt_tokens, out: answer.usage.completion_tokens } : undefined;
+  const tokens = row
+    ? { in: row.input_tokens, out: row.output_tokens }
+    : answer.usage
+      ? { in: answer.usage.prompt_tokens, out: answer.usage.completion_tokens }
+      : undefined;
   let amount = <span class="muted">Cost: reading…</span>;
   if (row) {
     amount = (
@@ -104,17 +121,67 @@ function useChatState() {
     },
     [],
   );
-  return { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, reading, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens };
+  return {
+    model,
+    setModel,
+    turns,
+    setTurns,
+    draft,
+    setDraft,
+    error,
+    setError,
+    streaming,
+    setStreaming,
+    abort,
+    reading,
+    system,
+    setSystem,
+    temperature,
+    setTemperature,
+    maxTokens,
+    setMaxTokens,
+  };
 }
 
-function Chat({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useChatState> }) {
+function Chat({
+  models,
+  loading,
+  state,
+}: {
+  models: PricedModel[];
+  loading: boolean;
+  state: ReturnType<typeof useChatState>;
+}) {
   const { refreshAccount } = useApp();
-  const { model, setModel, turns, setTurns, draft, setDraft, error, setError, streaming, setStreaming, abort, reading, system, setSystem, temperature, setTemperature, maxTokens, setMaxTokens } = state;
+  const {
+    model,
+    setModel,
+    turns,
+    setTurns,
+    draft,
+    setDraft,
+    error,
+    setError,
+    streaming,
+    setStreaming,
+    abort,
+    reading,
+    system,
+    setSystem,
+    temperature,
+    setTemperature,
+    maxTokens,
+    setMaxTokens,
+  } = state;
   const log = useRef<HTMLDivElement>(null);
 
   useEffect(() => {
     // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini'])));
+    setModel((current) =>
+      current && models.some((m) => m.id === current)
+        ? current
+        : preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini']),
+    );
   }, [models]);
   useEffect(() => {
     const el = log.current;
@@ -158,7 +225,9 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, content: t.content + delta } : t)));
     };
     const setAnswer = (change: (answer: AnswerFacts) => AnswerFacts) =>
-      setTurns((current) => current.map((t) => (t.id === reply.id && t.answer ? { ...t, answer: change(t.answer) } : t)));
+      setTurns((current) =>
+        current.map((t) => (t.id === reply.id && t.answer ? { ...t, answer: change(t.answer) } : t)),
+      );
     let answered: AnswerFacts | undefined;
     try {
       const instructions: ChatMessage[] = system.trim() ? [{ role: 'system', content: system.trim() }] : [];
@@ -172,7 +241,13 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
         append,
         controller.signal,
       );
-      answered = { model, requestId: facts.requestId, answeredAt: answeredAt(facts.date), usage: facts.usage, cost: { state: 'pending' } };
+      answered = {
+        model,
+        requestId: facts.requestId,
+        answeredAt: answeredAt(facts.date),
+        usage: facts.usage,
+        cost: { state: 'pending' },
+      };
       const answer = answered;
       setTurns((current) => current.map((t) => (t.id === reply.id ? { ...t, answer } : t)));
     } catch (caught) {
@@ -194,7 +269,8 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
       refreshAccount();
     }
     // Its cost, from the request log once the request is settled; the balance beside the account then too.
-    if (answered) await readCost(answered, reading.current.signal, (cost) => setAnswer((a) => ({ ...a, cost })), refreshAccount);
+    if (answered)
+      await readCost(answered, reading.current.signal, (cost) => setAnswer((a) => ({ ...a, cost })), refreshAccount);
   };
 
   const onSubmit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
@@ -214,7 +290,13 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
         <ModelSelect id="chat-model" models={models} value={model} onChange={setModel} loading={loading} />
         <div class="field">
           <label for="chat-system">System prompt</label>
-          <textarea id="chat-system" rows={3} value={system} onInput={(e) => setSystem(e.currentTarget.value)} placeholder="e.g. You are a terse assistant." />
+          <textarea
+            id="chat-system"
+            rows={3}
+            value={system}
+            onInput={(e) => setSystem(e.currentTarget.value)}
+            placeholder="e.g. You are a terse assistant."
+          />
         </div>
         {/* Side by side: on a phone the settings stay short and the conversation starts on the first screen. */}
         <div class="field-pair">
@@ -261,7 +343,9 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
               <span class="bubble-who">{turn.role === 'user' ? 'You' : turn.model}</span>
               <div class="bubble-text" data-role={turn.role}>
                 {turn.content}
-                {turn.role === 'assistant' && streaming && turn.id === turns[turns.length - 1]?.id && <span class="caret" aria-hidden="true" />}
+                {turn.role === 'assistant' && streaming && turn.id === turns[turns.length - 1]?.id && (
+                  <span class="caret" aria-hidden="true" />
+                )}
               </div>
               {turn.answer && <AnswerMeta answer={turn.answer} />}
             </div>
@@ -271,7 +355,15 @@ function Chat({ models, loading, state }: { models: PricedModel[]; loading: bool
           <RequestErrorMessage failure={error} onDismiss={() => setError(undefined)} />
           <div class="field">
             <label for="chat-message">Message</label>
-            <textarea id="chat-message" rows={3} value={draft} onInput={(e) => setDraft(e.currentTarget.value)} onKeyDown={onKeyDown} placeholder="Ask anything…" aria-describedby="chat-message-hint" />
+            <textarea
+              id="chat-message"
+              rows={3}
+              value={draft}
+              onInput={(e) => setDraft(e.currentTarget.value)}
+              onKeyDown={onKeyDown}
+              placeholder="Ask anything…"
+              aria-describedby="chat-message-hint"
+            />
             <p class="field-hint" id="chat-message-hint">
               Enter sends, Shift+Enter starts a new line.
             </p>
@@ -324,16 +416,60 @@ function useImageState() {
   const [busy, setBusy] = useState(false);
   const reading = useRef(new AbortController());
   useEffect(() => () => reading.current.abort(), []);
-  return { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy, reading };
+  return {
+    model,
+    setModel,
+    prompt,
+    setPrompt,
+    imageSize,
+    setImageSize,
+    quality,
+    setQuality,
+    images,
+    setImages,
+    error,
+    setError,
+    busy,
+    setBusy,
+    reading,
+  };
 }
 
-function Images({ models, loading, state }: { models: PricedModel[]; loading: boolean; state: ReturnType<typeof useImageState> }) {
+function Images({
+  models,
+  loading,
+  state,
+}: {
+  models: PricedModel[];
+  loading: boolean;
+  state: ReturnType<typeof useImageState>;
+}) {
   const { refreshAccount } = useApp();
-  const { model, setModel, prompt, setPrompt, imageSize, setImageSize, quality, setQuality, images, setImages, error, setError, busy, setBusy, reading } = state;
+  const {
+    model,
+    setModel,
+    prompt,
+    setPrompt,
+    imageSize,
+    setImageSize,
+    quality,
+    setQuality,
+    images,
+    setImages,
+    error,
+    setError,
+    busy,
+    setBusy,
+    reading,
+  } = state;
 
   useEffect(() => {
     // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3'])));
+    setModel((current) =>
+      current && models.some((m) => m.id === current)
+        ? current
+        : preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3']),
+    );
   }, [models]);
   const chosen = models.find((m) => m.id === model);
   const sizes = chosen?.image_sizes ?? [];
@@ -360,8 +496,18 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
       if (quality) body.quality = quality;
       // GPT image models always answer base64 and take no response_format; the others are asked for it.
       if (!/^gpt-image/.test(model)) body.response_format = 'b64_json';
-      const answer = await playgroundJson<{ data: { url?: string; b64_json?: string; revised_prompt?: string }[] }>('/playground/images/generations', body, reading.current.signal);
-      const facts: AnswerFacts = { model, requestId: answer.requestId, answeredAt: answeredAt(answer.date), usage: null, cost: { state: 'pending' } };
+      const answer = await playgroundJson<{ data: { url?: string; b64_json?: string; revised_prompt?: string }[] }>(
+        '/playground/images/generations',
+        body,
+        reading.current.signal,
+      );
+      const facts: AnswerFacts = {
+        model,
+        requestId: answer.requestId,
+        answeredAt: answeredAt(answer.date),
+        usage: null,
+        cost: { state: 'pending' },
+      };
       answered = facts;
       const made = answer.body.data
         .map((item) => ({
@@ -381,7 +527,12 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
     // Its cost, from the request log once settled, on each image the request made.
     if (answered) {
       const requestId = answered.requestId;
-      const update = (cost: CostState) => setImages((current) => current.map((image) => (image.answer.requestId === requestId ? { ...image, answer: { ...image.answer, cost } } : image)));
+      const update = (cost: CostState) =>
+        setImages((current) =>
+          current.map((image) =>
+            image.answer.requestId === requestId ? { ...image, answer: { ...image.answer, cost } } : image,
+          ),
+        );
       await readCost(answered, reading.current.signal, update, refreshAccount);
     }
   };
@@ -392,11 +543,22 @@ function Images({ models, loading, state }: { models: PricedModel[]; loading: bo
         <ModelSelect id="image-model" models={models} value={model} onChange={setModel} loading={loading} />
         <div class="field">
           <label for="image-prompt">Prompt</label>
-          <textarea id="image-prompt" rows={4} value={prompt} onInput={(e) => setPrompt(e.currentTarget.value)} placeholder="A lighthouse on a cliff at dawn, watercolor" />
+          <textarea
+            id="image-prompt"
+            rows={4}
+            value={prompt}
+            onInput={(e) => setPrompt(e.currentTarget.value)}
+            placeholder="A lighthouse on a cliff at dawn, watercolor"
+          />
         </div>
         <div class="field">
           <label for="image-size">Size</label>
-          <select id="image-size" value={imageSize} onChange={(e) => setImageSize(e.currentTarget.value)} disabled={sizes.length === 0}>
+          <select
+            id="image-size"
+            value={imageSize}
+            onChange={(e) => setImageSize(e.currentTarget.value)}
+            disabled={sizes.length === 0}
+          >
             {sizes.length === 0 && <option value="">Model default</option>}
             {sizes.map((s) => (
               <option value={s} key={s}>
@@ -454,9 +616,21 @@ export function PlaygroundPage() {
   const image = useImageState();
   const speech = useSpeechState();
   const all = pricing.data?.data ?? [];
-  const chatModels = useMemo(() => all.filter((m) => m.capability === 'chat' || m.capability === 'reasoning').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
-  const imageModels = useMemo(() => all.filter((m) => m.capability === 'image').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
-  const speechModels = useMemo(() => all.filter((m) => m.capability === 'speech').sort((a, b) => a.id.localeCompare(b.id)), [pricing.data]);
+  const chatModels = useMemo(
+    () =>
+      all
+        .filter((m) => m.capability === 'chat' || m.capability === 'reasoning')
+        .sort((a, b) => a.id.localeCompare(b.id)),
+    [pricing.data],
+  );
+  const imageModels = useMemo(
+    () => all.filter((m) => m.capability === 'image').sort((a, b) => a.id.localeCompare(b.id)),
+    [pricing.data],
+  );
+  const speechModels = useMemo(
+    () => all.filter((m) => m.capability === 'speech').sort((a, b) => a.id.localeCompare(b.id)),
+    [pricing.data],
+  );
 
   return (
     <>

@@ -18,7 +18,9 @@ function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefi
       {lines.map((line) => (
         <li key={line.label}>
           <span class="price-label">{line.label}</span>{' '}
-          {typeof line.value === 'string' ? line.value : line.value.map((part) => part.replace(/ /g, '\u00a0')).join(', ')}
+          {typeof line.value === 'string'
+            ? line.value
+            : line.value.map((part) => part.replace(/ /g, '\u00a0')).join(', ')}
         </li>
       ))}
     </ul>
@@ -34,11 +36,18 @@ function PriceLines({ lines, unit }: { lines: PriceLine[]; unit: string | undefi
   );
 }
 
-/** A model's name, what it does, and its prices: per 1M tokens in their own columns, the rest (per image, per second…) in one. */
+/**
+ * A model's name, what it does, and its prices: per 1M tokens in their own columns, the rest (per image, per second…)
+ * in one.
+ */
 const priceColumns: Column<PricedModel>[] = [
   { id: 'model', label: 'Model', lead: true, sticky: 'start', class: 'cell-strong model-cell', cell: (m) => m.id },
   { id: 'vendor', label: 'Vendor', class: 'pricing-vendor', cell: (m) => m.vendor },
-  { id: 'capability', label: 'Capability', cell: (m) => <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span> },
+  {
+    id: 'capability',
+    label: 'Capability',
+    cell: (m) => <span class={`badge badge-cap badge-${m.capability}`}>{capabilityName(m.capability)}</span>,
+  },
   {
     id: 'context',
     label: 'Context window',
@@ -48,7 +57,13 @@ const priceColumns: Column<PricedModel>[] = [
     cell: (m) => contextWindow(m.context_window),
   },
   { id: 'input', label: 'Input / 1M', numeric: true, cell: (m) => <Price value={m.prices?.input_per_1m} /> },
-  { id: 'cached-input', label: 'Cached input / 1M', numeric: true, headerClass: 'wrap-head', cell: (m) => <Price value={m.prices?.cached_input_per_1m} /> },
+  {
+    id: 'cached-input',
+    label: 'Cached input / 1M',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (m) => <Price value={m.prices?.cached_input_per_1m} />,
+  },
   { id: 'output', label: 'Output / 1M', numeric: true, cell: (m) => <Price value={m.prices?.output_per_1m} /> },
   {
     id: 'other',
@@ -56,7 +71,11 @@ const priceColumns: Column<PricedModel>[] = [
     class: (m) => `other-prices ${otherPrices(m.prices).length === 0 ? 'other-empty' : ''}`,
     cell: (m) => {
       const other = otherPrices(m.prices);
-      return other.length === 0 ? <span class="muted">{m.prices ? '—' : 'Not priced'}</span> : <PriceLines lines={other} unit={m.capability === 'image' ? 'image' : undefined} />;
+      return other.length === 0 ? (
+        <span class="muted">{m.prices ? '—' : 'Not priced'}</span>
+      ) : (
+        <PriceLines lines={other} unit={m.capability === 'image' ? 'image' : undefined} />
+      );
     },
   },
 ];
@@ -96,16 +115,28 @@ export function PricingPage() {
 
   return (
     <>
-      <PageHeader title="Pricing" description="What this gateway bills per model, markup included, in US dollars. Token prices are per million tokens." />
+      <PageHeader
+        title="Pricing"
+        description="What this gateway bills per model, markup included, in US dollars. Token prices are per million tokens."
+      />
       {tiers && (
         <p class="muted small pricing-tiers">
-          Service tiers (<code>service_tier</code> on chat and Responses requests): token prices are ×{tiers.flex} for flex, ×{tiers.default} for default and ×{tiers.priority} for priority.
+          Service tiers (<code>service_tier</code> on chat and Responses requests): token prices are ×{tiers.flex} for
+          flex, ×{tiers.default} for default and ×{tiers.priority} for priority.
         </p>
       )}
       <div class="filters" role="search" aria-label="Filter models">
         <div class="field field-inline field-grow">
           <label for="pricing-search">Search models</label>
-          <input id="pricing-search" type="search" value={search} onInput={(e) => setSearch(e.currentTarget.value)} placeholder="e.g. gpt-4o, claude, flux" autoComplete="off" spellcheck={false} />
+          <input
+            id="pricing-search"
+            type="search"
+            value={search}
+            onInput={(e) => setSearch(e.currentTarget.value)}
+            placeholder="e.g. gpt-4o, claude, flux"
+            autoComplete="off"
+            spellcheck={false}
+          />
         </div>
         <div class="field field-inline">
           <label for="pricing-vendor">Vendor</label>
@@ -142,7 +173,16 @@ export function PricingPage() {
         {all ? `Showing ${shown.length} of ${all.length} models` : '\u00a0'}
       </p>
       <ErrorMessage message={models.error} />
-      <DataTable label="Model prices" class="pricing-table" cardClass="pricing-card" columns={priceColumns} rows={all && shown} rowKey={(m) => m.id} skeletonRows={8} empty="No model matches these filters." />
+      <DataTable
+        label="Model prices"
+        class="pricing-table"
+        cardClass="pricing-card"
+        columns={priceColumns}
+        rows={all && shown}
+        rowKey={(m) => m.id}
+        skeletonRows={8}
+        empty="No model matches these filters."
+      />
     </>
   );
 }

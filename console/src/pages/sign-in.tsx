@@ -9,14 +9,20 @@ import type { Account } from '../types';
 
 type Mode = 'sign-in' | 'sign-up';
 
-/** What each `sso_error` the sign-in callback sends back here means, in words (api/console/oidc.ts, `SignInRefusal`). */
+/**
+ * What each `sso_error` the sign-in callback sends back here means, in words (api/console/oidc.ts, `SignInRefusal`).
+ */
 const ssoErrors: Record<string, string> = {
   state_invalid: 'That sign-in link was already used, expired, or was started in another browser. Try again.',
   provider_denied: 'The identity provider did not sign you in.',
   provider_unreachable: 'The identity provider did not answer in time. Try again in a moment.',
-  token_invalid: 'The identity provider’s answer failed its checks, so it was not trusted. Try again; if it keeps failing, tell your administrator.',
+  token_invalid:
+    'The identity provider’s answer failed its checks, so it was not trusted. Try again; if it keeps failing, ' +
+    'tell your administrator.',
   email_missing: 'The identity provider gave no email address for your account.',
-  email_taken: 'An account with your email exists here already, and the identity provider does not say the email is verified. Ask an administrator to link it.',
+  email_taken:
+    'An account with your email exists here already, and the identity provider does not say the email is ' +
+    'verified. Ask an administrator to link it.',
   not_in_mapped_group: 'Your account is not in any group this gateway maps. Ask an administrator for access.',
   account_disabled: 'This account is disabled. Ask an administrator to enable it.',
 };
@@ -87,7 +93,11 @@ export function SignInPage() {
           <Logo />
         </div>
         <h1 tabIndex={-1}>{signUp ? 'Create account' : 'Sign in'}</h1>
-        <p class="auth-lead">{signUp ? 'Get an API key for every model this gateway serves.' : 'Sign in to manage your API keys and usage.'}</p>
+        <p class="auth-lead">
+          {signUp
+            ? 'Get an API key for every model this gateway serves.'
+            : 'Sign in to manage your API keys and usage.'}
+        </p>
         {!signUp && config.sso.on && (
           <div class="form-stack auth-sso">
             <ErrorMessage message={ssoError} />
@@ -109,7 +119,15 @@ export function SignInPage() {
           <form class="form-stack" onSubmit={submit} noValidate>
             <div class="field">
               <label for="auth-email">Email</label>
-              <input id="auth-email" name="email" type="email" autoComplete={signUp ? 'email' : 'username'} required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
+              <input
+                id="auth-email"
+                name="email"
+                type="email"
+                autoComplete={signUp ? 'email' : 'username'}
+                required
+                value={email}
+                onInput={(e) => setEmail(e.currentTarget.value)}
+              />
             </div>
             <div class="field">
               <label for="auth-password">Password</label>
@@ -133,11 +151,22 @@ export function SignInPage() {
             {signUp && (
               <div class="field">
                 <label for="auth-name">Name</label>
-                <input id="auth-name" name="name" type="text" autoComplete="name" value={name} onInput={(e) => setName(e.currentTarget.value)} />
+                <input
+                  id="auth-name"
+                  name="name"
+                  type="text"
+                  autoComplete="name"
+                  value={name}
+                  onInput={(e) => setName(e.currentTarget.value)}
+                />
               </div>
             )}
             <ErrorMessage message={error} />
-            <button type="submit" class={`button ${config.sso.on ? 'button-secondary' : 'button-primary'} button-block`} disabled={busy}>
+            <button
+              type="submit"
+              class={`button ${config.sso.on ? 'button-secondary' : 'button-primary'} button-block`}
+              disabled={busy}
+            >
               {busy && <Spinner />}
               {signUp ? 'Create account' : 'Sign in'}
             </button>
@@ -172,7 +201,9 @@ export function SignInPage() {
   );
 }
 
-/** While nobody can sign in as an admin: how the operator makes the first one (the server says only that there is none). */
+/**
+ * While nobody can sign in as an admin: how the operator makes the first one (the server says only that there is none).
+ */
 function FirstAdminHint() {
   return (
     <section class="auth-hint" aria-labelledby="first-admin-heading">
@@ -182,8 +213,9 @@ function FirstAdminHint() {
         <code>ADMIN_EMAIL=you@example.com ADMIN_PASSWORD='at least 8 chars' npm start</code>
       </pre>
       <p>
-        or with <code>npm run accounts -- create --email you@example.com --password '…' --role admin</code>; then sign in here with that email. Keys made with{' '}
-        <code>npm run keys -- create</code> belong to the Default account: an admin sees them on the Keys page.
+        or with <code>npm run accounts -- create --email you@example.com --password '…' --role admin</code>; then sign
+        in here with that email. Keys made with <code>npm run keys -- create</code> belong to the Default account: an
+        admin sees them on the Keys page.
       </p>
     </section>
   );

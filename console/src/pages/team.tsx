@@ -3,28 +3,58 @@ import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
-import { Dialog, DialogFormActions, ErrorMessage, PageHeader, Spinner, StatusMessage, useApi, useSending, useTitle } from '../components/ui';
+import {
+  Dialog,
+  DialogFormActions,
+  ErrorMessage,
+  PageHeader,
+  Spinner,
+  StatusMessage,
+  useApi,
+  useSending,
+  useTitle,
+} from '../components/ui';
 import { count, dateTime } from '../format';
 import { mayManageTeam, roleNames, teamName } from '../teams';
 import type { TeamDetail, TeamList, TeamMember, TeamRole } from '../types';
 
 /*
  * The Team page: who is in the current team and as what. Everybody in a team reads the list; its owners (and admins,
- * who own every team) add people by email, change their roles and remove them, and rename a team made for several people. An admin also sees every team of the
- * gateway with its number of members, and makes new ones. The server decides and refuses (a last owner stays, with
- * its reason said as it says it); the page only offers what the person's role may do.
+ * who own every team) add people by email, change their roles and remove them, and rename a team made for several
+ * people. An admin also sees every team of the gateway with its number of members, and makes new ones. The server
+ * decides and refuses (a last owner stays, with its reason said as it says it); the page only offers what the person's
+ * role may do.
  */
 
 const roles: TeamRole[] = ['owner', 'member', 'viewer'];
 
-const sourceNames: Record<NonNullable<TeamMember['source']>, string> = { console: 'Console', admin: 'Admin', oidc: 'Sign-in provider' };
+const sourceNames: Record<NonNullable<TeamMember['source']>, string> = {
+  console: 'Console',
+  admin: 'Admin',
+  oidc: 'Sign-in provider',
+};
 
 /** Who a member is as a line says them: their email, else their name. */
 const memberLabel = (member: TeamMember) => member.email || member.name || member.id;
 
-function RoleSelect({ id, value, onChange, disabled }: { id: string; value: TeamRole; onChange: (role: TeamRole) => void; disabled?: boolean }) {
+function RoleSelect({
+  id,
+  value,
+  onChange,
+  disabled,
+}: {
+  id: string;
+  value: TeamRole;
+  onChange: (role: TeamRole) => void;
+  disabled?: boolean;
+}) {
   return (
-    <select id={id} value={value} disabled={disabled} onChange={(event) => onChange(event.currentTarget.value as TeamRole)}>
+    <select
+      id={id}
+      value={value}
+      disabled={disabled}
+      onChange={(event) => onChange(event.currentTarget.value as TeamRole)}
+    >
       {roles.map((role) => (
         <option key={role} value={role}>
           {roleNames[role]}
@@ -35,7 +65,15 @@ function RoleSelect({ id, value, onChange, disabled }: { id: string; value: Team
 }
 
 /** Adds someone who has an account here to the team, by their email. */
-function AddMemberForm({ teamId, onAdded, onStart }: { teamId: string; onAdded: (member: TeamMember) => void; onStart: () => void }) {
+function AddMemberForm({
+  teamId,
+  onAdded,
+  onStart,
+}: {
+  teamId: string;
+  onAdded: (member: TeamMember) => void;
+  onStart: () => void;
+}) {
   const [email, setEmail] = useState('');
   const [role, setRole] = useState<TeamRole>('member');
   const { busy, error, setError, send } = useSending();
@@ -46,7 +84,10 @@ function AddMemberForm({ teamId, onAdded, onStart }: { teamId: string; onAdded: 
     onStart();
     if (!email.trim()) return setError('Enter the email address of the person to add.');
     void send(async () => {
-      const member = await api<TeamMember>('POST', `/teams/${encodeURIComponent(teamId)}/members`, { email: email.trim(), role });
+      const member = await api<TeamMember>('POST', `/teams/${encodeURIComponent(teamId)}/members`, {
+        email: email.trim(),
+        role,
+      });
       setEmail('');
       setRole('member');
       onAdded(member);
@@ -62,7 +103,15 @@ function AddMemberForm({ teamId, onAdded, onStart }: { teamId: string; onAdded: 
         <div class="form-grid">
           <div class="field field-wide">
             <label for="member-email">Email</label>
-            <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" aria-describedby="member-email-hint" />
+            <input
+              id="member-email"
+              type="email"
+              required
+              value={email}
+              onInput={(e) => setEmail(e.currentTarget.value)}
+              autoComplete="off"
+              aria-describedby="member-email-hint"
+            />
             <p class="field-hint" id="member-email-hint">
               They need an account on this gateway first.
             </p>
@@ -95,7 +144,10 @@ function NewTeamForm({ onCreated, onStart }: { onCreated: (team: TeamDetail) => 
     onStart();
     if (!name.trim()) return setError('Enter the name of the new team.');
     void send(async () => {
-      const team = await api<TeamDetail>('POST', '/teams', { name: name.trim(), ...(owner.trim() ? { owner_email: owner.trim() } : {}) });
+      const team = await api<TeamDetail>('POST', '/teams', {
+        name: name.trim(),
+        ...(owner.trim() ? { owner_email: owner.trim() } : {}),
+      });
       setName('');
       setOwner('');
       onCreated(team);
@@ -111,11 +163,25 @@ function NewTeamForm({ onCreated, onStart }: { onCreated: (team: TeamDetail) => 
         <div class="form-grid">
           <div class="field field-wide">
             <label for="team-name">Team name</label>
-            <input id="team-name" type="text" required value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" />
+            <input
+              id="team-name"
+              type="text"
+              required
+              value={name}
+              onInput={(e) => setName(e.currentTarget.value)}
+              autoComplete="off"
+            />
           </div>
           <div class="field field-wide">
             <label for="team-owner">First owner’s email</label>
-            <input id="team-owner" type="email" value={owner} onInput={(e) => setOwner(e.currentTarget.value)} autoComplete="off" aria-describedby="team-owner-hint" />
+            <input
+              id="team-owner"
+              type="email"
+              value={owner}
+              onInput={(e) => setOwner(e.currentTarget.value)}
+              autoComplete="off"
+              aria-describedby="team-owner-hint"
+            />
             <p class="field-hint" id="team-owner-hint">
               Optional. They manage its members from then on.
             </p>
@@ -133,15 +199,30 @@ function NewTeamForm({ onCreated, onStart }: { onCreated: (team: TeamDetail) => 
   );
 }
 
-/** Renames a team made for several people (its owners' and admins'); the server refuses a name taken or one the sign-in provider's map gives. */
-function RenameTeamDialog({ teamId, current, onClose, onRenamed }: { teamId: string; current: string; onClose: () => void; onRenamed: (team: TeamDetail) => void }) {
+/**
+ * Renames a team made for several people (its owners' and admins'); the server refuses a name taken or one the sign-in
+ * provider's map gives.
+ */
+function RenameTeamDialog({
+  teamId,
+  current,
+  onClose,
+  onRenamed,
+}: {
+  teamId: string;
+  current: string;
+  onClose: () => void;
+  onRenamed: (team: TeamDetail) => void;
+}) {
   const [name, setName] = useState(current);
   const { busy, error, setError, send } = useSending();
 
   const submit = (event: TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault();
     if (!name.trim()) return setError('Enter the team’s new name.');
-    void send(async () => onRenamed(await api<TeamDetail>('PATCH', `/teams/${encodeURIComponent(teamId)}`, { name: name.trim() })));
+    void send(async () =>
+      onRenamed(await api<TeamDetail>('PATCH', `/teams/${encodeURIComponent(teamId)}`, { name: name.trim() })),
+    );
   };
 
   return (
@@ -149,7 +230,14 @@ function RenameTeamDialog({ teamId, current, onClose, onRenamed }: { teamId: str
       <form onSubmit={submit} noValidate>
         <div class="field">
           <label for="team-rename">Team name</label>
-          <input id="team-rename" type="text" required value={name} onInput={(e) => setName(e.currentTarget.value)} autoComplete="off" />
+          <input
+            id="team-rename"
+            type="text"
+            required
+            value={name}
+            onInput={(e) => setName(e.currentTarget.value)}
+            autoComplete="off"
+          />
         </div>
         <ErrorMessage message={error} />
         <DialogFormActions onCancel={onClose} busy={busy} submit="Rename" />
@@ -165,7 +253,14 @@ function AllTeams({ onCreated, onStart }: { onCreated: (team: TeamDetail) => voi
   const { teams, team: current, switchTeam } = useApp();
   const list = teams?.all_teams ?? undefined;
   const columns: Column<TeamRow>[] = [
-    { id: 'name', label: 'Team', lead: true, class: 'cell-strong team-name-cell', title: (row) => row.name, cell: (row) => row.name },
+    {
+      id: 'name',
+      label: 'Team',
+      lead: true,
+      class: 'cell-strong team-name-cell',
+      title: (row) => row.name,
+      cell: (row) => row.name,
+    },
     { id: 'members', label: 'Members', numeric: true, cell: (row) => count(row.members) },
     { id: 'created', label: 'Made', priority: 'wide', class: 'nowrap', cell: (row) => dateTime(row.created) },
     {
@@ -178,7 +273,12 @@ function AllTeams({ onCreated, onStart }: { onCreated: (team: TeamDetail) => voi
         row.id === current?.id ? (
           <span class="muted small">Current</span>
         ) : (
-          <button type="button" class="button button-secondary button-small" onClick={() => switchTeam(row.id)} aria-label={`Work in ${row.name}`}>
+          <button
+            type="button"
+            class="button button-secondary button-small"
+            onClick={() => switchTeam(row.id)}
+            aria-label={`Work in ${row.name}`}
+          >
             Work in it
           </button>
         ),
@@ -191,8 +291,18 @@ function AllTeams({ onCreated, onStart }: { onCreated: (team: TeamDetail) => voi
           <h2 id="all-teams-heading">Teams</h2>
           <span class="muted">{list ? `${list.length} team${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
         </div>
-        <p class="section-note muted small">Every team of this gateway. Each holds its own balance and keys; people are added to it by its owners.</p>
-        <DataTable labelledBy="all-teams-heading" class="table-compact team-table" columns={columns} rows={list} rowKey={(row) => row.id} skeletonRows={2} empty="No teams yet. Make one below." />
+        <p class="section-note muted small">
+          Every team of this gateway. Each holds its own balance and keys; people are added to it by its owners.
+        </p>
+        <DataTable
+          labelledBy="all-teams-heading"
+          class="table-compact team-table"
+          columns={columns}
+          rows={list}
+          rowKey={(row) => row.id}
+          skeletonRows={2}
+          empty="No teams yet. Make one below."
+        />
       </section>
       <NewTeamForm onCreated={onCreated} onStart={onStart} />
     </>
@@ -214,7 +324,11 @@ export function TeamPage() {
   const name = teamName(team, me.id);
   const members = detail.data?.members;
 
-  const replace = (member: TeamMember) => detail.setData((previous) => previous && { ...previous, members: previous.members.map((m) => (m.id === member.id ? member : m)) });
+  const replace = (member: TeamMember) =>
+    detail.setData(
+      (previous) =>
+        previous && { ...previous, members: previous.members.map((m) => (m.id === member.id ? member : m)) },
+    );
 
   const changeRole = async (member: TeamMember, role: TeamRole) => {
     if (role === member.role) return;
@@ -222,7 +336,13 @@ export function TeamPage() {
     setError(undefined);
     setStatus(undefined);
     try {
-      replace(await api<TeamMember>('PATCH', `/teams/${encodeURIComponent(team.id)}/members/${encodeURIComponent(member.id)}`, { role }));
+      replace(
+        await api<TeamMember>(
+          'PATCH',
+          `/teams/${encodeURIComponent(team.id)}/members/${encodeURIComponent(member.id)}`,
+          { role },
+        ),
+      );
       setStatus(`${memberLabel(member)} is now ${roleNames[role].toLowerCase()} of ${name}.`);
       // One's own role may have changed: the switcher and the pages follow.
       if (member.id === me.id) refreshTeams();
@@ -242,7 +362,9 @@ export function TeamPage() {
     setStatus(undefined);
     try {
       await api('DELETE', `/teams/${encodeURIComponent(team.id)}/members/${encodeURIComponent(member.id)}`);
-      detail.setData((previous) => previous && { ...previous, members: previous.members.filter((m) => m.id !== member.id) });
+      detail.setData(
+        (previous) => previous && { ...previous, members: previous.members.filter((m) => m.id !== member.id) },
+      );
       setStatus(`${memberLabel(member)} was removed from ${name}.`);
       if (member.id === me.id) refreshTeams();
     } catch (caught) {
@@ -275,12 +397,22 @@ export function TeamPage() {
       class: 'team-role-cell',
       cell: (member) =>
         manage && !fixed(member) ? (
-          <RoleSelect id={`role-${member.id}`} value={member.role} disabled={busyId === member.id} onChange={(role) => void changeRole(member, role)} />
+          <RoleSelect
+            id={`role-${member.id}`}
+            value={member.role}
+            disabled={busyId === member.id}
+            onChange={(role) => void changeRole(member, role)}
+          />
         ) : (
           roleNames[member.role]
         ),
     },
-    { id: 'source', label: 'Added by', priority: 'wide', cell: (member) => (member.source ? sourceNames[member.source] : <span class="muted">Own account</span>) },
+    {
+      id: 'source',
+      label: 'Added by',
+      priority: 'wide',
+      cell: (member) => (member.source ? sourceNames[member.source] : <span class="muted">Own account</span>),
+    },
     { id: 'added', label: 'Added', priority: 'wide', class: 'nowrap', cell: (member) => dateTime(member.created) },
     manage && {
       id: 'actions',
@@ -290,7 +422,13 @@ export function TeamPage() {
       class: 'row-actions',
       cell: (member) =>
         fixed(member) ? null : (
-          <button type="button" class="button button-ghost-danger button-small" disabled={busyId === member.id} onClick={() => setRemoving(member)} aria-label={`Remove ${memberLabel(member)}`}>
+          <button
+            type="button"
+            class="button button-ghost-danger button-small"
+            disabled={busyId === member.id}
+            onClick={() => setRemoving(member)}
+            aria-label={`Remove ${memberLabel(member)}`}
+          >
             Remove
           </button>
         ),
@@ -311,18 +449,29 @@ export function TeamPage() {
         }
         description={
           manage
-            ? `Who works in ${name} and as what. Owners manage its members; members make keys of their own; viewers read its usage.`
+            ? `Who works in ${name} and as what. Owners manage its members; members make keys of their own; ` +
+              `viewers read its usage.`
             : `Who works in ${name}. You are ${team.role === 'member' ? 'a member' : 'a viewer'} here: its owners add and remove people.`
         }
       />
       <section class="section" aria-labelledby="members-heading">
         <div class="section-head">
           <h2 id="members-heading">Members of {name}</h2>
-          <span class="muted">{members ? `${members.length} ${members.length === 1 ? 'person' : 'people'}` : '\u00a0'}</span>
+          <span class="muted">
+            {members ? `${members.length} ${members.length === 1 ? 'person' : 'people'}` : '\u00a0'}
+          </span>
         </div>
         <StatusMessage message={status} />
         <ErrorMessage message={error ?? detail.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <DataTable labelledBy="members-heading" class="table-compact team-table" columns={columns} rows={members} rowKey={(member) => member.id} skeletonRows={2} empty="Nobody is in this team yet." />
+        <DataTable
+          labelledBy="members-heading"
+          class="table-compact team-table"
+          columns={columns}
+          rows={members}
+          rowKey={(member) => member.id}
+          skeletonRows={2}
+          empty="Nobody is in this team yet."
+        />
       </section>
       {manage && (
         <AddMemberForm
@@ -332,7 +481,10 @@ export function TeamPage() {
             setError(undefined);
           }}
           onAdded={(member) => {
-            detail.setData((previous) => previous && { ...previous, members: [...previous.members.filter((m) => m.id !== member.id), member] });
+            detail.setData(
+              (previous) =>
+                previous && { ...previous, members: [...previous.members.filter((m) => m.id !== member.id), member] },
+            );
             setStatus(`${memberLabel(member)} was added to ${name} as ${roleNames[member.role].toLowerCase()}.`);
             refreshTeams();
           }}
@@ -345,7 +497,9 @@ export function TeamPage() {
             setError(undefined);
           }}
           onCreated={(created) => {
-            setStatus(`Team “${created.name}” made${created.members.length ? ` with ${created.members.map(memberLabel).join(', ')} as owner` : ''}.`);
+            setStatus(
+              `Team “${created.name}” made${created.members.length ? ` with ${created.members.map(memberLabel).join(', ')} as owner` : ''}.`,
+            );
             refreshTeams();
           }}
         />
@@ -366,7 +520,8 @@ export function TeamPage() {
       {removing && (
         <Dialog title="Remove this member?" onClose={() => setRemoving(undefined)} alert>
           <p class="dialog-lead">
-            <strong>{memberLabel(removing)}</strong> leaves {name} at once. The keys they made in it stay the team’s and keep working until an owner revokes them.
+            <strong>{memberLabel(removing)}</strong> leaves {name} at once. The keys they made in it stay the team’s and
+            keep working until an owner revokes them.
           </p>
           <div class="dialog-actions">
             <button type="button" class="button button-secondary" onClick={() => setRemoving(undefined)} autoFocus>

@@ -49,7 +49,10 @@ function cacheSaving(row: UsageRow): string {
 function promptCacheSaving(row: UsageRow): string | undefined {
   if (row.cached_tokens === 0 && row.cache_write_tokens === 0 && row.prompt_cache_saved_micros === 0) return undefined;
   const written = row.cache_write_tokens > 0 ? `, ${count(row.cache_write_tokens)} written` : '';
-  return `prompt cache saved ${money(row.prompt_cache_saved_micros / 1_000_000)}: ${count(row.cached_tokens)} tokens read from it${written}`;
+  return (
+    `prompt cache saved ${money(row.prompt_cache_saved_micros / 1_000_000)}: ${count(row.cached_tokens)} tokens ` +
+    `read from it${written}`
+  );
 }
 
 function media(row: UsageRow): string {
@@ -65,7 +68,17 @@ function axisMoney(value: number): string {
   return money(value);
 }
 
-function Stat({ label, value, loading, note }: { label: string; value: string; loading: boolean; note?: string | undefined }) {
+function Stat({
+  label,
+  value,
+  loading,
+  note,
+}: {
+  label: string;
+  value: string;
+  loading: boolean;
+  note?: string | undefined;
+}) {
   return (
     <div class="stat">
       <dt class="stat-label">{label}</dt>
@@ -76,7 +89,10 @@ function Stat({ label, value, loading, note }: { label: string; value: string; l
   );
 }
 
-/** A key's name in the by-key table: a revoked key keeps it, marked; on an admin's report of every account, its account under it. */
+/**
+ * A key's name in the by-key table: a revoked key keeps it, marked; on an admin's report of every account, its account
+ * under it.
+ */
 function KeyName({ row, account }: { row: KeyUsageRow; account?: string }) {
   return (
     <>
@@ -107,10 +123,30 @@ const amountColumns: Column<UsageRow>[] = [
       </>
     ),
   },
-  { id: 'input', label: 'Input tokens', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.input_tokens) },
-  { id: 'output', label: 'Output tokens', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.output_tokens) },
-  // The vendor's prompt caching (input billed at the cached price), not the gateway's response cache: read apart from the hits.
-  { id: 'cached', label: 'Prompt-cache tokens', note: 'vendor’s prompt caching', numeric: true, priority: 'detail', cell: (row) => count(row.cached_tokens) },
+  {
+    id: 'input',
+    label: 'Input tokens',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => count(row.input_tokens),
+  },
+  {
+    id: 'output',
+    label: 'Output tokens',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => count(row.output_tokens),
+  },
+  // The vendor's prompt caching (input billed at the cached price), not the gateway's response cache: read apart from
+  // the hits.
+  {
+    id: 'cached',
+    label: 'Prompt-cache tokens',
+    note: 'vendor’s prompt caching',
+    numeric: true,
+    priority: 'detail',
+    cell: (row) => count(row.cached_tokens),
+  },
   {
     id: 'cache-writes',
     label: 'Cache-write tokens',
@@ -128,27 +164,68 @@ const amountColumns: Column<UsageRow>[] = [
     headerClass: 'wrap-head',
     priority: 'wide',
     title: (row) =>
-      row.prompt_cache_saved_micros < 0 ? 'Below zero: its cache writes, billed above the input price, cost more than its reads saved' : undefined,
+      row.prompt_cache_saved_micros < 0
+        ? 'Below zero: its cache writes, billed above the input price, cost more than its reads saved'
+        : undefined,
     cell: (row) => money(row.prompt_cache_saved_micros / 1_000_000),
   },
   { id: 'media', label: 'Media', class: 'muted nowrap', priority: 'detail', cell: media },
-  { id: 'cache-hits', label: 'Cache hits', note: 'response cache', numeric: true, headerClass: 'wrap-head', cell: (row) => count(row.cache_hits) },
-  { id: 'saved', label: 'Saved', note: 'by cache hits', numeric: true, headerClass: 'wrap-head', cell: (row) => money(row.saved_micros / 1_000_000) },
+  {
+    id: 'cache-hits',
+    label: 'Cache hits',
+    note: 'response cache',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => count(row.cache_hits),
+  },
+  {
+    id: 'saved',
+    label: 'Saved',
+    note: 'by cache hits',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => money(row.saved_micros / 1_000_000),
+  },
   { id: 'spend', label: 'Spend', numeric: true, class: 'cell-strong', cell: (row) => money(row.cost_usd) },
 ];
 
 /** A model's name; requests that named no model this gateway serves are one row. */
 function ModelName({ model }: { model: string | undefined }) {
-  return model ? <>{model}</> : <span class="unknown-model" title="Requests refused because they named no model this gateway serves">Unknown model</span>;
+  return model ? (
+    <>{model}</>
+  ) : (
+    <span class="unknown-model" title="Requests refused because they named no model this gateway serves">
+      Unknown model
+    </span>
+  );
 }
 
-const byModelColumns: Column<UsageRow>[] = [{ id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> }, ...amountColumns];
+const byModelColumns: Column<UsageRow>[] = [
+  {
+    id: 'model',
+    label: 'Model',
+    lead: true,
+    class: 'mono cell-strong cell-clip',
+    title: (row) => row.model || undefined,
+    cell: (row) => <ModelName model={row.model} />,
+  },
+  ...amountColumns,
+];
 
 /** By key: the same sums but the prompt-cache tokens (what the prompt cache saved is kept). */
-const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter((column) => column.id !== 'cached' && column.id !== 'cache-writes');
+const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter(
+  (column) => column.id !== 'cached' && column.id !== 'cache-writes',
+);
 
 const latencyColumns: Column<ModelLatency>[] = [
-  { id: 'model', label: 'Model', lead: true, class: 'mono cell-strong cell-clip', title: (row) => row.model || undefined, cell: (row) => <ModelName model={row.model} /> },
+  {
+    id: 'model',
+    label: 'Model',
+    lead: true,
+    class: 'mono cell-strong cell-clip',
+    title: (row) => row.model || undefined,
+    cell: (row) => <ModelName model={row.model} />,
+  },
   { id: 'requests', label: 'Requests', numeric: true, cell: (row) => count(row.requests) },
   {
     id: 'error-rate',
@@ -160,10 +237,38 @@ const latencyColumns: Column<ModelLatency>[] = [
     title: (row) => `${count(row.errors)} of ${count(row.requests)} not completed (${count(row.refused)} refused)`,
     cell: (row) => percent(row.error_rate),
   },
-  { id: 'latency-p50', label: 'p50 latency', note: 'completed', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.latency_p50_ms) },
-  { id: 'latency-p95', label: 'p95 latency', note: 'completed', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.latency_p95_ms) },
-  { id: 'ttft-p50', label: 'p50 TTFT', note: 'streams', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.ttft_p50_ms) },
-  { id: 'ttft-p95', label: 'p95 TTFT', note: 'streams', numeric: true, headerClass: 'wrap-head', cell: (row) => duration(row.ttft_p95_ms) },
+  {
+    id: 'latency-p50',
+    label: 'p50 latency',
+    note: 'completed',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => duration(row.latency_p50_ms),
+  },
+  {
+    id: 'latency-p95',
+    label: 'p95 latency',
+    note: 'completed',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => duration(row.latency_p95_ms),
+  },
+  {
+    id: 'ttft-p50',
+    label: 'p50 TTFT',
+    note: 'streams',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => duration(row.ttft_p50_ms),
+  },
+  {
+    id: 'ttft-p95',
+    label: 'p95 TTFT',
+    note: 'streams',
+    numeric: true,
+    headerClass: 'wrap-head',
+    cell: (row) => duration(row.ttft_p95_ms),
+  },
 ];
 
 export function UsagePage() {
@@ -185,7 +290,11 @@ export function UsagePage() {
   // of the team's keys they read usage for (a viewer's too: they list no keys).
   const keys = useApi<List<Key | KeyName>>(admin ? '/admin/keys' : '/key-names');
   const accounts = useApi<List<Account>>(admin ? '/admin/accounts' : null);
-  const accountNames = useMemo(() => new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])), [accounts.data]);
+  const accountNames = useMemo(
+    () =>
+      new Map((accounts.data?.data ?? []).map((account) => [account.id, account.email || account.name || account.id])),
+    [accounts.data],
+  );
   const allAccounts = admin && !accountId;
   const seenModels = useRef(new Set<string>());
 
@@ -203,20 +312,31 @@ export function UsagePage() {
       options.set(key.id, `${allAccounts && owner ? `${key.name} (${owner})` : key.name}${revoked}`);
     }
     // A key the list does not hold (an admin's list has live keys only): named and marked as the report has it.
-    for (const row of data?.by_key ?? []) if (row.key_id && !options.has(row.key_id)) options.set(row.key_id, `${row.key_name ?? row.key_id}${row.key_revoked ? ' (revoked)' : ''}`);
+    for (const row of data?.by_key ?? [])
+      if (row.key_id && !options.has(row.key_id))
+        options.set(row.key_id, `${row.key_name ?? row.key_id}${row.key_revoked ? ' (revoked)' : ''}`);
     return [...options];
   }, [keys.data, data, admin, accountId, allAccounts]);
 
   const chart = useMemo(() => {
-    if (!data) return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true, noSpend: true };
+    if (!data)
+      return { labels: [] as string[], spend: [] as Series[], requests: [] as Series[], empty: true, noSpend: true };
     const dayList = daysBetween(data.from, data.to);
     const index = new Map(dayList.map((day, i) => [day, i]));
     const totalsByModel = new Map<string, number>();
-    for (const row of data.daily) totalsByModel.set(row.model ?? '', (totalsByModel.get(row.model ?? '') ?? 0) + row.cost_usd);
+    for (const row of data.daily)
+      totalsByModel.set(row.model ?? '', (totalsByModel.get(row.model ?? '') ?? 0) + row.cost_usd);
     // Models that cost something (a model only refused, or only answered from the cache for free, has no bar).
-    const ranked = [...totalsByModel].filter(([, usd]) => usd > 0).sort((a, b) => b[1] - a[1]).map(([name]) => name);
+    const ranked = [...totalsByModel]
+      .filter(([, usd]) => usd > 0)
+      .sort((a, b) => b[1] - a[1])
+      .map(([name]) => name);
     const shown = ranked.length > palette.length ? ranked.slice(0, palette.length - 1) : ranked;
-    const spend: Series[] = shown.map((name, i) => ({ label: name || 'Unknown model', color: palette[i % palette.length]!, values: dayList.map(() => 0) }));
+    const spend: Series[] = shown.map((name, i) => ({
+      label: name || 'Unknown model',
+      color: palette[i % palette.length]!,
+      values: dayList.map(() => 0),
+    }));
     const other: Series = { label: 'Other models', color: otherColor, values: dayList.map(() => 0) };
     const completed = dayList.map(() => 0);
     const notCompleted = dayList.map(() => 0);
@@ -255,11 +375,28 @@ export function UsagePage() {
     <>
       <PageHeader
         title="Usage"
-        description={allAccounts ? 'Spend and traffic of every key of this gateway, of every account, per UTC day.' : admin ? 'Spend and traffic of one account’s keys per UTC day.' : 'Spend and traffic of your keys per UTC day.'}
+        description={
+          allAccounts
+            ? 'Spend and traffic of every key of this gateway, of every account, per UTC day.'
+            : admin
+              ? 'Spend and traffic of one account’s keys per UTC day.'
+              : 'Spend and traffic of your keys per UTC day.'
+        }
         actions={
-          <a class="button button-secondary" href={`${apiBase}/usage.csv?${[query, teamQuery()].filter(Boolean).join('&')}`} download>
+          <a
+            class="button button-secondary"
+            href={`${apiBase}/usage.csv?${[query, teamQuery()].filter(Boolean).join('&')}`}
+            download
+          >
             <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
-              <path d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15" fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
+              <path
+                d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15"
+                fill="none"
+                stroke="currentColor"
+                stroke-width="1.7"
+                stroke-linecap="round"
+                stroke-linejoin="round"
+              />
             </svg>
             Download CSV
           </a>
@@ -326,13 +463,27 @@ export function UsagePage() {
         <Stat
           label="Spend"
           value={money(totals.cost_usd)}
-          note={totals.cache_hits > 0 || totals.saved_micros > 0 ? `saved by the response cache: ${cacheSaving(totals)}` : undefined}
+          note={
+            totals.cache_hits > 0 || totals.saved_micros > 0
+              ? `saved by the response cache: ${cacheSaving(totals)}`
+              : undefined
+          }
           loading={loading}
         />
         {/* Every request, refusals included: the number Activity counts for the same days. */}
-        <Stat label="Requests" value={count(totals.requests)} note={outcomes(totals) ? `of which ${outcomes(totals)}` : undefined} loading={loading} />
+        <Stat
+          label="Requests"
+          value={count(totals.requests)}
+          note={outcomes(totals) ? `of which ${outcomes(totals)}` : undefined}
+          loading={loading}
+        />
         {/* What the vendors' prompt caches saved, under the input they lowered: never mixed with the response cache's saving. */}
-        <Stat label="Input tokens" value={count(totals.input_tokens)} note={promptCacheSaving(totals)} loading={loading} />
+        <Stat
+          label="Input tokens"
+          value={count(totals.input_tokens)}
+          note={promptCacheSaving(totals)}
+          loading={loading}
+        />
         <Stat label="Output tokens" value={count(totals.output_tokens)} loading={loading} />
         {allAccounts ? (
           <Stat
@@ -383,11 +534,19 @@ export function UsagePage() {
       </div>
       <section class="section" aria-labelledby="by-model-heading">
         <h2 id="by-model-heading">By model</h2>
-        <DataTable labelledBy="by-model-heading" columns={byModelColumns} rows={data && byModel} rowKey={(row) => row.model ?? ''} skeletonRows={3} empty="No usage in this range." />
+        <DataTable
+          labelledBy="by-model-heading"
+          columns={byModelColumns}
+          rows={data && byModel}
+          rowKey={(row) => row.model ?? ''}
+          skeletonRows={3}
+          empty="No usage in this range."
+        />
         <p class="table-note muted small">
-          Requests: every request logged, refused ones included (Activity counts the same). Tokens and spend are the vendors’. Prompt cache saved: what the
-          vendor’s prompt caching saved, net (the prompts at the plain input price less what they were billed; below zero where its cache writes, billed
-          above the input price, cost more than its reads saved); the tokens it read and wrote are in a row’s details. Saved by cache hits: what the
+          Requests: every request logged, refused ones included (Activity counts the same). Tokens and spend are the
+          vendors’. Prompt cache saved: what the vendor’s prompt caching saved, net (the prompts at the plain input
+          price less what they were billed; below zero where its cache writes, billed above the input price, cost more
+          than its reads saved); the tokens it read and wrote are in a row’s details. Saved by cache hits: what the
           gateway’s response cache’s hits would have cost without it.
         </p>
       </section>
@@ -401,7 +560,16 @@ export function UsagePage() {
               label: 'Key',
               lead: true,
               class: 'cell-strong',
-              cell: (row) => <KeyName row={row} account={allAccounts && row.key_account_id ? (accountNames.get(row.key_account_id) ?? row.key_account_id) : undefined} />,
+              cell: (row) => (
+                <KeyName
+                  row={row}
+                  account={
+                    allAccounts && row.key_account_id
+                      ? (accountNames.get(row.key_account_id) ?? row.key_account_id)
+                      : undefined
+                  }
+                />
+              ),
             },
             ...byKeyColumns,
           ]}
@@ -418,10 +586,18 @@ export function UsagePage() {
             View activity
           </Link>
         </div>
-        <DataTable labelledBy="latency-heading" columns={latencyColumns} rows={data && latency} rowKey={(row) => row.model} skeletonRows={2} empty="No requests in this range." />
+        <DataTable
+          labelledBy="latency-heading"
+          columns={latencyColumns}
+          rows={data && latency}
+          rowKey={(row) => row.model}
+          skeletonRows={2}
+          empty="No requests in this range."
+        />
         <p class="table-note muted small">
-          Over the same days, keys and models as above, with the same request counts as By model. Refused requests count as errors; latency is over completed
-          requests only, TTFT over completed streams. Requests naming a model no vendor here serves are under “Unknown model”.
+          Over the same days, keys and models as above, with the same request counts as By model. Refused requests count
+          as errors; latency is over completed requests only, TTFT over completed streams. Requests naming a model no
+          vendor here serves are under “Unknown model”.
         </p>
       </section>
     </>

@@ -15,7 +15,8 @@ import { mapAnthropicStopReason } from './map-anthropic-stop-reason.js';
  * the client sees the model id it asked for, not the upstream one.
  */
 export function convertAnthropicMessage(fields: Record<string, unknown>, ctx: CallContext): Answer {
-  if (fields.type === 'error') throw inlineVendorError(readAnthropicError(fields)?.message ?? null, [ctx.channel.apiKey]);
+  if (fields.type === 'error')
+    throw inlineVendorError(readAnthropicError(fields)?.message ?? null, [ctx.channel.apiKey]);
   if (!Array.isArray(fields.content)) throw malformedResponse();
 
   let text: string | null = null;
@@ -44,6 +45,10 @@ export function convertAnthropicMessage(fields: Record<string, unknown>, ctx: Ca
 
 /** A non-stream Messages API call, as a plain answer. */
 export async function createAnthropicMessage(body: string, ctx: CallContext): Promise<Answer> {
-  const { json } = await postJson(ctx, vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, body), mapAnthropicError);
+  const { json } = await postJson(
+    ctx,
+    vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, body),
+    mapAnthropicError,
+  );
   return convertAnthropicMessage(json, ctx);
 }

@@ -119,11 +119,13 @@ export class AnthropicStreamTranslator {
     this.requireStart();
     const block = payload.content_block;
     if (block?.type === 'text') {
-      if (typeof block.text === 'string' && block.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: block.text });
+      if (typeof block.text === 'string' && block.text.length > 0)
+        out.push({ type: 'text', choice: CHOICE, text: block.text });
       return;
     }
     if (block?.type === 'thinking') {
-      if (typeof block.thinking === 'string' && block.thinking.length > 0) out.push({ type: 'reasoning', choice: CHOICE, text: block.thinking });
+      if (typeof block.thinking === 'string' && block.thinking.length > 0)
+        out.push({ type: 'reasoning', choice: CHOICE, text: block.thinking });
       return;
     }
     if (block?.type !== 'tool_use' || typeof block.id !== 'string' || typeof block.name !== 'string') return;
@@ -137,12 +139,15 @@ export class AnthropicStreamTranslator {
     this.requireStart();
     const delta = payload.delta;
     if (delta?.type === 'text_delta') {
-      if (typeof delta.text === 'string' && delta.text.length > 0) out.push({ type: 'text', choice: CHOICE, text: delta.text });
+      if (typeof delta.text === 'string' && delta.text.length > 0)
+        out.push({ type: 'text', choice: CHOICE, text: delta.text });
       return;
     }
     if (delta?.type === 'thinking_delta') {
-      // Visible reasoning: a dialect that shows it (Gemini's thought parts, a thinking block) writes it; chat has no field for it.
-      if (typeof delta.thinking === 'string' && delta.thinking.length > 0) out.push({ type: 'reasoning', choice: CHOICE, text: delta.thinking });
+      // Visible reasoning: a dialect that shows it (Gemini's thought parts, a thinking block) writes it; chat has no
+      // field for it.
+      if (typeof delta.thinking === 'string' && delta.thinking.length > 0)
+        out.push({ type: 'reasoning', choice: CHOICE, text: delta.thinking });
       return;
     }
     if (delta?.type !== 'input_json_delta') return; // signature and citation deltas have no form beyond Anthropic's own
@@ -161,7 +166,10 @@ export class AnthropicStreamTranslator {
  * refused request throws before anything is yielded. A stream without
  * `message_stop` is incomplete.
  */
-export async function* streamAnthropicMessage(prepare: () => AnthropicRequestBody, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
+export async function* streamAnthropicMessage(
+  prepare: () => AnthropicRequestBody,
+  ctx: CallContext,
+): AsyncGenerator<AnswerEvent[]> {
   const request = vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, JSON.stringify(prepare()));
   const sse = await postSse(ctx, request, mapAnthropicError, (payload, secrets) =>
     (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,

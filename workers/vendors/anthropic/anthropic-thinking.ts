@@ -1,7 +1,12 @@
 import { invalidRequest } from '../../../shared/errors.js';
 import type { AnthropicMessage, AnthropicToolChoice } from './anthropic-types.js';
 
-import { MIN_THINKING_BUDGET, REASONING_EFFORTS, THINKING_BUDGETS, type ReasoningEffort } from '../../../shared/thinking-budgets.js';
+import {
+  MIN_THINKING_BUDGET,
+  REASONING_EFFORTS,
+  THINKING_BUDGETS,
+  type ReasoningEffort,
+} from '../../../shared/thinking-budgets.js';
 
 export { MIN_THINKING_BUDGET, THINKING_BUDGETS, type ReasoningEffort };
 
@@ -12,7 +17,8 @@ export { MIN_THINKING_BUDGET, THINKING_BUDGETS, type ReasoningEffort };
  */
 export function readReasoningEffort(value: unknown): ReasoningEffort | undefined {
   if (value == null) return undefined;
-  if (typeof value === 'string' && (REASONING_EFFORTS as readonly string[]).includes(value)) return value as ReasoningEffort;
+  if (typeof value === 'string' && (REASONING_EFFORTS as readonly string[]).includes(value))
+    return value as ReasoningEffort;
   throw invalidRequest(`reasoning_effort must be one of ${REASONING_EFFORTS.join(', ')}.`, 'reasoning_effort');
 }
 
@@ -54,10 +60,14 @@ export function planThinking({ effort, outputTokens, modelLimit, messages, toolC
     return { enabled: false, reason: 'extended thinking cannot be combined with a forced tool choice' };
   }
   const last = messages[messages.length - 1];
-  if (last?.role === 'assistant') return { enabled: false, reason: 'extended thinking cannot continue a prefilled assistant turn' };
+  if (last?.role === 'assistant')
+    return { enabled: false, reason: 'extended thinking cannot continue a prefilled assistant turn' };
   const lastAssistant = [...messages].reverse().find((message) => message.role === 'assistant');
   if (lastAssistant?.content.some((block) => block.type === 'tool_use')) {
-    return { enabled: false, reason: 'extended thinking needs the thinking blocks of the tool-calling turn, which the history does not carry' };
+    return {
+      enabled: false,
+      reason: 'extended thinking needs the thinking blocks of the tool-calling turn, which the history does not carry',
+    };
   }
 
   const wanted = THINKING_BUDGETS[effort];
@@ -65,7 +75,10 @@ export function planThinking({ effort, outputTokens, modelLimit, messages, toolC
   const maxTokens = Math.max(outputTokens, Math.min(wanted + outputTokens, limit));
   const budget = Math.min(wanted, maxTokens - 1);
   if (budget < MIN_THINKING_BUDGET) {
-    return { enabled: false, reason: `max_tokens ${maxTokens} leaves no room for the minimum thinking budget of ${MIN_THINKING_BUDGET}` };
+    return {
+      enabled: false,
+      reason: `max_tokens ${maxTokens} leaves no room for the minimum thinking budget of ${MIN_THINKING_BUDGET}`,
+    };
   }
   return { enabled: true, budget, maxTokens };
 }

@@ -62,10 +62,17 @@ function droppedFields(request: ChatCompletionRequest): string[] {
   return dropped;
 }
 
-/** Chat's `web_search_options` as Anthropic's web search tool: the user's approximate place carries over; the context size has no counterpart. */
+/**
+ * Chat's `web_search_options` as Anthropic's web search tool: the user's approximate place carries over; the context
+ * size has no counterpart.
+ */
 function webSearchTool(options: NonNullable<ChatCompletionRequest['web_search_options']>): AnthropicWebSearchTool {
   const place = options.user_location?.approximate;
-  return { type: 'web_search_20250305', name: 'web_search', ...(place ? { user_location: { type: 'approximate', ...place } } : {}) };
+  return {
+    type: 'web_search_20250305',
+    name: 'web_search',
+    ...(place ? { user_location: { type: 'approximate', ...place } } : {}),
+  };
 }
 
 /** One plain text stays a string (what the SDKs send); several keep their order as blocks. */
@@ -82,7 +89,11 @@ function toSystem(blocks: AnthropicTextBlock[]): string | AnthropicTextBlock[] |
  * dropped with one warning. `reasoning_effort` becomes extended thinking
  * (see `planThinking`), which also raises `max_tokens` to make room for it.
  */
-export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallContext, stream: boolean): AnthropicRequestBody {
+export function buildAnthropicRequest(
+  request: ChatCompletionRequest,
+  ctx: CallContext,
+  stream: boolean,
+): AnthropicRequestBody {
   if (request.n != null && request.n > 1) {
     throw invalidRequest('This model returns one choice per request; `n` must be 1.', 'n');
   }
@@ -102,7 +113,7 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
     outputTokens,
     // A client's own max_tokens counts thinking too, as OpenAI's does for reasoning (and as its
     // reservation was made): thinking fits inside it. Only the gateway's default is raised, up to the model's limit.
-    modelLimit: (request.max_completion_tokens ?? request.max_tokens) ?? ctx.model.max_output_tokens,
+    modelLimit: request.max_completion_tokens ?? request.max_tokens ?? ctx.model.max_output_tokens,
     messages: prompt.messages,
     toolChoice: tools.tool_choice,
   });
@@ -141,14 +152,18 @@ export function buildAnthropicRequest(request: ChatCompletionRequest, ctx: CallC
   if (request.user != null) body.metadata = { user_id: request.user };
   if (tools.tools !== undefined) body.tools = tools.tools;
   // The vendor's own web search (a Responses web_search tool, chat's web_search_options): Anthropic's search tool.
-  if (request.web_search_options != null) body.tools = [...(body.tools ?? []), webSearchTool(request.web_search_options)];
+  if (request.web_search_options != null)
+    body.tools = [...(body.tools ?? []), webSearchTool(request.web_search_options)];
   if (tools.tool_choice !== undefined) body.tool_choice = tools.tool_choice;
   if (stream) body.stream = true;
 
   dropped.push(...prompt.dropped);
   if (dropped.length > 0) {
     const skipped = !thinking.enabled && thinking.reason !== undefined ? { thinkingSkipped: thinking.reason } : {};
-    ctx.log.warn({ reqId: ctx.requestId, dropped, ...skipped }, 'request fields with no Anthropic counterpart were dropped');
+    ctx.log.warn(
+      { reqId: ctx.requestId, dropped, ...skipped },
+      'request fields with no Anthropic counterpart were dropped',
+    );
   }
   return body;
 }

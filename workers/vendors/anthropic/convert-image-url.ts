@@ -22,7 +22,8 @@ export function convertImageUrl(url: string, param: string): AnthropicImageBlock
     let mediaType = header.slice(0, header.indexOf(';')).toLowerCase();
     if (mediaType === 'image/jpg') mediaType = 'image/jpeg';
     const data = url.slice(comma + 1);
-    if (mediaType === PDF_MEDIA_TYPE) return { type: 'document', source: { type: 'base64', media_type: mediaType, data } };
+    if (mediaType === PDF_MEDIA_TYPE)
+      return { type: 'document', source: { type: 'base64', media_type: mediaType, data } };
     if (!IMAGE_MEDIA_TYPES.has(mediaType)) {
       throw invalidRequest(
         `Unsupported image media type \`${mediaType || 'none'}\`: this model accepts image/jpeg, image/png, image/gif, image/webp and application/pdf.`,

@@ -82,7 +82,11 @@ export function convertToAnthropicMessages(messages: readonly ChatMessage[]): An
             `messages[${index}]`,
           );
         }
-        turn('user').results.push({ type: 'tool_result', tool_use_id: pendingFunctionCall.id, content: message.content ?? '' });
+        turn('user').results.push({
+          type: 'tool_result',
+          tool_use_id: pendingFunctionCall.id,
+          content: message.content ?? '',
+        });
         pendingFunctionCall = undefined;
         break;
       }
@@ -90,7 +94,12 @@ export function convertToAnthropicMessages(messages: readonly ChatMessage[]): An
         const blocks = convertAssistantContent(message);
         message.tool_calls?.forEach((call, callIndex) => {
           const param = `messages[${index}].tool_calls[${callIndex}].function.arguments`;
-          blocks.push({ type: 'tool_use', id: call.id, name: call.function.name, input: parseArguments(call.function.arguments, param) });
+          blocks.push({
+            type: 'tool_use',
+            id: call.id,
+            name: call.function.name,
+            input: parseArguments(call.function.arguments, param),
+          });
         });
         if (message.function_call != null) {
           const call = message.function_call;
@@ -131,7 +140,10 @@ function convertUserContent(message: Message<'user'>, index: number): AnthropicC
       case 'input_audio':
         throw invalidRequest('Audio input is not supported by this model.', param);
       case 'file':
-        throw invalidRequest('File parts are not supported by this model; send PDFs as a base64 data URL in an image_url part.', param);
+        throw invalidRequest(
+          'File parts are not supported by this model; send PDFs as a base64 data URL in an image_url part.',
+          param,
+        );
     }
   });
 }

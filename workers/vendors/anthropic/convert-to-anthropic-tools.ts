@@ -51,7 +51,8 @@ export function convertToAnthropicTools(request: ChatCompletionRequest): Anthrop
 
   if (hasFunctions) {
     const tools = request.functions!.map(convertFunction);
-    const choice = request.function_call == null ? { type: 'auto' as const } : convertFunctionCall(request.function_call);
+    const choice =
+      request.function_call == null ? { type: 'auto' as const } : convertFunctionCall(request.function_call);
     const tool_choice = choice.type === 'none' ? choice : { ...choice, disable_parallel_tool_use: true };
     return { tools, tool_choice };
   }
@@ -59,7 +60,10 @@ export function convertToAnthropicTools(request: ChatCompletionRequest): Anthrop
 
   const tools = request.tools!.map((tool, index) => {
     if (tool.type !== 'function') {
-      throw invalidRequest(`Tools of type \`${tool.type}\` are not supported by this model; use function tools.`, `tools[${index}]`);
+      throw invalidRequest(
+        `Tools of type \`${tool.type}\` are not supported by this model; use function tools.`,
+        `tools[${index}]`,
+      );
     }
     return convertFunction(tool.function);
   });

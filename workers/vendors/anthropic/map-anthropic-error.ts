@@ -1,5 +1,10 @@
 import type { GatewayError } from '../../../shared/errors.js';
-import { inlineVendorError, mapVendorError, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
+import {
+  inlineVendorError,
+  mapVendorError,
+  type UpstreamErrorResponse,
+  type VendorErrorFields,
+} from '../vendor-errors.js';
 
 interface AnthropicErrorFields extends VendorErrorFields {
   /** The account cannot spend: the operator's problem, never retried. */

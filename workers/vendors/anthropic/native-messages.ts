@@ -26,14 +26,23 @@ function withBetas(request: VendorRequest, betas: string | undefined): VendorReq
  * Anthropic refuses. Anthropic's own blocks (signed) stay exactly as they are; the array is copied only when
  * there is something to leave out.
  */
-export function withoutUnsignedThinking(messages: MessagesJob['anthropic']['messages']): MessagesJob['anthropic']['messages'] {
+export function withoutUnsignedThinking(
+  messages: MessagesJob['anthropic']['messages'],
+): MessagesJob['anthropic']['messages'] {
   const unsigned = (block: unknown) => {
     const fields = block as { type?: unknown; signature?: unknown };
     return fields.type === 'thinking' && (typeof fields.signature !== 'string' || fields.signature === '');
   };
-  if (!messages.some((message) => message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned))) return messages;
+  if (
+    !messages.some(
+      (message) => message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned),
+    )
+  )
+    return messages;
   return messages.map((message) =>
-    message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned) ? { ...message, content: message.content.filter((block) => !unsigned(block)) } : message,
+    message.role === 'assistant' && Array.isArray(message.content) && message.content.some(unsigned)
+      ? { ...message, content: message.content.filter((block) => !unsigned(block)) }
+      : message,
   );
 }
 
@@ -43,7 +52,12 @@ export function withoutUnsignedThinking(messages: MessagesJob['anthropic']['mess
  * name the client asked for (an alias as it wrote it), not the vendor's id.
  */
 export async function* streamNativeMessages(job: MessagesJob, ctx: CallContext): AsyncGenerator<NativeEvent[]> {
-  const body = JSON.stringify({ ...job.anthropic, messages: withoutUnsignedThinking(job.anthropic.messages), model: ctx.upstreamModel, stream: true });
+  const body = JSON.stringify({
+    ...job.anthropic,
+    messages: withoutUnsignedThinking(job.anthropic.messages),
+    model: ctx.upstreamModel,
+    stream: true,
+  });
   const request = withBetas(vendorRequest(anthropicApi, ctx, anthropicApi.paths.messages, body), job.betas);
   const sse = await postSse(ctx, request, mapAnthropicError, (payload, secrets) =>
     (payload as { type?: unknown } | null)?.type === 'error' ? mapAnthropicStreamError(payload, secrets) : null,
@@ -73,7 +87,11 @@ export async function countNativeTokens(job: MessagesJob, ctx: CallContext): Pro
   // The job's request went through the Messages schema with a placeholder `max_tokens`; counting takes none.
   const { max_tokens: _max, stream: _stream, ...fields } = job.anthropic;
   const body = JSON.stringify({ ...fields, model: ctx.upstreamModel });
-  const { json } = await postJson(ctx, withBetas(vendorRequest(anthropicApi, ctx, `${anthropicApi.paths.messages}/count_tokens`, body), job.betas), mapAnthropicError);
+  const { json } = await postJson(
+    ctx,
+    withBetas(vendorRequest(anthropicApi, ctx, `${anthropicApi.paths.messages}/count_tokens`, body), job.betas),
+    mapAnthropicError,
+  );
   if (typeof json.input_tokens !== 'number') throw malformedResponse();
   return JSON.stringify({ input_tokens: json.input_tokens });
 }

@@ -13,10 +13,13 @@ export const bflApi = {
   },
 } satisfies VendorApi;
 
-/** Hosts whose polling URLs get the key: BFL's own (global, `api.eu.bfl.ai`, `api.us.bfl.ai`) and the legacy `bfl.ml`. */
+/**
+ * Hosts whose polling URLs get the key: BFL's own (global, `api.eu.bfl.ai`, `api.us.bfl.ai`) and the legacy `bfl.ml`.
+ */
 const BFL_HOST_SUFFIXES = ['bfl.ai', 'bfl.ml'];
 
-const isBflHost = (hostname: string) => BFL_HOST_SUFFIXES.some((suffix) => hostname === suffix || hostname.endsWith(`.${suffix}`));
+const isBflHost = (hostname: string) =>
+  BFL_HOST_SUFFIXES.some((suffix) => hostname === suffix || hostname.endsWith(`.${suffix}`));
 
 /**
  * A regional BFL host the channel's key may go to: only when the channel
@@ -26,7 +29,9 @@ const isBflHost = (hostname: string) => BFL_HOST_SUFFIXES.some((suffix) => hostn
 export function isBflRegionalUrl(baseUrl: string, url: URL): boolean {
   try {
     const base = new URL(baseUrl);
-    return base.protocol === 'https:' && isBflHost(base.hostname) && url.protocol === 'https:' && isBflHost(url.hostname);
+    return (
+      base.protocol === 'https:' && isBflHost(base.hostname) && url.protocol === 'https:' && isBflHost(url.hostname)
+    );
   } catch {
     return false;
   }

@@ -62,12 +62,23 @@ interface EndpointRule {
 
 // The legacy client checked multiples of 32 between 256 and 1440 for pro/dev; FLUX.2 takes multiples of 16 up to 4 MP.
 const FLUX_1_DIMENSIONS: SizeRule = { kind: 'dimensions', multiple: 32, min: 256, max: 1440, maxPixels: 1440 * 1440 };
-const FLUX_2_DIMENSIONS: SizeRule = { kind: 'dimensions', multiple: 16, min: 64, max: 4096, maxPixels: 4 * 1024 * 1024 };
+const FLUX_2_DIMENSIONS: SizeRule = {
+  kind: 'dimensions',
+  multiple: 16,
+  min: 64,
+  max: 4096,
+  maxPixels: 4 * 1024 * 1024,
+};
 
 const ENDPOINT_RULES: readonly EndpointRule[] = [
   { pattern: /^flux-pro-1\.1-ultra$/, size: { kind: 'aspect_ratio' }, formats: ['png', 'jpeg'], rawForHd: true },
   // Kontext takes `input_image` plus up to three more references (`input_image_2` … `input_image_4`).
-  { pattern: /^flux-kontext(-|$)/, size: { kind: 'aspect_ratio' }, formats: ['png', 'jpeg'], edit: { kind: 'reference', maxImages: 4 } },
+  {
+    pattern: /^flux-kontext(-|$)/,
+    size: { kind: 'aspect_ratio' },
+    formats: ['png', 'jpeg'],
+    edit: { kind: 'reference', maxImages: 4 },
+  },
   { pattern: /^flux-2-/, size: FLUX_2_DIMENSIONS, formats: ['png', 'jpeg', 'webp'] },
   { pattern: /^flux-(pro-1\.0-)?fill$/, size: null, formats: ['png', 'jpeg'], edit: { kind: 'inpaint' } },
   { pattern: /^flux-(pro-1\.0-)?(expand|canny|depth)$/, size: null, formats: ['png', 'jpeg'] },
@@ -77,9 +88,22 @@ const DEFAULT_RULE: EndpointRule = { pattern: /^/, size: FLUX_1_DIMENSIONS, form
 /** BFL documents aspect ratios between 21:9 and 9:21. */
 const WIDEST_RATIO = 21 / 9;
 
-/** Ratios BFL's docs and examples use; a size close to one of them is sent as that ratio (what the vendor's presets are). */
+/**
+ * Ratios BFL's docs and examples use; a size close to one of them is sent as that ratio (what the vendor's presets
+ * are).
+ */
 const NAMED_RATIOS: ReadonlyArray<readonly [number, number]> = [
-  [21, 9], [16, 9], [3, 2], [4, 3], [5, 4], [1, 1], [4, 5], [3, 4], [2, 3], [9, 16], [9, 21],
+  [21, 9],
+  [16, 9],
+  [3, 2],
+  [4, 3],
+  [5, 4],
+  [1, 1],
+  [4, 5],
+  [3, 4],
+  [2, 3],
+  [9, 16],
+  [9, 21],
 ];
 /** How far (as a log ratio, ~5%) a size may be from a named ratio and still be called by its name. */
 const NAMED_RATIO_TOLERANCE = 0.05;
@@ -92,7 +116,8 @@ export function findEndpointRule(endpoint: string): EndpointRule {
 export function parseImageSize(size: string | null | undefined): { width: number; height: number } | undefined {
   if (size == null || size === 'auto') return undefined;
   const match = /^(\d{1,5})x(\d{1,5})$/.exec(size);
-  if (match === null) throw invalidRequest(`Invalid size '${size}'. Expected 'WIDTHxHEIGHT' (e.g. '1024x1024') or 'auto'.`, 'size');
+  if (match === null)
+    throw invalidRequest(`Invalid size '${size}'. Expected 'WIDTHxHEIGHT' (e.g. '1024x1024') or 'auto'.`, 'size');
   const width = Number(match[1]);
   const height = Number(match[2]);
   if (width === 0 || height === 0) throw invalidRequest(`Invalid size '${size}': both sides must be positive.`, 'size');
@@ -122,15 +147,29 @@ export function convertSizeToAspectRatio(width: number, height: number): string 
   return `${width / divisor}:${height / divisor}`;
 }
 
-function checkDimensions(size: { width: number; height: number }, rule: Extract<SizeRule, { kind: 'dimensions' }>, endpoint: string): void {
+function checkDimensions(
+  size: { width: number; height: number },
+  rule: Extract<SizeRule, { kind: 'dimensions' }>,
+  endpoint: string,
+): void {
   const { width, height } = size;
   const label = `${width}x${height}`;
   if (width % rule.multiple !== 0 || height % rule.multiple !== 0) {
-    throw invalidRequest(`Invalid size '${label}' for ${endpoint}: width and height must be multiples of ${rule.multiple}.`, 'size');
-  }
-  if (width < rule.min || height < rule.min || width > rule.max || height > rule.max || width * height > rule.maxPixels) {
     throw invalidRequest(
-      `Invalid size '${label}' for ${endpoint}: each side must be between ${rule.min} and ${rule.max} pixels, at most ${rule.maxPixels} pixels in all.`,
+      `Invalid size '${label}' for ${endpoint}: width and height must be multiples of ${rule.multiple}.`,
+      'size',
+    );
+  }
+  if (
+    width < rule.min ||
+    height < rule.min ||
+    width > rule.max ||
+    height > rule.max ||
+    width * height > rule.maxPixels
+  ) {
+    throw invalidRequest(
+      `Invalid size '${label}' for ${endpoint}: each side must be between ${rule.min} and ${rule.max} pixels, at ` +
+        `most ${rule.maxPixels} pixels in all.`,
       'size',
     );
   }
@@ -140,7 +179,10 @@ function checkAspectRatio(size: { width: number; height: number }, endpoint: str
   const ratio = size.width / size.height;
   // A small margin, so sizes BFL itself produces for 21:9 (e.g. 1568x672) are not refused by rounding.
   if (ratio > WIDEST_RATIO * 1.02 || ratio < 1 / (WIDEST_RATIO * 1.02)) {
-    throw invalidRequest(`Invalid size '${size.width}x${size.height}' for ${endpoint}: the aspect ratio must be between 21:9 and 9:21.`, 'size');
+    throw invalidRequest(
+      `Invalid size '${size.width}x${size.height}' for ${endpoint}: the aspect ratio must be between 21:9 and 9:21.`,
+      'size',
+    );
   }
   return convertSizeToAspectRatio(size.width, size.height);
 }
@@ -154,15 +196,27 @@ type CommonImageFields = Pick<ImageGenerationInput, 'prompt' | 'size' | 'quality
  * what OpenAI would give them. `size: null` is an endpoint that keeps the
  * input image's size, so only `auto` (or no size) is accepted.
  */
-function buildCommonFields(input: CommonImageFields, endpoint: string, rule: EndpointRule, size: SizeRule | null): BflTaskRequest {
+function buildCommonFields(
+  input: CommonImageFields,
+  endpoint: string,
+  rule: EndpointRule,
+  size: SizeRule | null,
+): BflTaskRequest {
   const outputFormat = input.output_format ?? 'png';
   if (!rule.formats.includes(outputFormat)) {
-    throw invalidRequest(`output_format '${outputFormat}' is not supported by ${endpoint}; use one of: ${rule.formats.join(', ')}.`, 'output_format');
+    throw invalidRequest(
+      `output_format '${outputFormat}' is not supported by ${endpoint}; use one of: ${rule.formats.join(', ')}.`,
+      'output_format',
+    );
   }
   const body: BflTaskRequest = { prompt: input.prompt, output_format: outputFormat };
   const requested = parseImageSize(input.size);
   if (requested !== undefined && size === null) {
-    throw invalidRequest(`Invalid size '${input.size}' for ${endpoint}: the result keeps the size of the input image; send 'auto' or no size.`, 'size');
+    throw invalidRequest(
+      `Invalid size '${input.size}' for ${endpoint}: the result keeps the size of the input image; send 'auto' ` +
+        `or no size.`,
+      'size',
+    );
   }
   if (requested !== undefined && size?.kind === 'dimensions') {
     checkDimensions(requested, size, endpoint);
@@ -193,21 +247,34 @@ export function buildBflRequest(input: ImageGenerationInput, endpoint: string): 
 /** Which body field carries each upload, checked against what the endpoint takes. */
 function planUploads(input: ImageEditInput, endpoint: string, edit: EditRule): BflUpload[] {
   const { images, mask } = input;
-  if (images.length === 0) throw invalidRequest("Missing required parameter: 'image'.", 'image', 'missing_required_parameter');
+  if (images.length === 0)
+    throw invalidRequest("Missing required parameter: 'image'.", 'image', 'missing_required_parameter');
   if (edit.kind === 'reference') {
     if (mask != null) {
       throw invalidRequest(
-        `${endpoint} edits the whole image from the prompt and takes no mask. Remove 'mask', or use a FLUX Fill model to repaint a masked area.`,
+        `${endpoint} edits the whole image from the prompt and takes no mask. Remove 'mask', or use a FLUX Fill ` +
+          `model to repaint a masked area.`,
         'mask',
       );
     }
     if (images.length > edit.maxImages) {
-      throw invalidRequest(`${endpoint} takes at most ${edit.maxImages} input images; ${images.length} were sent.`, 'image');
+      throw invalidRequest(
+        `${endpoint} takes at most ${edit.maxImages} input images; ${images.length} were sent.`,
+        'image',
+      );
     }
-    return images.map((ref, index) => ({ field: index === 0 ? 'input_image' : `input_image_${index + 1}`, ref, role: 'image' }));
+    return images.map((ref, index) => ({
+      field: index === 0 ? 'input_image' : `input_image_${index + 1}`,
+      ref,
+      role: 'image',
+    }));
   }
   if (mask == null) {
-    throw invalidRequest(`${endpoint} repaints the area a mask marks: send 'mask' with the image.`, 'mask', 'missing_required_parameter');
+    throw invalidRequest(
+      `${endpoint} repaints the area a mask marks: send 'mask' with the image.`,
+      'mask',
+      'missing_required_parameter',
+    );
   }
   if (images.length > 1) throw invalidRequest(`${endpoint} edits one image; ${images.length} were sent.`, 'image');
   return [
@@ -226,7 +293,10 @@ function planUploads(input: ImageEditInput, endpoint: string, edit: EditRule): B
 export function buildBflEditRequest(input: ImageEditInput, endpoint: string): BflEditRequest {
   const rule = findEndpointRule(endpoint);
   if (rule.edit === undefined) {
-    throw invalidRequest(`The model '${input.model}' does not edit images; FLUX Kontext and FLUX Fill models do.`, 'model');
+    throw invalidRequest(
+      `The model '${input.model}' does not edit images; FLUX Kontext and FLUX Fill models do.`,
+      'model',
+    );
   }
   const uploads = planUploads(input, endpoint, rule.edit);
   const body = buildCommonFields(input, endpoint, rule, rule.edit.kind === 'inpaint' ? null : rule.size);

@@ -15,7 +15,8 @@ const MAX_MASK_PIXELS = 4096 * 4096;
 const REPAINT = 255;
 const KEEP = 0;
 
-const unreadable = (why: string) => invalidRequest(`The mask is not a readable PNG image (${why}).`, 'mask', 'invalid_image');
+const unreadable = (why: string) =>
+  invalidRequest(`The mask is not a readable PNG image (${why}).`, 'mask', 'invalid_image');
 
 /** The mask BFL Fill reads, from the mask an OpenAI client sent. */
 export function convertOpenAIMaskToBfl(mask: Buffer): Buffer {

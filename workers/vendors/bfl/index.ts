@@ -2,7 +2,13 @@ import { malformedResponse, postJson, vendorRequest } from '../http.js';
 import type { ImageGenerationInput, ImageResult, VendorAdapter, MediaContext } from '../types.js';
 import type { ImageEditInput } from '../../../shared/schemas/media-inputs.js';
 import { bflApi } from './api.js';
-import { buildBflEditRequest, buildBflRequest, type BflOutputFormat, type BflTaskRequest, type BflUpload } from './build-bfl-request.js';
+import {
+  buildBflEditRequest,
+  buildBflRequest,
+  type BflOutputFormat,
+  type BflTaskRequest,
+  type BflUpload,
+} from './build-bfl-request.js';
 import { convertOpenAIMaskToBfl } from './convert-openai-mask.js';
 import { mapBflError } from './map-bfl-error.js';
 import { waitForBflTasks, type BflTask } from './poll-bfl-task.js';
@@ -37,9 +43,15 @@ function readRecordedTasks(state: Record<string, unknown> | undefined): BflTask[
  * `polling_url`; polling then uses `get_result` on the channel.
  */
 async function submitBflTask(endpoint: string, body: string, ctx: MediaContext): Promise<BflTask> {
-  const { json: payload } = await postJson(ctx, vendorRequest(bflApi, ctx, bflApi.paths.submit(endpoint), body), mapBflError);
+  const { json: payload } = await postJson(
+    ctx,
+    vendorRequest(bflApi, ctx, bflApi.paths.submit(endpoint), body),
+    mapBflError,
+  );
   if (typeof payload.id !== 'string' || payload.id === '') throw malformedResponse(payload);
-  return typeof payload.polling_url === 'string' ? { id: payload.id, polling_url: payload.polling_url } : { id: payload.id };
+  return typeof payload.polling_url === 'string'
+    ? { id: payload.id, polling_url: payload.polling_url }
+    : { id: payload.id };
 }
 
 /**
@@ -59,7 +71,8 @@ async function runBflTasks(
 ): Promise<ImageResult> {
   const state = ctx.checkpoint.read<Record<string, unknown>>();
   const tasks = readRecordedTasks(state).slice(0, count);
-  if (tasks.length > 0) ctx.log.info({ reqId: ctx.requestId, tasks: tasks.length }, 'resuming BFL tasks from the checkpoint');
+  if (tasks.length > 0)
+    ctx.log.info({ reqId: ctx.requestId, tasks: tasks.length }, 'resuming BFL tasks from the checkpoint');
   if (tasks.length < count) {
     const body = JSON.stringify(await prepareBody());
     while (tasks.length < count) {
@@ -73,13 +86,18 @@ async function runBflTasks(
 
 /** OpenAI `/images/generations` on BFL. */
 export async function generateBflImages(input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> {
-  // Built (and so validated) even when resuming: the same input gives the same body, and a bad one fails before any poll.
+  // Built (and so validated) even when resuming: the same input gives the same body, and a bad one fails before any
+  // poll.
   const body = buildBflRequest(input, ctx.upstreamModel);
   return runBflTasks(input.n ?? 1, body.output_format, async () => body, ctx);
 }
 
 /** The body with its uploads as base64 (no `data:` prefix), an OpenAI mask turned into BFL's form. */
-async function attachBflUploads(body: BflTaskRequest, uploads: readonly BflUpload[], ctx: MediaContext): Promise<BflTaskRequest> {
+async function attachBflUploads(
+  body: BflTaskRequest,
+  uploads: readonly BflUpload[],
+  ctx: MediaContext,
+): Promise<BflTaskRequest> {
   const complete: BflTaskRequest = { ...body };
   for (const upload of uploads) {
     const bytes = await ctx.blobs.get(upload.ref.key);

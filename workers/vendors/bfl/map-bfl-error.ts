@@ -43,11 +43,15 @@ export function readBflError(value: unknown): VendorErrorFields | null {
     return { message: items.map((item) => item.text).join('; '), type: null, code: null, param };
   }
   const message =
-    typeof detail === 'string' ? detail
-    : isObject(detail) && typeof detail.message === 'string' ? detail.message
-    : typeof value.message === 'string' ? value.message
-    : typeof value.error === 'string' ? value.error
-    : null;
+    typeof detail === 'string'
+      ? detail
+      : isObject(detail) && typeof detail.message === 'string'
+        ? detail.message
+        : typeof value.message === 'string'
+          ? value.message
+          : typeof value.error === 'string'
+            ? value.error
+            : null;
   return message === null ? null : { message, type: null, code: null, param: null };
 }
 
@@ -84,12 +88,23 @@ export function describeBflDetails(details: unknown, limit = 300): string | unde
   return text.length > limit ? `${text.slice(0, limit)}…` : text;
 }
 
-/** `Content Moderated` / `Request Moderated`: the prompt or the picture broke the vendor's policy; OpenAI's 400 for that. */
-export function bflModerationError(status: string, details: unknown, knownSecrets: readonly string[] = []): GatewayError {
+/**
+ * `Content Moderated` / `Request Moderated`: the prompt or the picture broke the vendor's policy; OpenAI's 400 for
+ * that.
+ */
+export function bflModerationError(
+  status: string,
+  details: unknown,
+  knownSecrets: readonly string[] = [],
+): GatewayError {
   const reason = describeBflDetails(details);
   const what = status === 'Content Moderated' ? 'The generated image was blocked' : 'The request was rejected';
   const message = `${what} by the image vendor's content moderation${reason ? ` (${scrubSecrets(reason, knownSecrets)})` : ''}. Change the prompt and try again.`;
-  return new GatewayError(400, message, { type: 'invalid_request_error', code: 'content_policy_violation', cause: { status, details } });
+  return new GatewayError(400, message, {
+    type: 'invalid_request_error',
+    code: 'content_policy_violation',
+    cause: { status, details },
+  });
 }
 
 /**
@@ -97,12 +112,16 @@ export function bflModerationError(status: string, details: unknown, knownSecret
  * a retry would resume polling the same failed task; a new request makes a new one.
  */
 export function bflTaskFailedError(status: string, details: unknown): GatewayError {
-  return new GatewayError(500, 'The image vendor failed to generate the image. Please retry the request; changing the prompt may help.', {
-    type: 'server_error',
-    code: 'vendor_task_failed',
-    retryable: false,
-    cause: { status, details },
-  });
+  return new GatewayError(
+    500,
+    'The image vendor failed to generate the image. Please retry the request; changing the prompt may help.',
+    {
+      type: 'server_error',
+      code: 'vendor_task_failed',
+      retryable: false,
+      cause: { status, details },
+    },
+  );
 }
 
 /**

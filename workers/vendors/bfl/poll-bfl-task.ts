@@ -1,7 +1,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GatewayError } from '../../../shared/errors.js';
 import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
-import { malformedResponse, parseJsonObject, readBodyText, readCappedText, requireOk, type VendorResponse } from '../http.js';
+import {
+  malformedResponse,
+  parseJsonObject,
+  readBodyText,
+  readCappedText,
+  requireOk,
+  type VendorResponse,
+} from '../http.js';
 import type { GeneratedImage, MediaContext } from '../types.js';
 import type { CallContext } from '../types.js';
 import { bflApi, bflPollUrl, isBflRegionalUrl } from './api.js';
@@ -42,7 +49,8 @@ const isObject = (value: unknown): value is Record<string, unknown> =>
 
 /** Reads one poll answer. The Vercel SDK also accepts `state` for `status`; so does this. */
 export function readBflPollAnswer(payload: Record<string, unknown>): BflPollState {
-  const status = typeof payload.status === 'string' ? payload.status : typeof payload.state === 'string' ? payload.state : undefined;
+  const status =
+    typeof payload.status === 'string' ? payload.status : typeof payload.state === 'string' ? payload.state : undefined;
   switch (status) {
     case undefined:
       throw malformedResponse(payload);
@@ -103,24 +111,36 @@ export async function pollBflTask(task: BflTask, ctx: CallContext): Promise<BflP
   throw mapBflError({ status: response.status, headers: response.headers, bodyText }, [ctx.channel.apiKey]);
 }
 
-const sampleTooLarge = () => new GatewayError(502, 'The generated image is larger than the gateway accepts.', { type: 'server_error', code: 'vendor_bad_response' });
+const sampleTooLarge = () =>
+  new GatewayError(502, 'The generated image is larger than the gateway accepts.', {
+    type: 'server_error',
+    code: 'vendor_bad_response',
+  });
 
 /**
  * Downloads a finished image at once: the sample URL is signed and expires
  * (about 10 minutes). An expired or refused link is not retried: every retry
  * would poll the same task and get the same dead link.
  */
-export async function downloadBflSample(sampleUrl: string, fallbackType: string, ctx: CallContext): Promise<GeneratedImage> {
+export async function downloadBflSample(
+  sampleUrl: string,
+  fallbackType: string,
+  ctx: CallContext,
+): Promise<GeneratedImage> {
   // The sample URL is pre-signed (and may be a CDN host), so it gets no key.
   const response = await guardedGet(sampleUrl, ctx, { headers: { accept: 'image/*' }, timeoutMs: SAMPLE_TIMEOUT_MS });
   if ([401, 403, 404, 410].includes(response.status)) {
     await readCappedText(response, ctx, 1024);
-    throw new GatewayError(502, 'The generated image expired at the vendor before it could be downloaded. Please retry the request.', {
-      type: 'server_error',
-      code: 'vendor_result_expired',
-      retryable: false,
-      cause: { status: response.status },
-    });
+    throw new GatewayError(
+      502,
+      'The generated image expired at the vendor before it could be downloaded. Please retry the request.',
+      {
+        type: 'server_error',
+        code: 'vendor_result_expired',
+        retryable: false,
+        cause: { status: response.status },
+      },
+    );
   }
   await requireOk(response, ctx, mapBflError);
   const bytes = await readBoundedBytes(response, MAX_SAMPLE_BYTES, ctx, sampleTooLarge);
@@ -146,7 +166,11 @@ async function pause(ms: number, signal: AbortSignal): Promise<void> {
  * call (BFL has no way to cancel the other tasks). Only `ctx.signal` bounds
  * the wait: the job's deadline and the client leaving both fire it.
  */
-export async function waitForBflTasks(tasks: readonly BflTask[], fallbackType: string, ctx: MediaContext): Promise<GeneratedImage[]> {
+export async function waitForBflTasks(
+  tasks: readonly BflTask[],
+  fallbackType: string,
+  ctx: MediaContext,
+): Promise<GeneratedImage[]> {
   const images: Array<GeneratedImage | undefined> = tasks.map(() => undefined);
   const progress = tasks.map(() => 0);
   const notFound = tasks.map(() => 0);

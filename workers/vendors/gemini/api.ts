@@ -11,7 +11,8 @@ export function geminiModelPath(upstreamModel: string): string {
   return upstreamModel.includes('/') ? upstreamModel : `models/${upstreamModel}`;
 }
 
-const modelRoute = (upstreamModel: string, method: string) => `/${GEMINI_API_VERSION}/${geminiModelPath(upstreamModel)}:${method}`;
+const modelRoute = (upstreamModel: string, method: string) =>
+  `/${GEMINI_API_VERSION}/${geminiModelPath(upstreamModel)}:${method}`;
 
 /** The Generative Language API: every route is a method of the upstream model. */
 export const geminiApi = {

@@ -54,7 +54,11 @@ const GENERATION_FIELDS = [
   ['frequency_penalty', 'frequencyPenalty'],
 ] as const;
 
-function buildGenerationConfig(request: ChatCompletionRequest, upstreamModel: string, schemaDrops: Set<string>): Record<string, unknown> {
+function buildGenerationConfig(
+  request: ChatCompletionRequest,
+  upstreamModel: string,
+  schemaDrops: Set<string>,
+): Record<string, unknown> {
   const config: Record<string, unknown> = {};
   // Thinking shares `maxOutputTokens` with the answer on Gemini, as reasoning shares
   // `max_completion_tokens` on OpenAI, so the token limit is passed unchanged.
@@ -91,7 +95,10 @@ function buildDeclarations(request: ChatCompletionRequest, schemaDrops: Set<stri
   return declarations;
 }
 
-/** `tool_choice` → calling mode; `allowed_tools` in auto mode narrows the declarations instead (Gemini's names list needs ANY). */
+/**
+ * `tool_choice` → calling mode; `allowed_tools` in auto mode narrows the declarations instead (Gemini's names list
+ * needs ANY).
+ */
 function applyToolChoice(
   choice: ChatCompletionRequest['tool_choice'],
   declarations: FunctionDeclaration[],
@@ -106,9 +113,14 @@ function applyToolChoice(
   }
   if (choice.type === 'allowed_tools') {
     const allowed = choice.allowed_tools as { mode?: unknown; tools?: Array<{ function?: { name?: unknown } }> };
-    const names = (allowed.tools ?? []).map((tool) => tool.function?.name).filter((name): name is string => typeof name === 'string');
+    const names = (allowed.tools ?? [])
+      .map((tool) => tool.function?.name)
+      .filter((name): name is string => typeof name === 'string');
     if (allowed.mode === 'required') return { config: { mode: 'ANY', allowedFunctionNames: names }, declarations };
-    return { config: { mode: 'AUTO' }, declarations: declarations.filter((declaration) => names.includes(declaration.name)) };
+    return {
+      config: { mode: 'AUTO' },
+      declarations: declarations.filter((declaration) => names.includes(declaration.name)),
+    };
   }
   throw invalidRequest('Gemini models support only function tools.', 'tool_choice');
 }
@@ -122,7 +134,10 @@ function applyToolChoice(
  */
 export function buildGeminiRequest(request: ChatCompletionRequest, ctx: CallContext): GeminiRequest {
   if (request.functions != null || request.function_call != null) {
-    throw invalidRequest('The deprecated `functions` parameter is not supported for Gemini models; use `tools`.', request.functions != null ? 'functions' : 'function_call');
+    throw invalidRequest(
+      'The deprecated `functions` parameter is not supported for Gemini models; use `tools`.',
+      request.functions != null ? 'functions' : 'function_call',
+    );
   }
   const body: GeminiRequest = convertToGeminiContents(request.messages);
   const schemaDrops = new Set<string>();
@@ -138,7 +153,8 @@ export function buildGeminiRequest(request: ChatCompletionRequest, ctx: CallCont
   // The vendor's own web search: grounding with Google Search, a tool entry of its own. Gemini 2 models take it
   // alone, not beside function declarations (combining them came with Gemini 3): there the functions win.
   if (request.web_search_options != null) {
-    if (declarations.length === 0 || !/^gemini-2\b/.test(ctx.upstreamModel)) body.tools = [...(body.tools ?? []), { googleSearch: {} }];
+    if (declarations.length === 0 || !/^gemini-2\b/.test(ctx.upstreamModel))
+      body.tools = [...(body.tools ?? []), { googleSearch: {} }];
     else dropped.push('web_search_options');
   }
 

@@ -52,7 +52,20 @@ const COPIED = [
   'default',
   'example',
 ] as const;
-const HANDLED = new Set<string>([...COPIED, 'type', 'format', 'enum', 'const', 'items', 'properties', 'required', 'anyOf', 'oneOf', 'allOf', '$ref']);
+const HANDLED = new Set<string>([
+  ...COPIED,
+  'type',
+  'format',
+  'enum',
+  'const',
+  'items',
+  'properties',
+  'required',
+  'anyOf',
+  'oneOf',
+  'allOf',
+  '$ref',
+]);
 const SILENT = new Set(['$schema', '$id', '$comment', '$defs', 'definitions']);
 const FORMATS: Record<string, readonly string[]> = {
   string: ['enum', 'date-time'],
@@ -62,7 +75,8 @@ const FORMATS: Record<string, readonly string[]> = {
 const MAX_DEPTH = 64;
 const MAX_NODES = 20_000;
 
-const isSchema = (value: unknown): value is Schema => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isSchema = (value: unknown): value is Schema =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 class SchemaConverter {
   readonly dropped = new Set<string>();
@@ -96,7 +110,8 @@ class SchemaConverter {
       const properties: Schema = {};
       for (const [name, value] of Object.entries(node.properties)) properties[name] = this.convert(value, depth + 1);
       result.properties = properties;
-      if (Array.isArray(node.required)) result.required = node.required.filter((name) => typeof name === 'string' && name in properties);
+      if (Array.isArray(node.required))
+        result.required = node.required.filter((name) => typeof name === 'string' && name in properties);
     }
     if (node.items !== undefined) {
       result.items = Array.isArray(node.items)
@@ -191,8 +206,10 @@ class SchemaConverter {
       const member = isSchema(part) && typeof part.$ref === 'string' ? (this.resolve(part.$ref) ?? {}) : part;
       if (!isSchema(member)) continue;
       for (const [key, value] of Object.entries(member)) {
-        if (key === 'properties' && isSchema(value)) merged.properties = { ...(merged.properties as Schema | undefined), ...value };
-        else if (key === 'required' && Array.isArray(value)) merged.required = [...((merged.required as unknown[]) ?? []), ...value];
+        if (key === 'properties' && isSchema(value))
+          merged.properties = { ...(merged.properties as Schema | undefined), ...value };
+        else if (key === 'required' && Array.isArray(value))
+          merged.required = [...((merged.required as unknown[]) ?? []), ...value];
         else if (merged[key] === undefined) merged[key] = value;
       }
     }
@@ -201,7 +218,11 @@ class SchemaConverter {
 }
 
 function isEmptyObject(schema: Schema): boolean {
-  return schema.type === 'object' && (!isSchema(schema.properties) || Object.keys(schema.properties).length === 0) && schema.anyOf === undefined;
+  return (
+    schema.type === 'object' &&
+    (!isSchema(schema.properties) || Object.keys(schema.properties).length === 0) &&
+    schema.anyOf === undefined
+  );
 }
 
 /**

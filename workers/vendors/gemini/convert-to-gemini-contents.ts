@@ -32,7 +32,13 @@ const IMAGE_TYPES: Record<string, string> = {
   heic: 'image/heic',
   heif: 'image/heif',
 };
-const FILE_TYPES: Record<string, string> = { pdf: 'application/pdf', txt: 'text/plain', md: 'text/markdown', csv: 'text/csv', html: 'text/html' };
+const FILE_TYPES: Record<string, string> = {
+  pdf: 'application/pdf',
+  txt: 'text/plain',
+  md: 'text/markdown',
+  csv: 'text/csv',
+  html: 'text/html',
+};
 const AUDIO_TYPES: Record<string, string> = { wav: 'audio/wav', mp3: 'audio/mp3' };
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -78,7 +84,8 @@ function convertImageUrl(url: string, param: string): GeminiPart {
 }
 
 function convertFile(file: { file_id?: string; file_data?: string; filename?: string }, param: string): GeminiPart {
-  if (!file.file_data) throw invalidRequest('Gemini models take files as `file_data`; file ids are not supported.', param);
+  if (!file.file_data)
+    throw invalidRequest('Gemini models take files as `file_data`; file ids are not supported.', param);
   const guessed = FILE_TYPES[extensionOf(file.filename ?? '')] ?? 'application/pdf';
   if (!file.file_data.startsWith('data:')) return { inlineData: { mimeType: guessed, data: file.file_data } };
   const { mimeType, data } = parseDataUrl(file.file_data, param);
@@ -186,7 +193,10 @@ export function convertToGeminiContents(messages: readonly ChatMessage[]): Gemin
           const part: GeminiPart = {
             functionCall: {
               name: call.function.name,
-              args: parseArguments(call.function.arguments, `messages[${index}].tool_calls[${callIndex}].function.arguments`),
+              args: parseArguments(
+                call.function.arguments,
+                `messages[${index}].tool_calls[${callIndex}].function.arguments`,
+              ),
             },
           };
           const signature = readThoughtSignature(call.id);
@@ -195,7 +205,9 @@ export function convertToGeminiContents(messages: readonly ChatMessage[]): Gemin
         });
         if (message.function_call) {
           const { name, arguments: text } = message.function_call;
-          parts.push({ functionCall: { name, args: parseArguments(text, `messages[${index}].function_call.arguments`) } });
+          parts.push({
+            functionCall: { name, args: parseArguments(text, `messages[${index}].function_call.arguments`) },
+          });
         }
         push('model', parts);
         break;
@@ -204,7 +216,8 @@ export function convertToGeminiContents(messages: readonly ChatMessage[]): Gemin
         const name = callNames.get(message.tool_call_id) ?? (message as { name?: unknown }).name;
         if (typeof name !== 'string' || name.length === 0) {
           throw invalidRequest(
-            `No earlier assistant tool call has the id \`${message.tool_call_id}\`; Gemini needs the function name of every tool result.`,
+            `No earlier assistant tool call has the id \`${message.tool_call_id}\`; Gemini needs the function ` +
+              `name of every tool result.`,
             `messages[${index}].tool_call_id`,
           );
         }

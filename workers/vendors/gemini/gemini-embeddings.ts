@@ -34,7 +34,11 @@ function readVectors(payload: Record<string, unknown>, expected: number): number
   });
 }
 
-async function embedBatch(texts: readonly string[], dimensions: number | null | undefined, ctx: CallContext): Promise<number[][]> {
+async function embedBatch(
+  texts: readonly string[],
+  dimensions: number | null | undefined,
+  ctx: CallContext,
+): Promise<number[][]> {
   const model = geminiModelPath(ctx.upstreamModel);
   const requests = texts.map((text) => ({
     model,
@@ -42,7 +46,11 @@ async function embedBatch(texts: readonly string[], dimensions: number | null | 
     ...(dimensions != null ? { outputDimensionality: dimensions } : {}),
   }));
   const path = geminiApi.paths.embed(ctx.upstreamModel);
-  const { json } = await postJson(ctx, vendorRequest(geminiApi, ctx, path, JSON.stringify({ requests })), mapGeminiError);
+  const { json } = await postJson(
+    ctx,
+    vendorRequest(geminiApi, ctx, path, JSON.stringify({ requests })),
+    mapGeminiError,
+  );
   return readVectors(json, texts.length);
 }
 
@@ -66,6 +74,14 @@ export async function createGeminiEmbeddings(request: EmbeddingRequest, ctx: Cal
   }));
   let promptTokens = 0;
   for (const text of texts) promptTokens += await countTextTokensAsync(text);
-  const body = { object: 'list', data, model: ctx.model.id, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } };
-  return { body: JSON.stringify(body), usage: { prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens } };
+  const body = {
+    object: 'list',
+    data,
+    model: ctx.model.id,
+    usage: { prompt_tokens: promptTokens, total_tokens: promptTokens },
+  };
+  return {
+    body: JSON.stringify(body),
+    usage: { prompt_tokens: promptTokens, completion_tokens: 0, total_tokens: promptTokens },
+  };
 }

@@ -48,7 +48,9 @@ export function readBlockReason(payload: Record<string, unknown>): string | unde
 
 /** A thought summary's text (a part Gemini marks `thought`, sent when thoughts are asked for), or undefined. */
 export function readThought(part: unknown): string | undefined {
-  return isObject(part) && part.thought === true && typeof part.text === 'string' && part.text !== '' ? part.text : undefined;
+  return isObject(part) && part.thought === true && typeof part.text === 'string' && part.text !== ''
+    ? part.text
+    : undefined;
 }
 
 /** Answer text, or undefined for a part that is not visible text (thoughts are the model's scratchpad). */
@@ -61,7 +63,11 @@ export function readText(part: unknown): string | undefined {
 export function readToolCall(part: unknown): ToolCall | undefined {
   if (!isObject(part) || !isObject(part.functionCall) || typeof part.functionCall.name !== 'string') return undefined;
   const signature = typeof part.thoughtSignature === 'string' ? part.thoughtSignature : undefined;
-  return { id: createToolCallId(signature), name: part.functionCall.name, arguments: JSON.stringify(part.functionCall.args ?? {}) };
+  return {
+    id: createToolCallId(signature),
+    name: part.functionCall.name,
+    arguments: JSON.stringify(part.functionCall.args ?? {}),
+  };
 }
 
 function convertCandidate(candidate: GeminiCandidate): AnswerChoice {
@@ -73,7 +79,12 @@ function convertCandidate(candidate: GeminiCandidate): AnswerChoice {
     const call = readToolCall(part);
     if (call !== undefined) toolCalls.push(call);
   }
-  return { index: candidate.index, text, toolCalls, finishReason: mapGeminiFinishReason(candidate.finishReason, toolCalls.length > 0) };
+  return {
+    index: candidate.index,
+    text,
+    toolCalls,
+    finishReason: mapGeminiFinishReason(candidate.finishReason, toolCalls.length > 0),
+  };
 }
 
 /**
@@ -106,7 +117,12 @@ export function convertGeminiResponse(payload: Record<string, unknown>, ctx: Cal
 
 export async function createGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): Promise<Answer> {
   const body = JSON.stringify(buildGeminiRequest(request, ctx));
-  const { json: payload } = await postJson(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body), mapGeminiError);
-  if (payload.error != null && payload.candidates === undefined) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
+  const { json: payload } = await postJson(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body),
+    mapGeminiError,
+  );
+  if (payload.error != null && payload.candidates === undefined)
+    throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
   return convertGeminiResponse(payload, ctx);
 }

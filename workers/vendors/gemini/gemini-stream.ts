@@ -7,7 +7,15 @@ import type { AnswerEvent } from '../../answers/events.js';
 import { geminiApi } from './api.js';
 import { buildGeminiRequest } from './build-gemini-request.js';
 import { convertGeminiUsage } from './convert-gemini-usage.js';
-import { createChatCompletionId, nowInSeconds, readBlockReason, readCandidates, readText, readThought, readToolCall } from './gemini-response.js';
+import {
+  createChatCompletionId,
+  nowInSeconds,
+  readBlockReason,
+  readCandidates,
+  readText,
+  readThought,
+  readToolCall,
+} from './gemini-response.js';
 import { mapGeminiFinishReason } from './map-gemini-finish-reason.js';
 import { mapGeminiError, mapGeminiInlineError, readGeminiError } from './map-gemini-error.js';
 
@@ -73,13 +81,24 @@ export class GeminiStreamConverter {
         if (call === undefined) continue;
         if (text.length > 0) out.push({ type: 'text', choice, text });
         text = '';
-        out.push({ type: 'tool-call', choice, index: state.toolCalls, id: call.id, name: call.name, arguments: call.arguments });
+        out.push({
+          type: 'tool-call',
+          choice,
+          index: state.toolCalls,
+          id: call.id,
+          name: call.name,
+          arguments: call.arguments,
+        });
         state.toolCalls += 1;
       }
       if (text.length > 0) out.push({ type: 'text', choice, text });
       if (candidate.finishReason !== null && !state.finished) {
         state.finished = true;
-        out.push({ type: 'finish', choice, reason: mapGeminiFinishReason(candidate.finishReason, state.toolCalls > 0) });
+        out.push({
+          type: 'finish',
+          choice,
+          reason: mapGeminiFinishReason(candidate.finishReason, state.toolCalls > 0),
+        });
       }
     }
   }
@@ -115,7 +134,10 @@ export class GeminiStreamConverter {
   }
 }
 
-/** One SSE event's JSON, or undefined for an empty one; Google's error envelope mid-stream is thrown as the vendor's error. */
+/**
+ * One SSE event's JSON, or undefined for an empty one; Google's error envelope mid-stream is thrown as the vendor's
+ * error.
+ */
 export function parsePayload(data: string, secrets: readonly string[]): Record<string, unknown> | undefined {
   if (data.length === 0) return undefined;
   let payload: unknown;
@@ -136,11 +158,17 @@ export function parsePayload(data: string, secrets: readonly string[]): Record<s
  * yielded; an error payload or a cut connection later throws after the
  * events already delivered.
  */
-export async function* streamGeminiChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
+export async function* streamGeminiChatCompletion(
+  request: ChatCompletionRequest,
+  ctx: CallContext,
+): AsyncGenerator<AnswerEvent[]> {
   // Built here, not by the caller: a request the mapping refuses throws from the first next(), like a vendor 400.
   const body = JSON.stringify(buildGeminiRequest(request, ctx));
-  const sse = await postSse(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body), mapGeminiError, (payload, secrets) =>
-    readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null,
+  const sse = await postSse(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body),
+    mapGeminiError,
+    (payload, secrets) => (readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null),
   );
   const secrets = [ctx.channel.apiKey];
   const converter = new GeminiStreamConverter(ctx.model.id);

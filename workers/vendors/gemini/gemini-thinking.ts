@@ -62,7 +62,8 @@ const PRO_LEVELS: Readonly<Record<ReasoningEffort, GeminiThinkingLevel>> = {
  */
 export function readReasoningEffort(value: unknown): ReasoningEffort | undefined {
   if (value == null) return undefined;
-  if (typeof value === 'string' && (REASONING_EFFORTS as readonly string[]).includes(value)) return value as ReasoningEffort;
+  if (typeof value === 'string' && (REASONING_EFFORTS as readonly string[]).includes(value))
+    return value as ReasoningEffort;
   throw invalidRequest(`reasoning_effort must be one of ${REASONING_EFFORTS.join(', ')}.`, 'reasoning_effort');
 }
 

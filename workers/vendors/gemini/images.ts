@@ -8,16 +8,26 @@ import { readBlockReason, readCandidates, readText } from './gemini-response.js'
 import { mapGeminiError, mapGeminiInlineError } from './map-gemini-error.js';
 
 /** Finish reasons meaning a safety filter stopped the image: the client's prompt, not a vendor fault. */
-const POLICY_FINISH_REASONS = new Set(['SAFETY', 'IMAGE_SAFETY', 'PROHIBITED_CONTENT', 'IMAGE_PROHIBITED_CONTENT', 'BLOCKLIST', 'SPII']);
+const POLICY_FINISH_REASONS = new Set([
+  'SAFETY',
+  'IMAGE_SAFETY',
+  'PROHIBITED_CONTENT',
+  'IMAGE_PROHIBITED_CONTENT',
+  'BLOCKLIST',
+  'SPII',
+]);
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
 
-/** An `inlineData` image part as bytes. Thought parts are skipped: Gemini 3 shows drafts there before the final image. */
+/**
+ * An `inlineData` image part as bytes. Thought parts are skipped: Gemini 3 shows drafts there before the final image.
+ */
 export function readInlineImage(part: unknown): GeneratedImage | undefined {
   if (!isObject(part) || part.thought === true || !isObject(part.inlineData)) return undefined;
   const { mimeType, data } = part.inlineData;
-  if (typeof mimeType !== 'string' || !mimeType.startsWith('image/') || typeof data !== 'string' || data === '') return undefined;
+  if (typeof mimeType !== 'string' || !mimeType.startsWith('image/') || typeof data !== 'string' || data === '')
+    return undefined;
   return { bytes: Buffer.from(data, 'base64'), contentType: mimeType };
 }
 
@@ -48,28 +58,52 @@ const contentPolicyError = (message: string, cause: unknown) =>
 function noImageError(payload: Record<string, unknown>, ctx: MediaContext): GatewayError {
   const blockReason = readBlockReason(payload);
   if (blockReason !== undefined) {
-    return contentPolicyError(`The prompt was blocked by the image model's safety filters (${blockReason}). Change the prompt and try again.`, { blockReason });
+    return contentPolicyError(
+      `The prompt was blocked by the image model's safety filters (${blockReason}). Change the prompt and try again.`,
+      { blockReason },
+    );
   }
   const candidate = readCandidates(payload)[0];
   const finishReason = candidate?.finishReason ?? null;
   if (finishReason !== null && POLICY_FINISH_REASONS.has(finishReason)) {
-    return contentPolicyError(`The image was blocked by the image model's safety filters (${finishReason}). Change the prompt and try again.`, { finishReason });
+    return contentPolicyError(
+      `The image was blocked by the image model's safety filters (${finishReason}). Change the prompt and try again.`,
+      { finishReason },
+    );
   }
-  const text = (candidate?.parts ?? []).map(readText).filter((part) => part !== undefined).join('').trim();
-  const quoted = text === '' ? '' : `: "${scrubSecrets(text.length > 300 ? `${text.slice(0, 300)}…` : text, [ctx.channel.apiKey])}"`;
+  const text = (candidate?.parts ?? [])
+    .map(readText)
+    .filter((part) => part !== undefined)
+    .join('')
+    .trim();
+  const quoted =
+    text === '' ? '' : `: "${scrubSecrets(text.length > 300 ? `${text.slice(0, 300)}…` : text, [ctx.channel.apiKey])}"`;
   const reason = finishReason === null ? '' : ` (finish reason ${finishReason})`;
-  return new GatewayError(500, `The image model answered without an image${reason}${quoted}. Please retry the request; rephrasing the prompt may help.`, {
-    type: 'server_error',
-    code: 'vendor_no_image',
-    retryable: false,
-    cause: { finishReason },
-  });
+  return new GatewayError(
+    500,
+    `The image model answered without an image${reason}${quoted}. Please retry the request; rephrasing the ` +
+      `prompt may help.`,
+    {
+      type: 'server_error',
+      code: 'vendor_no_image',
+      retryable: false,
+      cause: { finishReason },
+    },
+  );
 }
 
-/** One `generateContent` call; Gemini makes one image per call. The first image part of the first candidate is the answer. */
+/**
+ * One `generateContent` call; Gemini makes one image per call. The first image part of the first candidate is the
+ * answer.
+ */
 async function generateOneImage(body: string, ctx: MediaContext): Promise<OneImage> {
-  const { json: payload } = await postJson(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body), mapGeminiError);
-  if (payload.error != null && payload.candidates === undefined) throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
+  const { json: payload } = await postJson(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.generate(ctx.upstreamModel), body),
+    mapGeminiError,
+  );
+  if (payload.error != null && payload.candidates === undefined)
+    throw mapGeminiInlineError(payload, [ctx.channel.apiKey]);
   const candidate = readCandidates(payload)[0];
   const image = candidate?.parts.map(readInlineImage).find((part) => part !== undefined);
   if (image === undefined) throw noImageError(payload, ctx);
@@ -82,10 +116,17 @@ async function generateOneImage(body: string, ctx: MediaContext): Promise<OneIma
  * channel's concurrency cap counts this job once), with progress reported
  * after each. Usage is summed in GPT-image form (`input_tokens`, `output_tokens`).
  */
-export const generateGeminiImages: NonNullable<VendorAdapter['generateImages']> = async (input: ImageGenerationInput, ctx: MediaContext): Promise<ImageResult> => {
-  // Imagen answers on `:predict` with another body; sent to `generateContent` it would fail with a confusing vendor 404.
+export const generateGeminiImages: NonNullable<VendorAdapter['generateImages']> = async (
+  input: ImageGenerationInput,
+  ctx: MediaContext,
+): Promise<ImageResult> => {
+  // Imagen answers on `:predict` with another body; sent to `generateContent` it would fail with a confusing vendor
+  // 404.
   if (/(^|\/)imagen-/.test(ctx.upstreamModel)) {
-    throw new GatewayError(400, `The model '${input.model}' (Imagen) is not served by this gateway yet.`, { code: 'unsupported_endpoint', param: 'model' });
+    throw new GatewayError(400, `The model '${input.model}' (Imagen) is not served by this gateway yet.`, {
+      code: 'unsupported_endpoint',
+      param: 'model',
+    });
   }
   const body = JSON.stringify(buildGeminiImageRequest(input, ctx.upstreamModel));
   const count = input.n ?? 1;

@@ -11,7 +11,8 @@ import { mapGeminiError } from './map-gemini-error.js';
  */
 
 function statusForClose(code: number, reason: string): { status: number; rpc: string } {
-  if (/quota|resource[_ ]exhausted|rate limit|too many/i.test(reason)) return { status: 429, rpc: 'RESOURCE_EXHAUSTED' };
+  if (/quota|resource[_ ]exhausted|rate limit|too many/i.test(reason))
+    return { status: 429, rpc: 'RESOURCE_EXHAUSTED' };
   if (code === 1007) return { status: 400, rpc: 'INVALID_ARGUMENT' };
   if (code === 1008) {
     if (/not found|not supported/i.test(reason)) return { status: 404, rpc: 'NOT_FOUND' };
@@ -33,5 +34,12 @@ export function mapLiveClose(code: number, reason: string, secrets: readonly str
     });
   }
   const { status, rpc } = statusForClose(code, reason);
-  return mapGeminiError({ status, headers: {}, bodyText: JSON.stringify({ error: { code: status, message: reason || `WebSocket close ${code}`, status: rpc } }) }, secrets);
+  return mapGeminiError(
+    {
+      status,
+      headers: {},
+      bodyText: JSON.stringify({ error: { code: status, message: reason || `WebSocket close ${code}`, status: rpc } }),
+    },
+    secrets,
+  );
 }

@@ -22,9 +22,36 @@ type Json = Record<string, unknown>;
 
 /** The prebuilt voices of Gemini's speech models (Live and TTS). */
 export const GEMINI_VOICES = [
-  'Zephyr', 'Puck', 'Charon', 'Kore', 'Fenrir', 'Leda', 'Orus', 'Aoede', 'Callirrhoe', 'Autonoe', 'Enceladus', 'Iapetus',
-  'Umbriel', 'Algieba', 'Despina', 'Erinome', 'Algenib', 'Rasalgethi', 'Laomedeia', 'Achernar', 'Alnilam', 'Schedar',
-  'Gacrux', 'Pulcherrima', 'Achird', 'Zubenelgenubi', 'Vindemiatrix', 'Sadachbia', 'Sadaltager', 'Sulafat',
+  'Zephyr',
+  'Puck',
+  'Charon',
+  'Kore',
+  'Fenrir',
+  'Leda',
+  'Orus',
+  'Aoede',
+  'Callirrhoe',
+  'Autonoe',
+  'Enceladus',
+  'Iapetus',
+  'Umbriel',
+  'Algieba',
+  'Despina',
+  'Erinome',
+  'Algenib',
+  'Rasalgethi',
+  'Laomedeia',
+  'Achernar',
+  'Alnilam',
+  'Schedar',
+  'Gacrux',
+  'Pulcherrima',
+  'Achird',
+  'Zubenelgenubi',
+  'Vindemiatrix',
+  'Sadachbia',
+  'Sadaltager',
+  'Sulafat',
 ];
 /** What a session says it speaks with when the client chose no voice (Gemini's default). */
 const DEFAULT_VOICE = 'Puck';
@@ -58,20 +85,33 @@ export function defaultLiveSettings(): LiveSessionSettings {
     tools: [],
     toolChoice: 'auto',
     // OpenAI's default: the server detects turns and answers them.
-    turnDetection: { type: 'server_vad', threshold: 0.5, prefix_padding_ms: 300, silence_duration_ms: 500, create_response: true, interrupt_response: true },
+    turnDetection: {
+      type: 'server_vad',
+      threshold: 0.5,
+      prefix_padding_ms: 300,
+      silence_duration_ms: 500,
+      create_response: true,
+      interrupt_response: true,
+    },
     inputTranscription: null,
     maxOutputTokens: 'inf',
   };
 }
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
-const refuse = (message: string, param: string, code = 'invalid_value') => new GatewayError(400, message, { param, code });
+const refuse = (message: string, param: string, code = 'invalid_value') =>
+  new GatewayError(400, message, { param, code });
 
 function checkPcm24(format: unknown, param: string): void {
   if (format === undefined) return;
   if (!isObject(format) || format.type !== 'audio/pcm' || (format.rate !== undefined && format.rate !== 24000)) {
-    throw refuse('Gemini Live models take and give pcm16 audio at 24 kHz only (`{"type":"audio/pcm","rate":24000}`).', param, 'unsupported_audio_format');
+    throw refuse(
+      'Gemini Live models take and give pcm16 audio at 24 kHz only (`{"type":"audio/pcm","rate":24000}`).',
+      param,
+      'unsupported_audio_format',
+    );
   }
 }
 
@@ -79,18 +119,26 @@ function checkPcm24(format: unknown, param: string): void {
 export function applySessionUpdate(current: LiveSessionSettings, session: unknown): LiveSessionSettings {
   if (!isObject(session)) throw refuse('`session` must be an object.', 'session');
   if (session.type !== undefined && session.type !== 'realtime') {
-    throw refuse('Gemini Live models serve `realtime` sessions; a transcription session is not available on them.', 'session.type');
+    throw refuse(
+      'Gemini Live models serve `realtime` sessions; a transcription session is not available on them.',
+      'session.type',
+    );
   }
   const next: LiveSessionSettings = { ...current };
   if (session.output_modalities !== undefined) {
     const modalities = session.output_modalities;
-    if (!Array.isArray(modalities) || modalities.length !== 1 || (modalities[0] !== 'audio' && modalities[0] !== 'text')) {
+    if (
+      !Array.isArray(modalities) ||
+      modalities.length !== 1 ||
+      (modalities[0] !== 'audio' && modalities[0] !== 'text')
+    ) {
       throw refuse('`output_modalities` must be ["audio"] or ["text"].', 'session.output_modalities');
     }
     next.outputModalities = [modalities[0]];
   }
   if (session.instructions !== undefined) {
-    if (typeof session.instructions !== 'string') throw refuse('`instructions` must be a string.', 'session.instructions');
+    if (typeof session.instructions !== 'string')
+      throw refuse('`instructions` must be a string.', 'session.instructions');
     next.instructions = session.instructions;
   }
   if (session.max_output_tokens !== undefined) {
@@ -105,12 +153,20 @@ export function applySessionUpdate(current: LiveSessionSettings, session: unknow
     if (!Array.isArray(session.tools)) throw refuse('`tools` must be an array.', 'session.tools');
     next.tools = session.tools.map((tool, index) => {
       if (!isObject(tool) || (tool.type !== undefined && tool.type !== 'function')) {
-        throw refuse('Gemini Live models take function tools only.', `session.tools[${index}].type`, 'unsupported_tool');
+        throw refuse(
+          'Gemini Live models take function tools only.',
+          `session.tools[${index}].type`,
+          'unsupported_tool',
+        );
       }
       if (typeof tool.name !== 'string' || !/^[A-Za-z_][A-Za-z0-9_.:-]{0,63}$/.test(tool.name)) {
-        throw refuse('A function name must start with a letter or underscore and hold letters, digits, _ . : - (64 at most).', `session.tools[${index}].name`);
+        throw refuse(
+          'A function name must start with a letter or underscore and hold letters, digits, _ . : - (64 at most).',
+          `session.tools[${index}].name`,
+        );
       }
-      if (tool.parameters !== undefined && !isObject(tool.parameters)) throw refuse('`parameters` must be a JSON Schema object.', `session.tools[${index}].parameters`);
+      if (tool.parameters !== undefined && !isObject(tool.parameters))
+        throw refuse('`parameters` must be a JSON Schema object.', `session.tools[${index}].parameters`);
       return {
         type: 'function',
         name: tool.name,
@@ -126,13 +182,20 @@ export function applySessionUpdate(current: LiveSessionSettings, session: unknow
       if (!isObject(input)) throw refuse('`audio.input` must be an object.', 'session.audio.input');
       checkPcm24(input.format, 'session.audio.input.format');
       if (input.transcription !== undefined) {
-        if (input.transcription !== null && !isObject(input.transcription)) throw refuse('`transcription` must be an object or null.', 'session.audio.input.transcription');
+        if (input.transcription !== null && !isObject(input.transcription))
+          throw refuse('`transcription` must be an object or null.', 'session.audio.input.transcription');
         next.inputTranscription = input.transcription as Json | null;
       }
       if (input.turn_detection !== undefined) {
         const detection = input.turn_detection;
-        if (detection !== null && !(isObject(detection) && (detection.type === 'server_vad' || detection.type === 'semantic_vad'))) {
-          throw refuse('`turn_detection` must be null, server_vad or semantic_vad.', 'session.audio.input.turn_detection');
+        if (
+          detection !== null &&
+          !(isObject(detection) && (detection.type === 'server_vad' || detection.type === 'semantic_vad'))
+        ) {
+          throw refuse(
+            '`turn_detection` must be null, server_vad or semantic_vad.',
+            'session.audio.input.turn_detection',
+          );
         }
         next.turnDetection = detection as TurnDetection;
       }
@@ -141,10 +204,18 @@ export function applySessionUpdate(current: LiveSessionSettings, session: unknow
       if (!isObject(output)) throw refuse('`audio.output` must be an object.', 'session.audio.output');
       checkPcm24(output.format, 'session.audio.output.format');
       if (output.voice !== undefined) {
-        const asked = typeof output.voice === 'string' ? output.voice : isObject(output.voice) ? output.voice.id : undefined;
-        const voice = typeof asked === 'string' ? GEMINI_VOICES.find((name) => name.toLowerCase() === asked.toLowerCase()) : undefined;
+        const asked =
+          typeof output.voice === 'string' ? output.voice : isObject(output.voice) ? output.voice.id : undefined;
+        const voice =
+          typeof asked === 'string'
+            ? GEMINI_VOICES.find((name) => name.toLowerCase() === asked.toLowerCase())
+            : undefined;
         if (voice === undefined) {
-          throw refuse(`Gemini Live models speak with Gemini's voices: ${GEMINI_VOICES.join(', ')}.`, 'session.audio.output.voice', 'unsupported_voice');
+          throw refuse(
+            `Gemini Live models speak with Gemini's voices: ${GEMINI_VOICES.join(', ')}.`,
+            'session.audio.output.voice',
+            'unsupported_voice',
+          );
         }
         next.voice = voice;
       }
@@ -157,17 +228,24 @@ export function applySessionUpdate(current: LiveSessionSettings, session: unknow
 export function buildLiveSetup(settings: LiveSessionSettings, upstreamModel: string): Json {
   const speaks = settings.outputModalities[0] === 'audio';
   const generationConfig: Json = { responseModalities: [speaks ? 'AUDIO' : 'TEXT'] };
-  if (speaks && settings.voice !== undefined) generationConfig.speechConfig = { voiceConfig: { prebuiltVoiceConfig: { voiceName: settings.voice } } };
+  if (speaks && settings.voice !== undefined)
+    generationConfig.speechConfig = { voiceConfig: { prebuiltVoiceConfig: { voiceName: settings.voice } } };
   if (settings.maxOutputTokens !== 'inf') generationConfig.maxOutputTokens = settings.maxOutputTokens;
   const setup: Json = { model: geminiModelPath(upstreamModel), generationConfig };
   if (settings.instructions !== '') setup.systemInstruction = { parts: [{ text: settings.instructions }] };
   if (settings.tools.length > 0) {
-    setup.tools = [{
-      functionDeclarations: settings.tools.map((tool, index) => {
-        const { schema } = convertJsonSchema(tool.parameters, `session.tools[${index}].parameters`);
-        return { name: tool.name, ...(tool.description ? { description: tool.description } : {}), ...(schema ? { parameters: schema } : {}) };
-      }),
-    }];
+    setup.tools = [
+      {
+        functionDeclarations: settings.tools.map((tool, index) => {
+          const { schema } = convertJsonSchema(tool.parameters, `session.tools[${index}].parameters`);
+          return {
+            name: tool.name,
+            ...(tool.description ? { description: tool.description } : {}),
+            ...(schema ? { parameters: schema } : {}),
+          };
+        }),
+      },
+    ];
   }
   const detection = settings.turnDetection;
   if (detection === null) setup.realtimeInputConfig = { automaticActivityDetection: { disabled: true } };
@@ -183,7 +261,12 @@ export function buildLiveSetup(settings: LiveSessionSettings, upstreamModel: str
 }
 
 /** The `session` object of `session.created`/`session.updated`, in OpenAI's GA shape. */
-export function describeSession(settings: LiveSessionSettings, id: string, clientModel: string, expiresAt: number): Json {
+export function describeSession(
+  settings: LiveSessionSettings,
+  id: string,
+  clientModel: string,
+  expiresAt: number,
+): Json {
   const format = { type: 'audio/pcm', rate: 24000 };
   return {
     type: 'realtime',

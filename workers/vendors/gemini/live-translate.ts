@@ -2,7 +2,13 @@ import { randomBytes } from 'node:crypto';
 import { isGatewayError, type GatewayError } from '../../../shared/errors.js';
 import { PcmResampler } from '../../audio/resample.js';
 import type { RealtimeClientEvent, RealtimeServerEvent } from '../types.js';
-import { applySessionUpdate, buildLiveSetup, defaultLiveSettings, describeSession, type LiveSessionSettings } from './live-setup.js';
+import {
+  applySessionUpdate,
+  buildLiveSetup,
+  defaultLiveSettings,
+  describeSession,
+  type LiveSessionSettings,
+} from './live-setup.js';
 import { LiveUsageMeter } from './live-usage.js';
 
 /**
@@ -68,7 +74,8 @@ interface Response {
   resampler: PcmResampler | undefined;
 }
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** 100 ms of pcm16 at 24 kHz: OpenAI refuses to commit less. */
 const MIN_COMMIT_BYTES = 4800;
@@ -105,7 +112,11 @@ export class GeminiLiveTranslator {
   /** A `response.create` that came while a cancelled response waited for its turn's end. */
   private deferredCreate: { params: unknown; eventId: string | undefined } | undefined;
 
-  constructor(private readonly ctx: LiveTranslatorContext, private readonly io: LiveIo, options: LiveTranslatorOptions = {}) {
+  constructor(
+    private readonly ctx: LiveTranslatorContext,
+    private readonly io: LiveIo,
+    options: LiveTranslatorOptions = {},
+  ) {
     this.cancelGraceMs = options.cancelGraceMs ?? 5_000;
     this.setup = buildLiveSetup(this.settings, ctx.upstreamModel);
   }
@@ -134,9 +145,18 @@ export class GeminiLiveTranslator {
     this.io.emit({ type, event_id: this.id('event'), ...fields });
   }
 
-  private error(message: string, options: { code?: string | null; param?: string | null; eventId?: string; type?: string } = {}): void {
+  private error(
+    message: string,
+    options: { code?: string | null; param?: string | null; eventId?: string; type?: string } = {},
+  ): void {
     this.emit('error', {
-      error: { type: options.type ?? 'invalid_request_error', code: options.code ?? null, message, param: options.param ?? null, event_id: options.eventId ?? null },
+      error: {
+        type: options.type ?? 'invalid_request_error',
+        code: options.code ?? null,
+        message,
+        param: options.param ?? null,
+        event_id: options.eventId ?? null,
+      },
     });
   }
 
@@ -200,13 +220,25 @@ export class GeminiLiveTranslator {
         return this.cancelResponse(event.response_id, eventId);
       case 'conversation.item.delete':
       case 'conversation.item.retrieve':
-        return this.error(`\`${event.type}\` is not available on Gemini Live models: Gemini keeps the conversation itself.`, { code: 'unsupported_event', eventId });
+        return this.error(
+          `\`${event.type}\` is not available on Gemini Live models: Gemini keeps the conversation itself.`,
+          { code: 'unsupported_event', eventId },
+        );
       case 'output_audio_buffer.clear':
-        return this.error('`output_audio_buffer.clear` is for WebRTC sessions; this session is a WebSocket.', { code: 'unsupported_event', eventId });
+        return this.error('`output_audio_buffer.clear` is for WebRTC sessions; this session is a WebSocket.', {
+          code: 'unsupported_event',
+          eventId,
+        });
       case 'transcription_session.update':
-        return this.error('Gemini Live models serve realtime sessions, not transcription sessions.', { code: 'unsupported_event', eventId });
+        return this.error('Gemini Live models serve realtime sessions, not transcription sessions.', {
+          code: 'unsupported_event',
+          eventId,
+        });
       default:
-        return this.error(`Invalid value: '${event.type.slice(0, 100)}'. This is not a client event of the Realtime API.`, { code: 'invalid_value', param: 'type', eventId });
+        return this.error(
+          `Invalid value: '${event.type.slice(0, 100)}'. This is not a client event of the Realtime API.`,
+          { code: 'invalid_value', param: 'type', eventId },
+        );
     }
   }
 
@@ -220,7 +252,9 @@ export class GeminiLiveTranslator {
     }
     if (this.conversationStarted) {
       this.error(
-        'Gemini Live fixes a session\'s instructions, voice, tools, output modality, turn detection and transcription when it starts: these cannot change once the conversation has begun. Send them in the first session.update.',
+        "Gemini Live fixes a session's instructions, voice, tools, output modality, turn detection and " +
+          'transcription when it starts: these cannot change once the conversation has begun. Send them in the ' +
+          'first session.update.',
         { code: 'session_update_too_late', param: 'session', eventId },
       );
       return;
@@ -236,7 +270,11 @@ export class GeminiLiveTranslator {
       },
       (caught: unknown) => {
         const error = caught as GatewayError;
-        this.error(`The session could not be updated: ${error.message}`, { type: isGatewayError(error) && error.status < 500 ? 'invalid_request_error' : 'server_error', code: isGatewayError(error) ? error.code : null, eventId });
+        this.error(`The session could not be updated: ${error.message}`, {
+          type: isGatewayError(error) && error.status < 500 ? 'invalid_request_error' : 'server_error',
+          code: isGatewayError(error) ? error.code : null,
+          eventId,
+        });
         this.drainQueue();
       },
     );
@@ -252,11 +290,17 @@ export class GeminiLiveTranslator {
   }
 
   private sendAudio(pcm16k: Buffer): void {
-    if (pcm16k.length > 0) this.vendor({ realtimeInput: { audio: { data: pcm16k.toString('base64'), mimeType: 'audio/pcm;rate=16000' } } });
+    if (pcm16k.length > 0)
+      this.vendor({ realtimeInput: { audio: { data: pcm16k.toString('base64'), mimeType: 'audio/pcm;rate=16000' } } });
   }
 
   private appendAudio(audio: unknown, eventId: string | undefined): void {
-    if (typeof audio !== 'string') return this.error('`audio` must be base64-encoded pcm16 audio.', { code: 'invalid_value', param: 'audio', eventId });
+    if (typeof audio !== 'string')
+      return this.error('`audio` must be base64-encoded pcm16 audio.', {
+        code: 'invalid_value',
+        param: 'audio',
+        eventId,
+      });
     const bytes = Buffer.from(audio, 'base64');
     if (bytes.length === 0) return;
     if (this.manualTurns && !this.activityOpen) {
@@ -271,7 +315,8 @@ export class GeminiLiveTranslator {
   private commitAudio(eventId: string | undefined): void {
     if (this.bufferedBytes < MIN_COMMIT_BYTES) {
       return this.error(
-        `Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has ${(this.bufferedBytes / 48).toFixed(2)}ms of audio.`,
+        `Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer ` +
+          `only has ${(this.bufferedBytes / 48).toFixed(2)}ms of audio.`,
         { code: 'input_audio_buffer_commit_empty', eventId },
       );
     }
@@ -290,59 +335,126 @@ export class GeminiLiveTranslator {
   private commitItem(bytes: number): void {
     const id = this.id('item');
     this.emit('input_audio_buffer.committed', { previous_item_id: this.lastItemId, item_id: id });
-    this.addItem({ id, object: 'realtime.item', type: 'message', role: 'user', status: 'completed', content: [{ type: 'input_audio' }] });
+    this.addItem({
+      id,
+      object: 'realtime.item',
+      type: 'message',
+      role: 'user',
+      status: 'completed',
+      content: [{ type: 'input_audio' }],
+    });
     this.inputItem = { id, transcript: '', bytes };
   }
 
   private createItem(item: unknown, eventId: string | undefined): void {
-    if (!isObject(item)) return this.error('`item` must be an object.', { code: 'invalid_value', param: 'item', eventId });
+    if (!isObject(item))
+      return this.error('`item` must be an object.', { code: 'invalid_value', param: 'item', eventId });
     const id = typeof item.id === 'string' && item.id !== '' ? item.id : this.id('item');
     if (item.type === 'function_call_output') {
       const callId = item.call_id;
       if (typeof callId !== 'string' || typeof item.output !== 'string') {
-        return this.error('A function_call_output item needs a `call_id` and an `output` string.', { code: 'invalid_value', param: 'item.call_id', eventId });
+        return this.error('A function_call_output item needs a `call_id` and an `output` string.', {
+          code: 'invalid_value',
+          param: 'item.call_id',
+          eventId,
+        });
       }
       const name = this.callNames.get(callId);
-      if (name === undefined) return this.error(`No function call with call_id '${callId.slice(0, 100)}' awaits an output.`, { code: 'invalid_value', param: 'item.call_id', eventId });
+      if (name === undefined)
+        return this.error(`No function call with call_id '${callId.slice(0, 100)}' awaits an output.`, {
+          code: 'invalid_value',
+          param: 'item.call_id',
+          eventId,
+        });
       this.callNames.delete(callId);
-      this.vendor({ toolResponse: { functionResponses: [{ id: callId, name, response: { output: parseOutput(item.output) } }] } });
+      this.vendor({
+        toolResponse: { functionResponses: [{ id: callId, name, response: { output: parseOutput(item.output) } }] },
+      });
       this.vendorTurnComing = true;
-      this.addItem({ id, object: 'realtime.item', type: 'function_call_output', status: 'completed', call_id: callId, output: item.output });
+      this.addItem({
+        id,
+        object: 'realtime.item',
+        type: 'function_call_output',
+        status: 'completed',
+        call_id: callId,
+        output: item.output,
+      });
       return;
     }
     if (item.type !== undefined && item.type !== 'message') {
-      return this.error(`Gemini Live models take message and function_call_output items, not ${String(item.type).slice(0, 50)}.`, { code: 'unsupported_item', param: 'item.type', eventId });
+      return this.error(
+        `Gemini Live models take message and function_call_output items, not ${String(item.type).slice(0, 50)}.`,
+        { code: 'unsupported_item', param: 'item.type', eventId },
+      );
     }
     if (item.role !== 'user' && item.role !== 'assistant') {
-      return this.error('Gemini Live models take user and assistant messages; put system instructions in session.instructions.', { code: 'unsupported_item', param: 'item.role', eventId });
+      return this.error(
+        'Gemini Live models take user and assistant messages; put system instructions in session.instructions.',
+        { code: 'unsupported_item', param: 'item.role', eventId },
+      );
     }
     const content = Array.isArray(item.content) ? item.content : [];
     const texts: string[] = [];
     for (const [index, part] of content.entries()) {
       const textType = item.role === 'user' ? 'input_text' : 'output_text';
       if (!isObject(part) || (part.type !== textType && part.type !== 'text') || typeof part.text !== 'string') {
-        return this.error(`Gemini Live models take ${textType} content in ${item.role} items here.`, { code: 'unsupported_content', param: `item.content[${index}]`, eventId });
+        return this.error(`Gemini Live models take ${textType} content in ${item.role} items here.`, {
+          code: 'unsupported_content',
+          param: `item.content[${index}]`,
+          eventId,
+        });
       }
       texts.push(part.text);
     }
-    if (texts.length === 0) return this.error('The message has no content.', { code: 'invalid_value', param: 'item.content', eventId });
-    this.vendor({ clientContent: { turns: [{ role: item.role === 'user' ? 'user' : 'model', parts: texts.map((text) => ({ text })) }], turnComplete: false } });
+    if (texts.length === 0)
+      return this.error('The message has no content.', { code: 'invalid_value', param: 'item.content', eventId });
+    this.vendor({
+      clientContent: {
+        turns: [{ role: item.role === 'user' ? 'user' : 'model', parts: texts.map((text) => ({ text })) }],
+        turnComplete: false,
+      },
+    });
     const type = item.role === 'user' ? 'input_text' : 'output_text';
-    this.addItem({ id, object: 'realtime.item', type: 'message', role: item.role, status: 'completed', content: texts.map((text) => ({ type, text })) });
+    this.addItem({
+      id,
+      object: 'realtime.item',
+      type: 'message',
+      role: item.role,
+      status: 'completed',
+      content: texts.map((text) => ({ type, text })),
+    });
   }
 
   private createResponse(params: unknown, eventId: string | undefined): void {
     if (this.response !== undefined && !this.response.cancelled) {
-      return this.error(`Conversation already has an active response in progress: ${this.response.id}. Wait until the response is finished before creating a new one.`, { code: 'conversation_already_has_active_response', eventId });
+      return this.error(
+        `Conversation already has an active response in progress: ${this.response.id}. Wait until the response ` +
+          `is finished before creating a new one.`,
+        { code: 'conversation_already_has_active_response', eventId },
+      );
     }
     if (isObject(params)) {
       for (const field of ['input', 'instructions', 'tools', 'prompt'] as const) {
-        if (params[field] !== undefined) return this.error(`Gemini Live models take \`${field}\` for the session, not per response.`, { code: 'unsupported_parameter', param: `response.${field}`, eventId });
+        if (params[field] !== undefined)
+          return this.error(`Gemini Live models take \`${field}\` for the session, not per response.`, {
+            code: 'unsupported_parameter',
+            param: `response.${field}`,
+            eventId,
+          });
       }
-      if (params.conversation === 'none') return this.error('Gemini Live models answer in the conversation only.', { code: 'unsupported_parameter', param: 'response.conversation', eventId });
+      if (params.conversation === 'none')
+        return this.error('Gemini Live models answer in the conversation only.', {
+          code: 'unsupported_parameter',
+          param: 'response.conversation',
+          eventId,
+        });
       const modalities = params.output_modalities;
       if (Array.isArray(modalities) && JSON.stringify(modalities) !== JSON.stringify(this.settings.outputModalities)) {
-        return this.error('Gemini Live models keep the session\'s output modality for every response.', { code: 'unsupported_parameter', param: 'response.output_modalities', eventId });
+        return this.error("Gemini Live models keep the session's output modality for every response.", {
+          code: 'unsupported_parameter',
+          param: 'response.output_modalities',
+          eventId,
+        });
       }
     }
     if (this.response?.cancelled) {
@@ -367,10 +479,16 @@ export class GeminiLiveTranslator {
   private cancelResponse(responseId: unknown, eventId: string | undefined): void {
     const response = this.response;
     if (response === undefined || response.cancelled) {
-      return this.error('Cancellation failed: no active response found', { code: 'response_cancel_not_active', eventId });
+      return this.error('Cancellation failed: no active response found', {
+        code: 'response_cancel_not_active',
+        eventId,
+      });
     }
     if (typeof responseId === 'string' && responseId !== response.id) {
-      return this.error(`Cancellation failed: the active response is ${response.id}, not ${responseId.slice(0, 100)}.`, { code: 'response_cancel_not_active', eventId });
+      return this.error(
+        `Cancellation failed: the active response is ${response.id}, not ${responseId.slice(0, 100)}.`,
+        { code: 'response_cancel_not_active', eventId },
+      );
     }
     response.cancelled = true;
     this.closeMessage('incomplete');
@@ -396,17 +514,26 @@ export class GeminiLiveTranslator {
     if (isObject(content.inputTranscription)) this.inputTranscript(content.inputTranscription);
     const parts = isObject(content.modelTurn) && Array.isArray(content.modelTurn.parts) ? content.modelTurn.parts : [];
     for (const part of parts) if (isObject(part) && part.thought !== true) this.modelPart(part);
-    if (isObject(content.outputTranscription) && typeof content.outputTranscription.text === 'string' && content.outputTranscription.text !== '') {
+    if (
+      isObject(content.outputTranscription) &&
+      typeof content.outputTranscription.text === 'string' &&
+      content.outputTranscription.text !== ''
+    ) {
       this.outputTranscript(content.outputTranscription.text);
     }
     if (content.interrupted === true) {
       this.finishInputTranscript();
-      if (this.response !== undefined) this.finishResponse('cancelled', this.response.cancelled ? 'client_cancelled' : 'turn_detected');
+      if (this.response !== undefined)
+        this.finishResponse('cancelled', this.response.cancelled ? 'client_cancelled' : 'turn_detected');
     }
     if (content.turnComplete === true) {
       this.finishInputTranscript();
       this.discardingTurn = false;
-      if (this.response !== undefined) this.finishResponse(this.response.cancelled ? 'cancelled' : 'completed', this.response.cancelled ? 'client_cancelled' : undefined);
+      if (this.response !== undefined)
+        this.finishResponse(
+          this.response.cancelled ? 'cancelled' : 'completed',
+          this.response.cancelled ? 'client_cancelled' : undefined,
+        );
     }
   }
 
@@ -425,7 +552,13 @@ export class GeminiLiveTranslator {
       this.bufferedBytes = 0;
       this.uncommittedAudio = 0;
     }
-    const response: Response = { id: this.id('resp'), output: [], message: undefined, cancelled: false, resampler: undefined };
+    const response: Response = {
+      id: this.id('resp'),
+      output: [],
+      message: undefined,
+      cancelled: false,
+      resampler: undefined,
+    };
     this.response = response;
     this.vendorTurnComing = false;
     this.emit('response.created', { response: this.describeResponse(response, 'in_progress') });
@@ -448,14 +581,28 @@ export class GeminiLiveTranslator {
 
   private openMessage(response: Response, kind: 'audio' | 'text'): OpenMessage {
     if (response.message !== undefined) return response.message;
-    const item: Json = { id: this.id('item'), object: 'realtime.item', type: 'message', role: 'assistant', status: 'in_progress', content: [] };
+    const item: Json = {
+      id: this.id('item'),
+      object: 'realtime.item',
+      type: 'message',
+      role: 'assistant',
+      status: 'in_progress',
+      content: [],
+    };
     const message: OpenMessage = { item, outputIndex: response.output.length, kind, text: '' };
     response.output.push(item);
     response.message = message;
-    this.emit('response.output_item.added', { response_id: response.id, output_index: message.outputIndex, item: { ...item } });
+    this.emit('response.output_item.added', {
+      response_id: response.id,
+      output_index: message.outputIndex,
+      item: { ...item },
+    });
     this.emit('conversation.item.added', { previous_item_id: this.lastItemId, item: { ...item } });
     this.lastItemId = item.id as string;
-    this.emit('response.content_part.added', { ...this.at(response, message), part: kind === 'audio' ? { type: 'audio', transcript: '' } : { type: 'text', text: '' } });
+    this.emit('response.content_part.added', {
+      ...this.at(response, message),
+      part: kind === 'audio' ? { type: 'audio', transcript: '' } : { type: 'text', text: '' },
+    });
     return message;
   }
 
@@ -509,7 +656,11 @@ export class GeminiLiveTranslator {
     const item = this.inputItem!;
     if (typeof transcription.text === 'string' && transcription.text !== '') {
       item.transcript += transcription.text;
-      this.emit('conversation.item.input_audio_transcription.delta', { item_id: item.id, content_index: 0, delta: transcription.text });
+      this.emit('conversation.item.input_audio_transcription.delta', {
+        item_id: item.id,
+        content_index: 0,
+        delta: transcription.text,
+      });
     }
     if (transcription.finished === true) this.finishInputTranscript();
   }
@@ -541,10 +692,22 @@ export class GeminiLiveTranslator {
       const name = typeof fn.name === 'string' ? fn.name : '';
       const args = JSON.stringify(isObject(fn.args) ? fn.args : {});
       this.callNames.set(callId, name);
-      const item: Json = { id: this.id('item'), object: 'realtime.item', type: 'function_call', status: 'in_progress', call_id: callId, name, arguments: '' };
+      const item: Json = {
+        id: this.id('item'),
+        object: 'realtime.item',
+        type: 'function_call',
+        status: 'in_progress',
+        call_id: callId,
+        name,
+        arguments: '',
+      };
       const outputIndex = response.output.length;
       response.output.push(item);
-      this.emit('response.output_item.added', { response_id: response.id, output_index: outputIndex, item: { ...item } });
+      this.emit('response.output_item.added', {
+        response_id: response.id,
+        output_index: outputIndex,
+        item: { ...item },
+      });
       this.emit('conversation.item.added', { previous_item_id: this.lastItemId, item: { ...item } });
       this.lastItemId = item.id as string;
       const at = { response_id: response.id, item_id: item.id, output_index: outputIndex, call_id: callId };
@@ -552,7 +715,11 @@ export class GeminiLiveTranslator {
       this.emit('response.function_call_arguments.done', { ...at, name, arguments: args });
       item.status = 'completed';
       item.arguments = args;
-      this.emit('response.output_item.done', { response_id: response.id, output_index: outputIndex, item: { ...item } });
+      this.emit('response.output_item.done', {
+        response_id: response.id,
+        output_index: outputIndex,
+        item: { ...item },
+      });
       this.emit('conversation.item.done', { previous_item_id: null, item: { ...item } });
     }
     // OpenAI's response ends with its calls; Gemini's turn goes on once the calls are answered.
@@ -567,7 +734,8 @@ export class GeminiLiveTranslator {
     const at = this.at(response, message);
     if (message.kind === 'audio') {
       const tail = response.resampler?.flush();
-      if (tail !== undefined && tail.length > 0) this.emit('response.output_audio.delta', { ...at, delta: tail.toString('base64') });
+      if (tail !== undefined && tail.length > 0)
+        this.emit('response.output_audio.delta', { ...at, delta: tail.toString('base64') });
       this.emit('response.output_audio.done', at);
       this.emit('response.output_audio_transcript.done', { ...at, transcript: message.text });
       this.emit('response.content_part.done', { ...at, part: { type: 'audio', transcript: message.text } });
@@ -578,7 +746,11 @@ export class GeminiLiveTranslator {
       message.item.content = [{ type: 'output_text', text: message.text }];
     }
     message.item.status = status;
-    this.emit('response.output_item.done', { response_id: response.id, output_index: message.outputIndex, item: { ...message.item } });
+    this.emit('response.output_item.done', {
+      response_id: response.id,
+      output_index: message.outputIndex,
+      item: { ...message.item },
+    });
     this.emit('conversation.item.done', { previous_item_id: null, item: { ...message.item } });
   }
 
@@ -592,7 +764,12 @@ export class GeminiLiveTranslator {
     this.emit('response.done', { response: this.describeResponse(response, status, details, this.usage.take()) });
     const deferred = this.deferredCreate;
     this.deferredCreate = undefined;
-    if (deferred !== undefined) this.fromClient({ type: 'response.create', ...(deferred.eventId ? { event_id: deferred.eventId } : {}), response: deferred.params });
+    if (deferred !== undefined)
+      this.fromClient({
+        type: 'response.create',
+        ...(deferred.eventId ? { event_id: deferred.eventId } : {}),
+        response: deferred.params,
+      });
   }
 }
 

@@ -25,7 +25,8 @@ export interface LiveUsage {
   output: Modalities;
 }
 
-const count = (value: unknown) => (typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0);
+const count = (value: unknown) =>
+  typeof value === 'number' && Number.isFinite(value) && value > 0 ? Math.floor(value) : 0;
 
 /** A total split by its details; what the details leave out is text. */
 function byModality(total: number, details: unknown): Modalities {
@@ -45,8 +46,16 @@ function byModality(total: number, details: unknown): Modalities {
   return out;
 }
 
-const add = (a: Modalities, b: Modalities): Modalities => ({ text: a.text + b.text, audio: a.audio + b.audio, image: a.image + b.image });
-const empty = (): LiveUsage => ({ input: { text: 0, audio: 0, image: 0 }, cached: { text: 0, audio: 0, image: 0 }, output: { text: 0, audio: 0, image: 0 } });
+const add = (a: Modalities, b: Modalities): Modalities => ({
+  text: a.text + b.text,
+  audio: a.audio + b.audio,
+  image: a.image + b.image,
+});
+const empty = (): LiveUsage => ({
+  input: { text: 0, audio: 0, image: 0 },
+  cached: { text: 0, audio: 0, image: 0 },
+  output: { text: 0, audio: 0, image: 0 },
+});
 
 /** One `usageMetadata` report, read. */
 export function readLiveUsage(metadata: unknown): LiveUsage {
@@ -56,7 +65,11 @@ export function readLiveUsage(metadata: unknown): LiveUsage {
   const toolUse = byModality(count(m.toolUsePromptTokenCount), m.toolUsePromptTokensDetails);
   const cached = byModality(count(m.cachedContentTokenCount), m.cacheTokensDetails);
   const response = byModality(count(m.responseTokenCount), m.responseTokensDetails);
-  return { input: add(prompt, toolUse), cached, output: { ...response, text: response.text + count(m.thoughtsTokenCount) } };
+  return {
+    input: add(prompt, toolUse),
+    cached,
+    output: { ...response, text: response.text + count(m.thoughtsTokenCount) },
+  };
 }
 
 /** OpenAI's `response.usage` for what was metered. */
@@ -87,7 +100,11 @@ export class LiveUsageMeter {
 
   record(metadata: unknown): void {
     const usage = readLiveUsage(metadata);
-    this.pending = { input: add(this.pending.input, usage.input), cached: add(this.pending.cached, usage.cached), output: add(this.pending.output, usage.output) };
+    this.pending = {
+      input: add(this.pending.input, usage.input),
+      cached: add(this.pending.cached, usage.cached),
+      output: add(this.pending.output, usage.output),
+    };
   }
 
   /** Everything not yet billed, in OpenAI's shape; the meter starts again from zero. */

@@ -1,7 +1,22 @@
 import WebSocket, { type RawData } from 'ws';
 import { GatewayError } from '../../../shared/errors.js';
-import { boundOpening, closeThenTerminate, openRealtimeSocket, pingRealtimeSocket, realtimeSocketDefaults, realtimeSocketUrl, realtimeTransportError, sendUnlessStalled, type RealtimeSocketOptions } from '../realtime-socket.js';
-import type { RealtimeClientEvent, RealtimeOpenContext, RealtimeVendorEvents, RealtimeVendorSession } from '../types.js';
+import {
+  boundOpening,
+  closeThenTerminate,
+  openRealtimeSocket,
+  pingRealtimeSocket,
+  realtimeSocketDefaults,
+  realtimeSocketUrl,
+  realtimeTransportError,
+  sendUnlessStalled,
+  type RealtimeSocketOptions,
+} from '../realtime-socket.js';
+import type {
+  RealtimeClientEvent,
+  RealtimeOpenContext,
+  RealtimeVendorEvents,
+  RealtimeVendorSession,
+} from '../types.js';
 import { geminiApi, GEMINI_API_VERSION } from './api.js';
 import { mapLiveClose } from './live-errors.js';
 import { GeminiLiveTranslator, type LiveTranslatorOptions } from './live-translate.js';
@@ -54,18 +69,30 @@ export interface GeminiLiveOptions extends LiveTranslatorOptions, RealtimeSocket
 /** The largest frame taken from Gemini (its audio chunks are a few kilobytes). */
 const MAX_VENDOR_FRAME_BYTES = 16 * 1024 * 1024;
 
-/** `https://generativelanguage.googleapis.com` → `wss://…/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent`. */
+/**
+ * `https://generativelanguage.googleapis.com` →
+ * `wss://…/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent`.
+ */
 export function geminiLiveUrl(baseUrl: string): string {
-  return realtimeSocketUrl(baseUrl, `/ws/google.ai.generativelanguage.${GEMINI_API_VERSION}.GenerativeService.BidiGenerateContent`).toString();
+  return realtimeSocketUrl(
+    baseUrl,
+    `/ws/google.ai.generativelanguage.${GEMINI_API_VERSION}.GenerativeService.BidiGenerateContent`,
+  ).toString();
 }
 
 const badFrame = () =>
-  new GatewayError(502, 'The upstream vendor sent a frame that is not a Gemini Live message.', { type: 'server_error', code: 'vendor_bad_response', retryable: false });
+  new GatewayError(502, 'The upstream vendor sent a frame that is not a Gemini Live message.', {
+    type: 'server_error',
+    code: 'vendor_bad_response',
+    retryable: false,
+  });
 
 function parseFrame(data: RawData): Record<string, unknown> | undefined {
   try {
     const value: unknown = JSON.parse(Array.isArray(data) ? Buffer.concat(data).toString('utf8') : data.toString());
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+    return typeof value === 'object' && value !== null && !Array.isArray(value)
+      ? (value as Record<string, unknown>)
+      : undefined;
   } catch {
     return undefined;
   }
@@ -76,17 +103,29 @@ function parseFrame(data: RawData): Record<string, unknown> | undefined {
  * `setupComplete` came; rejects with the GatewayError for a refused upgrade, a close, a failure, the deadline or
  * the abort signal. The socket is the caller's from then on (its listeners here are removed).
  */
-function connectLive(ctx: RealtimeOpenContext, setup: Record<string, unknown>, secrets: readonly string[]): Promise<WebSocket> {
+function connectLive(
+  ctx: RealtimeOpenContext,
+  setup: Record<string, unknown>,
+  secrets: readonly string[],
+): Promise<WebSocket> {
   if (ctx.signal.aborted) return Promise.reject(ctx.signal.reason);
   return new Promise((resolve, reject) => {
     let settled = false;
-    const socket = openRealtimeSocket(geminiLiveUrl(ctx.channel.baseUrl), geminiApi.headers(ctx.channel.apiKey), MAX_VENDOR_FRAME_BYTES);
+    const socket = openRealtimeSocket(
+      geminiLiveUrl(ctx.channel.baseUrl),
+      geminiApi.headers(ctx.channel.apiKey),
+      MAX_VENDOR_FRAME_BYTES,
+    );
     const stopBounding = boundOpening(socket, ctx, secrets, mapGeminiError, fail);
 
     function settle() {
       settled = true;
       stopBounding();
-      socket.removeAllListeners('open').removeAllListeners('message').removeAllListeners('close').removeAllListeners('unexpected-response');
+      socket
+        .removeAllListeners('open')
+        .removeAllListeners('message')
+        .removeAllListeners('close')
+        .removeAllListeners('unexpected-response');
       socket.removeAllListeners('error');
     }
     function fail(error: unknown) {
@@ -127,12 +166,25 @@ export async function openGeminiLive(
   const ending = new AbortController();
 
   const translator = new GeminiLiveTranslator(
-    { sessionId: ctx.sessionId, clientModel: ctx.clientModel, upstreamModel: ctx.upstreamModel, maxSessionMs: options.maxSessionMs },
+    {
+      sessionId: ctx.sessionId,
+      clientModel: ctx.clientModel,
+      upstreamModel: ctx.upstreamModel,
+      maxSessionMs: options.maxSessionMs,
+    },
     {
       vendor: (message) => {
         if (ended) return;
         if (!sendUnlessStalled(socket, JSON.stringify(message), settings.maxBufferedBytes)) {
-          endSession(1011, 'vendor not reading', new GatewayError(502, 'The upstream vendor stopped taking the session\'s audio.', { type: 'server_error', code: 'vendor_stalled', retryable: false }));
+          endSession(
+            1011,
+            'vendor not reading',
+            new GatewayError(502, "The upstream vendor stopped taking the session's audio.", {
+              type: 'server_error',
+              code: 'vendor_stalled',
+              retryable: false,
+            }),
+          );
         }
       },
       emit: (event) => {
@@ -156,8 +208,19 @@ export async function openGeminiLive(
   );
 
   socket = await connectLive(ctx, translator.initialSetup(), secrets);
-  const pinger = pingRealtimeSocket(settings.pingIntervalMs, () => socket.ping(), () =>
-    endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering.', { type: 'server_error', code: 'vendor_timeout', retryable: false })),
+  const pinger = pingRealtimeSocket(
+    settings.pingIntervalMs,
+    () => socket.ping(),
+    () =>
+      endSession(
+        1011,
+        'vendor stopped answering',
+        new GatewayError(502, 'The upstream vendor stopped answering.', {
+          type: 'server_error',
+          code: 'vendor_timeout',
+          retryable: false,
+        }),
+      ),
   );
   attach(socket);
 
@@ -184,9 +247,14 @@ export async function openGeminiLive(
     next.on('close', (code, reasonBytes) => {
       if (socket !== next) return;
       const reason = reasonBytes.toString();
-      const error = goAwayLeft !== undefined && (code === 1000 || code === 1001 || code === 1006)
-        ? new GatewayError(503, 'The upstream vendor ended the realtime session (it went away); start a new session.', { type: 'server_error', code: 'vendor_going_away', retryable: true })
-        : mapLiveClose(code, reason, secrets);
+      const error =
+        goAwayLeft !== undefined && (code === 1000 || code === 1001 || code === 1006)
+          ? new GatewayError(
+              503,
+              'The upstream vendor ended the realtime session (it went away); start a new session.',
+              { type: 'server_error', code: 'vendor_going_away', retryable: true },
+            )
+          : mapLiveClose(code, reason, secrets);
       endSession(code, reason, error);
     });
   }
@@ -217,7 +285,8 @@ export async function openGeminiLive(
       translator.dispose();
       socket.removeAllListeners('message');
       socket.on('error', () => {});
-      if (socket.readyState === WebSocket.OPEN) closeThenTerminate(socket, settings.closeGraceMs, 1000, 'session ended');
+      if (socket.readyState === WebSocket.OPEN)
+        closeThenTerminate(socket, settings.closeGraceMs, 1000, 'session ended');
       else socket.terminate();
     },
   };

@@ -1,5 +1,10 @@
 import type { GatewayError } from '../../../shared/errors.js';
-import { inlineVendorError, mapVendorError, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
+import {
+  inlineVendorError,
+  mapVendorError,
+  type UpstreamErrorResponse,
+  type VendorErrorFields,
+} from '../vendor-errors.js';
 
 /** Google's error envelope: `{error: {code, message, status, details}}` (`status` is the RPC status name). */
 export interface GeminiErrorFields {
@@ -43,7 +48,10 @@ export function readRetryDelayMs(details: readonly unknown[]): number | undefine
  * a 401: passed on as a 400 it would blame the client for our configuration.
  */
 function isKeyRejected(fields: GeminiErrorFields): boolean {
-  const reasons = fields.details.filter(isObject).filter((detail) => detail['@type'] === ERROR_INFO).map((detail) => detail.reason);
+  const reasons = fields.details
+    .filter(isObject)
+    .filter((detail) => detail['@type'] === ERROR_INFO)
+    .map((detail) => detail.reason);
   return reasons.includes('API_KEY_INVALID') || /API key (not valid|expired)/i.test(fields.message ?? '');
 }
 
@@ -71,7 +79,8 @@ export function mapGeminiError(response: UpstreamErrorResponse, knownSecrets: re
   const status = fields !== null && isKeyRejected(fields) ? 401 : response.status;
   const retryDelayMs = fields === null ? undefined : readRetryDelayMs(fields.details);
   // Passed as `retry-after-ms`, which wins over a coarser `retry-after` header in the shared mapping.
-  const headers = retryDelayMs === undefined ? response.headers : { ...response.headers, 'retry-after-ms': String(retryDelayMs) };
+  const headers =
+    retryDelayMs === undefined ? response.headers : { ...response.headers, 'retry-after-ms': String(retryDelayMs) };
   // Google's RPC status names are not OpenAI error codes; the shared mapping picks OpenAI's per status.
   const vendor: VendorErrorFields | null =
     fields === null ? null : { message: fields.message, type: fields.status, code: null, param: null };

@@ -19,13 +19,17 @@ import { mapGeminiError, mapGeminiInlineError } from './map-gemini-error.js';
 
 type Json = Record<string, unknown>;
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
-/** The tokens of an embeddings input, as the gateway counts them: texts by the tokenizer, token arrays by their length. */
+/**
+ * The tokens of an embeddings input, as the gateway counts them: texts by the tokenizer, token arrays by their length.
+ */
 export async function countEmbeddingInput(input: EmbeddingRequest['input']): Promise<number> {
   if (typeof input === 'string') return countTextTokensAsync(input);
   let total = 0;
-  for (const item of input as Array<string | number | number[]>) total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;
+  for (const item of input as Array<string | number | number[]>)
+    total += typeof item === 'string' ? await countTextTokensAsync(item) : Array.isArray(item) ? item.length : 1;
   return total;
 }
 
@@ -38,13 +42,22 @@ export function nativeEmbedBody(job: GeminiEmbedJob, upstreamModel: string): str
   const model = geminiModelPath(upstreamModel);
   if (!job.batch) return JSON.stringify(job.gemini.model === undefined ? job.gemini : { ...job.gemini, model });
   const requests = Array.isArray(job.gemini.requests) ? job.gemini.requests : [];
-  return JSON.stringify({ ...job.gemini, requests: requests.map((request) => (isObject(request) ? { ...request, model } : request)) });
+  return JSON.stringify({
+    ...job.gemini,
+    requests: requests.map((request) => (isObject(request) ? { ...request, model } : request)),
+  });
 }
 
-/** `:embedContent` (`{"embedding": …}`) or `:batchEmbedContents` (`{"embeddings": […]}`) at Gemini: its answer as sent. */
+/**
+ * `:embedContent` (`{"embedding": …}`) or `:batchEmbedContents` (`{"embeddings": […]}`) at Gemini: its answer as sent.
+ */
 export async function embedNativeGemini(job: GeminiEmbedJob, ctx: CallContext): Promise<EmbeddingsAnswer> {
   const path = job.batch ? geminiApi.paths.embed(ctx.upstreamModel) : geminiApi.paths.embedOne(ctx.upstreamModel);
-  const { text, json } = await postJson(ctx, vendorRequest(geminiApi, ctx, path, nativeEmbedBody(job, ctx.upstreamModel)), mapGeminiError);
+  const { text, json } = await postJson(
+    ctx,
+    vendorRequest(geminiApi, ctx, path, nativeEmbedBody(job, ctx.upstreamModel)),
+    mapGeminiError,
+  );
   if (json.error != null) throw mapGeminiInlineError(json, [ctx.channel.apiKey]);
   if (job.batch ? !Array.isArray(json.embeddings) : !isObject(json.embedding)) throw malformedResponse();
   const promptTokens = await countEmbeddingInput(job.embedding.input);

@@ -22,7 +22,8 @@ import { SKIP_THOUGHT_SIGNATURE } from './thought-signature.js';
 
 type Json = Record<string, unknown>;
 
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * The conversation with every model turn's function calls signed: a client
@@ -43,7 +44,12 @@ export function withSignedCalls(contents: GeminiRequest['contents']): GeminiRequ
     if (!unsigned(content)) return content;
     const parts = content.parts as unknown[];
     const first = parts.findIndex((part) => isObject(part) && part.functionCall !== undefined);
-    return { ...content, parts: parts.map((part, index) => (index === first ? { ...(part as Json), thoughtSignature: SKIP_THOUGHT_SIGNATURE } : part)) };
+    return {
+      ...content,
+      parts: parts.map((part, index) =>
+        index === first ? { ...(part as Json), thoughtSignature: SKIP_THOUGHT_SIGNATURE } : part,
+      ),
+    };
   });
 }
 
@@ -63,8 +69,11 @@ export function nativeGenerateBody(job: GeminiJob): string {
  */
 export async function* streamNativeGemini(job: GeminiJob, ctx: CallContext): AsyncGenerator<NativeGeminiChunk[]> {
   const body = nativeGenerateBody(job);
-  const sse = await postSse(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body), mapGeminiError, (payload, secrets) =>
-    readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null,
+  const sse = await postSse(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body),
+    mapGeminiError,
+    (payload, secrets) => (readGeminiError(payload) !== null ? mapGeminiInlineError(payload, secrets) : null),
   );
   const secrets = [ctx.channel.apiKey];
   let converter: GeminiStreamConverter | undefined;
@@ -72,7 +81,10 @@ export async function* streamNativeGemini(job: GeminiJob, ctx: CallContext): Asy
     const payload = parsePayload(event.data, secrets);
     if (payload === undefined) return false;
     // The answer's id is Gemini's own: the one the client reads, and the request log keeps.
-    converter ??= new GeminiStreamConverter(ctx.model.id, typeof payload.responseId === 'string' ? payload.responseId : undefined);
+    converter ??= new GeminiStreamConverter(
+      ctx.model.id,
+      typeof payload.responseId === 'string' ? payload.responseId : undefined,
+    );
     const answers: AnswerEvent[] = [];
     converter.convert(payload, answers);
     const usage = payload.usageMetadata === undefined ? undefined : convertGeminiUsage(payload.usageMetadata);
@@ -94,8 +106,14 @@ export async function* streamNativeGemini(job: GeminiJob, ctx: CallContext): Asy
 export async function countNativeGeminiTokens(job: GeminiJob, ctx: CallContext): Promise<string> {
   const { model: _model, ...request } = job.gemini;
   const inner = request.generateContentRequest;
-  const body = isObject(inner) ? { ...request, generateContentRequest: { ...inner, model: geminiModelPath(ctx.upstreamModel) } } : request;
-  const { text, json } = await postJson(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.countTokens(ctx.upstreamModel), JSON.stringify(body)), mapGeminiError);
+  const body = isObject(inner)
+    ? { ...request, generateContentRequest: { ...inner, model: geminiModelPath(ctx.upstreamModel) } }
+    : request;
+  const { text, json } = await postJson(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.countTokens(ctx.upstreamModel), JSON.stringify(body)),
+    mapGeminiError,
+  );
   // No count at all is a count of 0: Google leaves zeros out of its JSON.
   if (json.error != null) throw mapGeminiInlineError(json, [ctx.channel.apiKey]);
   return text;

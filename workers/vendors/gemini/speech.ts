@@ -42,12 +42,20 @@ export const openAIVoicesOnGemini: Readonly<Record<string, string>> = {
 
 /** The `generateContent` body of a speech request. */
 export function buildGeminiSpeechRequest(input: SpeechJob): Record<string, unknown> {
-  if (typeof input.voice !== 'string') throw invalidRequest("Gemini's speech models have no custom voices: name one of their voices.", 'voice', 'unsupported_value');
+  if (typeof input.voice !== 'string')
+    throw invalidRequest(
+      "Gemini's speech models have no custom voices: name one of their voices.",
+      'voice',
+      'unsupported_value',
+    );
   const voiceName = openAIVoicesOnGemini[input.voice] ?? input.voice;
   const text = input.instructions === undefined ? input.input : `${input.instructions.trim()}: ${input.input}`;
   return {
     contents: [{ role: 'user', parts: [{ text }] }],
-    generationConfig: { responseModalities: ['AUDIO'], speechConfig: { voiceConfig: { prebuiltVoiceConfig: { voiceName } } } },
+    generationConfig: {
+      responseModalities: ['AUDIO'],
+      speechConfig: { voiceConfig: { prebuiltVoiceConfig: { voiceName } } },
+    },
   };
 }
 
@@ -66,7 +74,8 @@ function readPcm(part: unknown): PcmPiece | undefined {
   if (inline === undefined) return undefined;
   const mime = typeof inline.mimeType === 'string' ? inline.mimeType.toLowerCase() : '';
   const rate = Number(/rate=(\d{4,6})/.exec(mime)?.[1]);
-  if (!/^audio\/(l16|pcm)\b/.test(mime) || !Number.isInteger(rate) || rate < 8000 || rate > 96_000) throw malformedResponse();
+  if (!/^audio\/(l16|pcm)\b/.test(mime) || !Number.isInteger(rate) || rate < 8000 || rate > 96_000)
+    throw malformedResponse();
   if (typeof inline.data !== 'string' || !base64.test(inline.data)) throw malformedResponse();
   return { pcm: Buffer.from(inline.data, 'base64'), rate };
 }
@@ -74,10 +83,14 @@ function readPcm(part: unknown): PcmPiece | undefined {
 export async function* speakWithGemini(input: SpeechJob, ctx: CallContext): AsyncGenerator<SpeechEvent[]> {
   // Built before the call: a request Gemini cannot be given throws from the first next(), as a vendor 400 would.
   const body = JSON.stringify(buildGeminiSpeechRequest(input));
-  if (input.speed !== undefined && input.speed !== 1) throw invalidRequest("Gemini's speech models speak at one speed: speed must be 1.", 'speed', 'unsupported_value');
+  if (input.speed !== undefined && input.speed !== 1)
+    throw invalidRequest("Gemini's speech models speak at one speed: speed must be 1.", 'speed', 'unsupported_value');
   const secrets = [ctx.channel.apiKey];
-  const sse = await postSse(ctx, vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body), mapGeminiError, (payload, known) =>
-    readGeminiError(payload) !== null ? mapGeminiInlineError(payload, known) : null,
+  const sse = await postSse(
+    ctx,
+    vendorRequest(geminiApi, ctx, geminiApi.paths.stream(ctx.upstreamModel), body),
+    mapGeminiError,
+    (payload, known) => (readGeminiError(payload) !== null ? mapGeminiInlineError(payload, known) : null),
   );
   let usage: { inputTokens: number; outputTokens: number } | undefined;
   let blocked: string | undefined;
@@ -89,7 +102,10 @@ export async function* speakWithGemini(input: SpeechJob, ctx: CallContext): Asyn
     blocked ??= readBlockReason(payload);
     const meta = payload.usageMetadata as { promptTokenCount?: unknown; candidatesTokenCount?: unknown } | undefined;
     if (meta && Number.isSafeInteger(meta.promptTokenCount)) {
-      usage = { inputTokens: meta.promptTokenCount as number, outputTokens: Number.isSafeInteger(meta.candidatesTokenCount) ? (meta.candidatesTokenCount as number) : 0 };
+      usage = {
+        inputTokens: meta.promptTokenCount as number,
+        outputTokens: Number.isSafeInteger(meta.candidatesTokenCount) ? (meta.candidatesTokenCount as number) : 0,
+      };
     }
     const candidates = Array.isArray(payload.candidates) ? payload.candidates : [];
     const parts = (candidates[0] as { content?: { parts?: unknown } } | undefined)?.content?.parts;
@@ -110,7 +126,11 @@ export async function* speakWithGemini(input: SpeechJob, ctx: CallContext): Asyn
     if (audio.length > 0) yield audio;
   }
   if (!formatter) {
-    if (blocked !== undefined) throw new GatewayError(400, `Gemini declined to speak this text (${blocked}).`, { code: 'content_filter', param: 'input' });
+    if (blocked !== undefined)
+      throw new GatewayError(400, `Gemini declined to speak this text (${blocked}).`, {
+        code: 'content_filter',
+        param: 'input',
+      });
     throw malformedResponse();
   }
   const tail = formatter.end();

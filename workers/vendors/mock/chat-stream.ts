@@ -32,11 +32,21 @@ function buildChoiceChunks(choice: ChoicePlan): ChoiceChunk[] {
       const opening: Delta = {
         tool_calls: [{ index: callIndex, id: call.id, type: 'function', function: { name: call.name, arguments: '' } }],
       };
-      const opened: AnswerEvent = { type: 'tool-call', choice: index, index: callIndex, id: call.id, name: call.name, arguments: '' };
+      const opened: AnswerEvent = {
+        type: 'tool-call',
+        choice: index,
+        index: callIndex,
+        id: call.id,
+        name: call.name,
+        arguments: '',
+      };
       if (callIndex === 0) push({ role: 'assistant', content: null, ...opening }, role, opened);
       else push(opening, opened);
       for (const piece of splitIntoPieces(call.arguments)) {
-        push({ tool_calls: [{ index: callIndex, function: { arguments: piece } }] }, { type: 'tool-call', choice: index, index: callIndex, arguments: piece });
+        push(
+          { tool_calls: [{ index: callIndex, function: { arguments: piece } }] },
+          { type: 'tool-call', choice: index, index: callIndex, arguments: piece },
+        );
       }
     });
   } else if (choice.functionCall) {
@@ -53,14 +63,26 @@ function buildChoiceChunks(choice: ChoicePlan): ChoiceChunk[] {
     }
   } else {
     push({ role: 'assistant', content: '' }, role);
-    for (const piece of splitIntoPieces(choice.content ?? '')) push({ content: piece }, { type: 'text', choice: index, text: piece });
+    for (const piece of splitIntoPieces(choice.content ?? ''))
+      push({ content: piece }, { type: 'text', choice: index, text: piece });
   }
-  chunks.push({ index, delta: {}, finishReason: choice.finishReason, events: [{ type: 'finish', choice: index, reason: choice.finishReason }] });
+  chunks.push({
+    index,
+    delta: {},
+    finishReason: choice.finishReason,
+    events: [{ type: 'finish', choice: index, reason: choice.finishReason }],
+  });
   return chunks;
 }
 
 function renderChunks(plan: ChatPlan): RenderedChunk[] {
-  const envelope = { id: plan.id, object: 'chat.completion.chunk', created: plan.created, model: plan.model, system_fingerprint: MOCK_SYSTEM_FINGERPRINT };
+  const envelope = {
+    id: plan.id,
+    object: 'chat.completion.chunk',
+    created: plan.created,
+    model: plan.model,
+    system_fingerprint: MOCK_SYSTEM_FINGERPRINT,
+  };
   return [...interleave(plan.choices.map(buildChoiceChunks))].map((chunk) => {
     const choice = { index: chunk.index, delta: chunk.delta, logprobs: null, finish_reason: chunk.finishReason };
     return { wire: JSON.stringify({ ...envelope, choices: [choice] }), events: chunk.events };
@@ -84,7 +106,10 @@ function renderUsageChunk(plan: ChatPlan): RenderedChunk {
  * A `chat.completion.chunk` stream: one batch of events per chunk. Planning
  * runs on the first `next()`, so a marker error surfaces before any chunk.
  */
-export async function* streamChatCompletion(request: ChatCompletionRequest, ctx: CallContext): AsyncGenerator<AnswerEvent[]> {
+export async function* streamChatCompletion(
+  request: ChatCompletionRequest,
+  ctx: CallContext,
+): AsyncGenerator<AnswerEvent[]> {
   const plan = await planChatCompletion(request, ctx);
   const { batches, tail } = toBatches(startEvent(plan), renderChunks(plan), renderUsageChunk(plan));
   yield* pace(batches, tail, resolveChunkDelayMs(plan.markers.slowMs, ctx), ctx.signal);

@@ -49,7 +49,10 @@ const countCallTokens = (call: PlannedCall) => countTextTokens(call.name) + coun
  * calls while they fit, then the one that does not cut inside its arguments
  * (as a real model's output ends mid-JSON at the limit), and none after it.
  */
-function limitCalls(calls: readonly PlannedCall[], maxTokens: number | null | undefined): { calls: PlannedCall[]; completionTokens: number; cut: boolean } {
+function limitCalls(
+  calls: readonly PlannedCall[],
+  maxTokens: number | null | undefined,
+): { calls: PlannedCall[]; completionTokens: number; cut: boolean } {
   let used = 0;
   const kept: PlannedCall[] = [];
   for (const call of calls) {
@@ -91,7 +94,13 @@ function planChoices(request: ChatCompletionRequest, ctx: CallContext): ChoicePl
   if (tools.kind === 'function_call') {
     const limited = limitCalls([tools.call], maxTokens);
     const call = limited.calls[0] ?? { name: tools.call.name, arguments: '' };
-    return indices.map((index) => ({ index, content: null, functionCall: call, finishReason: limited.cut ? 'length' : 'function_call', completionTokens: limited.completionTokens }));
+    return indices.map((index) => ({
+      index,
+      content: null,
+      functionCall: call,
+      finishReason: limited.cut ? 'length' : 'function_call',
+      completionTokens: limited.completionTokens,
+    }));
   }
   const reply = limitReply(buildChatReplyText(request.messages), { stop: request.stop, maxTokens });
   return indices.map((index) => ({

@@ -49,7 +49,9 @@ async function readPrompts(prompt: CompletionRequest['prompt']): Promise<Prompt[
   if (typeof prompt[0] === 'number') return [decodePrompt(prompt as number[])];
   const prompts: Prompt[] = [];
   for (const item of prompt as Array<string | number[]>) {
-    prompts.push(typeof item === 'string' ? { text: item, tokenCount: await countTextTokensAsync(item) } : decodePrompt(item));
+    prompts.push(
+      typeof item === 'string' ? { text: item, tokenCount: await countTextTokensAsync(item) } : decodePrompt(item),
+    );
   }
   return prompts;
 }
@@ -71,7 +73,12 @@ async function planCompletion(request: CompletionRequest, ctx: CallContext): Pro
     });
     for (let i = 0; i < choiceCount; i++) {
       // OpenAI numbers choices prompt by prompt: prompt p, choice i is index p * n + i.
-      choices.push({ index: promptIndex * choiceCount + i, echo: request.echo ? prompt.text : '', text: reply.text, finishReason: reply.finishReason });
+      choices.push({
+        index: promptIndex * choiceCount + i,
+        echo: request.echo ? prompt.text : '',
+        text: reply.text,
+        finishReason: reply.finishReason,
+      });
       completionTokens += reply.completionTokens;
     }
   });
@@ -81,13 +88,23 @@ async function planCompletion(request: CompletionRequest, ctx: CallContext): Pro
     created: nowInSeconds(),
     model: ctx.upstreamModel,
     choices,
-    usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    usage: {
+      prompt_tokens: promptTokens,
+      completion_tokens: completionTokens,
+      total_tokens: promptTokens + completionTokens,
+    },
     markers,
   };
 }
 
 function envelope(plan: CompletionPlan) {
-  return { id: plan.id, object: 'text_completion', created: plan.created, model: plan.model, system_fingerprint: MOCK_SYSTEM_FINGERPRINT };
+  return {
+    id: plan.id,
+    object: 'text_completion',
+    created: plan.created,
+    model: plan.model,
+    system_fingerprint: MOCK_SYSTEM_FINGERPRINT,
+  };
 }
 
 /**
@@ -113,7 +130,12 @@ export async function createCompletion(request: CompletionRequest, ctx: CallCont
     created: plan.created,
     model: plan.model,
     systemFingerprint: MOCK_SYSTEM_FINGERPRINT,
-    choices: plan.choices.map((choice) => ({ index: choice.index, text: choice.echo + choice.text, toolCalls: [], finishReason: choice.finishReason })),
+    choices: plan.choices.map((choice) => ({
+      index: choice.index,
+      text: choice.echo + choice.text,
+      toolCalls: [],
+      finishReason: choice.finishReason,
+    })),
     usage: plan.usage,
     wire: body,
   };
@@ -125,11 +147,14 @@ interface CompletionChunk {
   finishReason: TextFinishReason | null;
 }
 
-/** The echoed prompt arrives whole, as the model does not generate it; the finish reason rides on a last empty piece. */
+/**
+ * The echoed prompt arrives whole, as the model does not generate it; the finish reason rides on a last empty piece.
+ */
 function buildChoiceChunks(choice: CompletionChoicePlan): CompletionChunk[] {
   const chunks: CompletionChunk[] = [];
   if (choice.echo) chunks.push({ index: choice.index, text: choice.echo, finishReason: null });
-  for (const piece of splitIntoPieces(choice.text)) chunks.push({ index: choice.index, text: piece, finishReason: null });
+  for (const piece of splitIntoPieces(choice.text))
+    chunks.push({ index: choice.index, text: piece, finishReason: null });
   chunks.push({ index: choice.index, text: '', finishReason: choice.finishReason });
   return chunks;
 }

@@ -70,7 +70,11 @@ async function readInputs(input: EmbeddingRequest['input']): Promise<{ tokens: n
   if (typeof input[0] === 'number') return [{ tokens: input as number[], text: undefined }];
   const inputs: { tokens: number[]; text: string | undefined }[] = [];
   for (const item of input as Array<string | number[]>) {
-    inputs.push(typeof item === 'string' ? { tokens: await encodeTextAsync(item), text: item } : { tokens: item, text: undefined });
+    inputs.push(
+      typeof item === 'string'
+        ? { tokens: await encodeTextAsync(item), text: item }
+        : { tokens: item, text: undefined },
+    );
   }
   return inputs;
 }
@@ -101,7 +105,9 @@ export async function createEmbeddings(request: EmbeddingRequest, ctx: CallConte
   const items: string[] = [];
   for (const [index, input] of inputs.entries()) {
     const vector = buildMockEmbedding(input.tokens, dimensions);
-    items.push(JSON.stringify({ object: 'embedding', index, embedding: asBase64 ? encodeBase64(vector) : Array.from(vector) }));
+    items.push(
+      JSON.stringify({ object: 'embedding', index, embedding: asBase64 ? encodeBase64(vector) : Array.from(vector) }),
+    );
     await slice();
     ctx.signal.throwIfAborted();
   }

@@ -43,7 +43,11 @@ export function parseImageSize(size: string | null | undefined): ImageSize {
   const width = Number(match?.[1]);
   const height = Number(match?.[2]);
   if (!match || width < 1 || height < 1 || width > MAX_SIDE || height > MAX_SIDE) {
-    throw invalidRequest(`Invalid size '${size}': use WIDTHxHEIGHT with sides up to ${MAX_SIDE}, or 'auto'.`, 'size', 'invalid_value');
+    throw invalidRequest(
+      `Invalid size '${size}': use WIDTHxHEIGHT with sides up to ${MAX_SIDE}, or 'auto'.`,
+      'size',
+      'invalid_value',
+    );
   }
   return { width, height };
 }
@@ -133,7 +137,14 @@ export async function varyMockImages(input: ImageVariationInput, ctx: MediaConte
   const bytes = await ctx.blobs.get(input.image.key);
   ctx.signal.throwIfAborted();
   return renderImages(
-    { prompt: 'variation', count: input.n ?? 1, size, salt: createHash('sha256').update('variation').update(bytes).digest('hex'), inputImages: 1, quality: undefined },
+    {
+      prompt: 'variation',
+      count: input.n ?? 1,
+      size,
+      salt: createHash('sha256').update('variation').update(bytes).digest('hex'),
+      inputImages: 1,
+      quality: undefined,
+    },
     ctx,
   );
 }

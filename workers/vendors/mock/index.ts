@@ -1,7 +1,7 @@
 /**
  * The built-in offline vendor: deterministic answers for chat, legacy
- * completions, embeddings, moderations, images, transcriptions, translations, speech, videos and Realtime sessions (realtime.ts), so a fresh
- * checkout runs (and is tested) with no keys. Token counts are real
+ * completions, embeddings, moderations, images, transcriptions, translations, speech, videos and Realtime sessions
+ * (realtime.ts), so a fresh checkout runs (and is tested) with no keys. Token counts are real
  * (o200k_base), so billing paths see real numbers.
  *
  * It imitates an OpenAI-compatible vendor: every chunk and body it renders

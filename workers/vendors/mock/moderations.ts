@@ -71,12 +71,22 @@ export async function moderateMock(request: ModerationRequest, ctx: CallContext)
   if (markers.slowMs !== undefined) await sleep(markers.slowMs, ctx.signal);
   const { input } = request;
   const results = isPartList(input)
-    ? [judge(texts, input.flatMap((part) => (part.type === 'image_url' ? [part.image_url.url] : [])), input.some((part) => part.type === 'text'))]
+    ? [
+        judge(
+          texts,
+          input.flatMap((part) => (part.type === 'image_url' ? [part.image_url.url] : [])),
+          input.some((part) => part.type === 'text'),
+        ),
+      ]
     : (typeof input === 'string' ? [input] : input).map((text) => judge([text], [], true));
   let tokens = 0;
   for (const text of texts) tokens += await countTextTokensAsync(text);
   ctx.signal.throwIfAborted();
   // The id is the request's: a retried job answers with the same one.
   const id = `modr-${createHash('sha256').update(`moderation\u0000${ctx.requestId}`).digest('hex').slice(0, 32)}`;
-  return { body: JSON.stringify({ id, model: ctx.upstreamModel, results }), id, usage: { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens } };
+  return {
+    body: JSON.stringify({ id, model: ctx.upstreamModel, results }),
+    id,
+    usage: { prompt_tokens: tokens, completion_tokens: 0, total_tokens: tokens },
+  };
 }

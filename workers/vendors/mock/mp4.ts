@@ -291,7 +291,9 @@ export function buildMp4(options: Mp4Options): Buffer {
     box(
       'moov',
       fullBox(
-        'mvhd', 0, 0,
+        'mvhd',
+        0,
+        0,
         u32(0, 0, MOVIE_TIMESCALE, movieDuration, 0x00010000), // times, timescale, duration, rate 1.0
         u16(0x0100), // volume 1.0
         Buffer.alloc(10), // reserved
@@ -303,7 +305,9 @@ export function buildMp4(options: Mp4Options): Buffer {
         'trak',
         // flags 3: the track is enabled and part of the presentation.
         fullBox(
-          'tkhd', 0, 3,
+          'tkhd',
+          0,
+          3,
           u32(0, 0, 1, 0, movieDuration, 0, 0), // times, track_ID 1, reserved, duration, reserved
           u16(0, 0, 0, 0), // layer, alternate_group, volume, reserved
           IDENTITY_MATRIX,
@@ -318,7 +322,12 @@ export function buildMp4(options: Mp4Options): Buffer {
             'minf',
             fullBox('vmhd', 0, 1, u16(0, 0, 0, 0)),
             box('dinf', fullBox('dref', 0, 0, u32(1), fullBox('url ', 0, 1))),
-            sampleTable(entry, samples.map((sample) => sample.length), keyFrames, chunkOffset),
+            sampleTable(
+              entry,
+              samples.map((sample) => sample.length),
+              keyFrames,
+              chunkOffset,
+            ),
           ),
         ),
       ),

@@ -1,6 +1,12 @@
 import { GatewayError } from '../../../shared/errors.js';
 import { countTextTokens } from '../../../shared/tokens.js';
-import type { RealtimeClientEvent, RealtimeOpenContext, RealtimeServerEvent, RealtimeVendorEvents, RealtimeVendorSession } from '../types.js';
+import type {
+  RealtimeClientEvent,
+  RealtimeOpenContext,
+  RealtimeServerEvent,
+  RealtimeVendorEvents,
+  RealtimeVendorSession,
+} from '../types.js';
 import { buildArguments } from './tool-calls.js';
 import { digest } from './ids.js';
 
@@ -55,17 +61,22 @@ interface ActiveResponse {
   wake?: () => void;
 }
 
-const isRecord = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** One real pcm16 tone (a 440 Hz sine at a quarter of full scale), `ms` long. */
 export function mockTone(ms: number): Buffer {
   const samples = Math.round((sampleRate * ms) / 1000);
   const pcm = Buffer.alloc(samples * 2);
-  for (let i = 0; i < samples; i++) pcm.writeInt16LE(Math.round(8192 * Math.sin((2 * Math.PI * 440 * i) / sampleRate)), i * 2);
+  for (let i = 0; i < samples; i++)
+    pcm.writeInt16LE(Math.round(8192 * Math.sin((2 * Math.PI * 440 * i) / sampleRate)), i * 2);
   return pcm;
 }
 
-export function openMockRealtime(ctx: RealtimeOpenContext, events: RealtimeVendorEvents): Promise<RealtimeVendorSession> {
+export function openMockRealtime(
+  ctx: RealtimeOpenContext,
+  events: RealtimeVendorEvents,
+): Promise<RealtimeVendorSession> {
   if (ctx.signal.aborted) return Promise.reject(ctx.signal.reason ?? new GatewayError(499, 'aborted'));
   const session = new MockRealtimeSession(ctx, events);
   return Promise.resolve(session);
@@ -81,7 +92,13 @@ class MockRealtimeSession implements RealtimeVendorSession {
   /** Audio bytes appended and not yet committed. */
   private buffered = 0;
   private response: ActiveResponse | undefined;
-  private readonly state: SessionState = { output_modalities: ['audio'], instructions: '', tools: [], tool_choice: 'auto', voice: 'marin' };
+  private readonly state: SessionState = {
+    output_modalities: ['audio'],
+    instructions: '',
+    tools: [],
+    tool_choice: 'auto',
+    voice: 'marin',
+  };
   private readonly expiresAt = Math.floor(Date.now() / 1000) + 3600;
   /** Events go out in order, each on a later turn, as frames off a socket do. */
   private outbox: RealtimeServerEvent[] = [];
@@ -131,18 +148,33 @@ class MockRealtimeSession implements RealtimeVendorSession {
       case 'response.create':
         return this.startResponse(event);
       case 'response.cancel':
-        if (!this.response) return this.error('invalid_request_error', 'response_cancel_not_active', 'Cancellation failed: no active response found.', event.event_id);
+        if (!this.response)
+          return this.error(
+            'invalid_request_error',
+            'response_cancel_not_active',
+            'Cancellation failed: no active response found.',
+            event.event_id,
+          );
         this.response.cancelled = true;
         this.response.wake?.();
         return;
       default:
-        return this.error('invalid_request_error', 'invalid_value', `Invalid value: '${String(event.type).slice(0, 100)}'. The mock speaks the GA Realtime client events.`, event.event_id, 'type');
+        return this.error(
+          'invalid_request_error',
+          'invalid_value',
+          `Invalid value: '${String(event.type).slice(0, 100)}'. The mock speaks the GA Realtime client events.`,
+          event.event_id,
+          'type',
+        );
     }
   }
 
   private updateSession(event: RealtimeClientEvent): void {
     const update = isRecord(event.session) ? event.session : {};
-    if (Array.isArray(update.output_modalities) && update.output_modalities.length > 0) this.state.output_modalities = update.output_modalities.filter((m): m is string => m === 'text' || m === 'audio').slice(0, 1);
+    if (Array.isArray(update.output_modalities) && update.output_modalities.length > 0)
+      this.state.output_modalities = update.output_modalities
+        .filter((m): m is string => m === 'text' || m === 'audio')
+        .slice(0, 1);
     if (typeof update.instructions === 'string') this.state.instructions = update.instructions;
     if (Array.isArray(update.tools)) this.state.tools = update.tools.filter(isRecord);
     if (update.tool_choice !== undefined) this.state.tool_choice = update.tool_choice;
@@ -152,11 +184,26 @@ class MockRealtimeSession implements RealtimeVendorSession {
   }
 
   private commitAudio(event: RealtimeClientEvent): void {
-    if (this.buffered === 0) return this.error('invalid_request_error', 'input_audio_buffer_commit_empty', 'Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer only has 0.00ms of audio.', event.event_id);
+    if (this.buffered === 0)
+      return this.error(
+        'invalid_request_error',
+        'input_audio_buffer_commit_empty',
+        'Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, but buffer ' +
+          'only has 0.00ms of audio.',
+        event.event_id,
+      );
     const ms = Math.round((this.buffered / 2 / sampleRate) * 1000);
     this.buffered = 0;
     const previous = this.items.at(-1)?.id ?? null;
-    const item: Item = { id: this.id('item'), type: 'message', object: 'realtime.item', status: 'completed', role: 'user', content: [{ type: 'input_audio' }], audio_ms: ms };
+    const item: Item = {
+      id: this.id('item'),
+      type: 'message',
+      object: 'realtime.item',
+      status: 'completed',
+      role: 'user',
+      content: [{ type: 'input_audio' }],
+      audio_ms: ms,
+    };
     this.remember(item);
     this.emit({ type: 'input_audio_buffer.committed', previous_item_id: previous, item_id: item.id });
     this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: this.wire(item) });
@@ -165,36 +212,83 @@ class MockRealtimeSession implements RealtimeVendorSession {
 
   private createItem(event: RealtimeClientEvent): void {
     const given = isRecord(event.item) ? event.item : undefined;
-    if (!given || typeof given.type !== 'string') return this.error('invalid_request_error', 'missing_required_parameter', "Missing required parameter: 'item'.", event.event_id, 'item');
+    if (!given || typeof given.type !== 'string')
+      return this.error(
+        'invalid_request_error',
+        'missing_required_parameter',
+        "Missing required parameter: 'item'.",
+        event.event_id,
+        'item',
+      );
     const previous = this.items.at(-1)?.id ?? null;
     // `audio_ms` is the mock's own note of committed audio (what usage counts): a client's item cannot bring one.
     const { audio_ms: _notTheClients, ...fields } = given;
-    const item: Item = { ...fields, id: typeof given.id === 'string' && given.id !== '' ? given.id : this.id('item'), type: given.type, object: 'realtime.item', status: 'completed' };
+    const item: Item = {
+      ...fields,
+      id: typeof given.id === 'string' && given.id !== '' ? given.id : this.id('item'),
+      type: given.type,
+      object: 'realtime.item',
+      status: 'completed',
+    };
     this.remember(item);
     this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: this.wire(item) });
     this.emit({ type: 'conversation.item.done', previous_item_id: previous, item: this.wire(item) });
   }
 
   private startResponse(event: RealtimeClientEvent): void {
-    if (this.response) return this.error('invalid_request_error', 'conversation_already_has_active_response', `Conversation already has an active response in progress: ${this.response.id}. Wait until the response is finished before creating a new one.`, event.event_id);
+    if (this.response)
+      return this.error(
+        'invalid_request_error',
+        'conversation_already_has_active_response',
+        `Conversation already has an active response in progress: ${this.response.id}. Wait until the response ` +
+          `is finished before creating a new one.`,
+        event.event_id,
+      );
     const options = isRecord(event.response) ? event.response : {};
-    const modalities = Array.isArray(options.output_modalities) && options.output_modalities.length > 0 ? options.output_modalities.filter((m): m is string => m === 'text' || m === 'audio').slice(0, 1) : this.state.output_modalities;
+    const modalities =
+      Array.isArray(options.output_modalities) && options.output_modalities.length > 0
+        ? options.output_modalities.filter((m): m is string => m === 'text' || m === 'audio').slice(0, 1)
+        : this.state.output_modalities;
     const tools = Array.isArray(options.tools) ? options.tools.filter(isRecord) : this.state.tools;
     const response: ActiveResponse = { id: this.id('resp'), cancelled: false };
     this.response = response;
-    void this.runResponse(response, modalities.length > 0 ? modalities : ['audio'], tools, typeof options.instructions === 'string' ? options.instructions : this.state.instructions).finally(() => {
+    void this.runResponse(
+      response,
+      modalities.length > 0 ? modalities : ['audio'],
+      tools,
+      typeof options.instructions === 'string' ? options.instructions : this.state.instructions,
+    ).finally(() => {
       if (this.response === response) this.response = undefined;
     });
   }
 
-  private async runResponse(response: ActiveResponse, modalities: string[], tools: Json[], instructions: string): Promise<void> {
+  private async runResponse(
+    response: ActiveResponse,
+    modalities: string[],
+    tools: Json[],
+    instructions: string,
+  ): Promise<void> {
     const audio = modalities.includes('audio');
     const lastUser = [...this.items].reverse().find((item) => item.type === 'message' && item.role === 'user');
     const userText = lastUser ? textOf(lastUser) : '';
     const inputUsage = this.inputUsage(instructions);
-    const base = { id: response.id, object: 'realtime.response', conversation_id: this.conversationId, output_modalities: modalities, max_output_tokens: 'inf', audio: { output: { format: { type: 'audio/pcm', rate: sampleRate }, voice: this.state.voice } }, metadata: null };
+    const base = {
+      id: response.id,
+      object: 'realtime.response',
+      conversation_id: this.conversationId,
+      output_modalities: modalities,
+      max_output_tokens: 'inf',
+      audio: { output: { format: { type: 'audio/pcm', rate: sampleRate }, voice: this.state.voice } },
+      metadata: null,
+    };
     this.emit({ type: 'response.created', response: { ...base, status: 'in_progress', output: [] } });
-    this.emit({ type: 'rate_limits.updated', rate_limits: [{ name: 'requests', limit: 5000, remaining: 4999, reset_seconds: 0.012 }, { name: 'tokens', limit: 400_000, remaining: 400_000 - inputUsage.total - 4096, reset_seconds: 0.7 }] });
+    this.emit({
+      type: 'rate_limits.updated',
+      rate_limits: [
+        { name: 'requests', limit: 5000, remaining: 4999, reset_seconds: 0.012 },
+        { name: 'tokens', limit: 400_000, remaining: 400_000 - inputUsage.total - 4096, reset_seconds: 0.7 },
+      ],
+    });
     if (userText.includes('[mock:vendor-close]')) {
       this.closeFromVendor();
       return;
@@ -213,7 +307,15 @@ class MockRealtimeSession implements RealtimeVendorSession {
     let outputAudio = 0;
     if (call) {
       const callId = `call_${digest('call', this.ctx.sessionId, itemId)}`;
-      const started: Item = { id: itemId, type: 'function_call', object: 'realtime.item', status: 'in_progress', call_id: callId, name: call.name, arguments: '' };
+      const started: Item = {
+        id: itemId,
+        type: 'function_call',
+        object: 'realtime.item',
+        status: 'in_progress',
+        call_id: callId,
+        name: call.name,
+        arguments: '',
+      };
       this.emit({ type: 'response.output_item.added', response_id: response.id, output_index: 0, item: started });
       this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: started });
       let written = '';
@@ -224,19 +326,41 @@ class MockRealtimeSession implements RealtimeVendorSession {
       }
       outputText = countTextTokens(written);
       item = { ...started, status: response.cancelled ? 'incomplete' : 'completed', arguments: written };
-      this.emit({ type: 'response.function_call_arguments.done', ...where, call_id: callId, name: call.name, arguments: written });
+      this.emit({
+        type: 'response.function_call_arguments.done',
+        ...where,
+        call_id: callId,
+        name: call.name,
+        arguments: written,
+      });
     } else {
       const reply =
         answered !== undefined
           ? `The function said: ${answered.slice(0, 200)}`
           : lastUser && lastUser.audio_ms !== undefined && userText === ''
             ? `I heard ${String(lastUser.audio_ms)} ms of audio.`
-            : `Mock reply: ${userText.replace(/\[mock:[^\]]*\]/g, '').trim().slice(0, 200) || 'hello'}`;
-      const started: Item = { id: itemId, type: 'message', object: 'realtime.item', status: 'in_progress', role: 'assistant', content: [] };
+            : `Mock reply: ${
+                userText
+                  .replace(/\[mock:[^\]]*\]/g, '')
+                  .trim()
+                  .slice(0, 200) || 'hello'
+              }`;
+      const started: Item = {
+        id: itemId,
+        type: 'message',
+        object: 'realtime.item',
+        status: 'in_progress',
+        role: 'assistant',
+        content: [],
+      };
       this.emit({ type: 'response.output_item.added', response_id: response.id, output_index: 0, item: started });
       this.emit({ type: 'conversation.item.added', previous_item_id: previous, item: started });
       const part = { ...where, content_index: 0 };
-      this.emit({ type: 'response.content_part.added', ...part, part: audio ? { type: 'audio', transcript: '' } : { type: 'text', text: '' } });
+      this.emit({
+        type: 'response.content_part.added',
+        ...part,
+        part: audio ? { type: 'audio', transcript: '' } : { type: 'text', text: '' },
+      });
       const words = reply.split(/(?<= )/);
       let said = '';
       for (const word of words) {
@@ -244,7 +368,12 @@ class MockRealtimeSession implements RealtimeVendorSession {
         said += word;
         if (audio) {
           const pcm = mockTone(msPerWord);
-          for (let at = 0; at < pcm.length; at += deltaBytes) this.emit({ type: 'response.output_audio.delta', ...part, delta: pcm.subarray(at, at + deltaBytes).toString('base64') });
+          for (let at = 0; at < pcm.length; at += deltaBytes)
+            this.emit({
+              type: 'response.output_audio.delta',
+              ...part,
+              delta: pcm.subarray(at, at + deltaBytes).toString('base64'),
+            });
           outputAudio += Math.ceil((msPerWord / 1000) * 20);
           this.emit({ type: 'response.output_audio_transcript.delta', ...part, delta: word });
         } else this.emit({ type: 'response.output_text.delta', ...part, delta: word });
@@ -258,7 +387,11 @@ class MockRealtimeSession implements RealtimeVendorSession {
         this.emit({ type: 'response.output_text.done', ...part, text: said });
         this.emit({ type: 'response.content_part.done', ...part, part: { type: 'text', text: said } });
       }
-      item = { ...started, status: response.cancelled ? 'incomplete' : 'completed', content: [audio ? { type: 'output_audio', transcript: said } : { type: 'output_text', text: said }] };
+      item = {
+        ...started,
+        status: response.cancelled ? 'incomplete' : 'completed',
+        content: [audio ? { type: 'output_audio', transcript: said } : { type: 'output_text', text: said }],
+      };
     }
     if (this.closed) return;
     this.remember(item);
@@ -268,11 +401,26 @@ class MockRealtimeSession implements RealtimeVendorSession {
       total_tokens: inputUsage.total + outputText + outputAudio,
       input_tokens: inputUsage.total,
       output_tokens: outputText + outputAudio,
-      input_token_details: { text_tokens: inputUsage.text, audio_tokens: inputUsage.audio, image_tokens: 0, cached_tokens: 0, cached_tokens_details: { text_tokens: 0, audio_tokens: 0, image_tokens: 0 } },
+      input_token_details: {
+        text_tokens: inputUsage.text,
+        audio_tokens: inputUsage.audio,
+        image_tokens: 0,
+        cached_tokens: 0,
+        cached_tokens_details: { text_tokens: 0, audio_tokens: 0, image_tokens: 0 },
+      },
       output_token_details: { text_tokens: outputText, audio_tokens: outputAudio },
     };
     const status = response.cancelled ? 'cancelled' : 'completed';
-    this.emit({ type: 'response.done', response: { ...base, status, ...(response.cancelled ? { status_details: { type: 'cancelled', reason: 'client_cancelled' } } : {}), output: [item], usage } });
+    this.emit({
+      type: 'response.done',
+      response: {
+        ...base,
+        status,
+        ...(response.cancelled ? { status_details: { type: 'cancelled', reason: 'client_cancelled' } } : {}),
+        output: [item],
+        usage,
+      },
+    });
   }
 
   /** Waits between deltas; false once the response is cancelled or the session closed. */
@@ -295,12 +443,14 @@ class MockRealtimeSession implements RealtimeVendorSession {
    * with the session's length.
    */
   private remember(item: Item): void {
-    const tokens = boundedTokens(textOf(item)) + (typeof item.audio_ms === 'number' ? Math.ceil(item.audio_ms / 100) : 0);
+    const tokens =
+      boundedTokens(textOf(item)) + (typeof item.audio_ms === 'number' ? Math.ceil(item.audio_ms / 100) : 0);
     this.itemTokens.set(item, tokens);
     this.items.push(item);
     this.conversationTokens += tokens;
     const window = this.ctx.model.context_window > 0 ? this.ctx.model.context_window : 16_000;
-    while (this.conversationTokens > window && this.items.length > 1) this.conversationTokens -= this.itemTokens.get(this.items.shift()!) ?? 0;
+    while (this.conversationTokens > window && this.items.length > 1)
+      this.conversationTokens -= this.itemTokens.get(this.items.shift()!) ?? 0;
   }
 
   /** What a response reads: the instructions and every item, text counted, audio at 10 tokens a second. */
@@ -318,17 +468,36 @@ class MockRealtimeSession implements RealtimeVendorSession {
   private closeFromVendor(): void {
     if (this.closed) return;
     // What a socket says when it goes: its remaining frames first, then the close.
-    this.emit({ type: 'error', error: { type: 'server_error', code: 'mock_vendor_closed', message: 'The mock vendor closed the session on purpose.', param: null, event_id: null } });
+    this.emit({
+      type: 'error',
+      error: {
+        type: 'server_error',
+        code: 'mock_vendor_closed',
+        message: 'The mock vendor closed the session on purpose.',
+        param: null,
+        event_id: null,
+      },
+    });
     setImmediate(() => {
       if (this.closed) return;
       this.close();
-      this.events.closed({ code: 1011, reason: 'mock vendor closed', error: new GatewayError(502, 'The vendor closed the Realtime session.', { type: 'server_error', code: 'vendor_closed' }) });
+      this.events.closed({
+        code: 1011,
+        reason: 'mock vendor closed',
+        error: new GatewayError(502, 'The vendor closed the Realtime session.', {
+          type: 'server_error',
+          code: 'vendor_closed',
+        }),
+      });
     });
   }
 
   private error(type: string, code: string, message: string, eventId: unknown, param: string | null = null): void {
     // The client event's id as OpenAI echoes it: a string, else null (a number or an object is not an id).
-    this.emit({ type: 'error', error: { type, code, message, param, event_id: typeof eventId === 'string' ? eventId : null } });
+    this.emit({
+      type: 'error',
+      error: { type, code, message, param, event_id: typeof eventId === 'string' ? eventId : null },
+    });
   }
 
   private get conversationId(): string {
@@ -368,7 +537,10 @@ class MockRealtimeSession implements RealtimeVendorSession {
 
   private emit(event: Json & { type: string }): void {
     if (this.closed) return;
-    this.outbox.push({ ...event, event_id: `event_${digest('event', this.ctx.sessionId, this.counter++)}` } as RealtimeServerEvent);
+    this.outbox.push({
+      ...event,
+      event_id: `event_${digest('event', this.ctx.sessionId, this.counter++)}`,
+    } as RealtimeServerEvent);
     if (this.flushing) return;
     this.flushing = true;
     setImmediate(() => {
@@ -392,7 +564,15 @@ function textOf(item: Item): string {
   if (typeof item.output === 'string') return item.output;
   if (!Array.isArray(item.content)) return '';
   return item.content
-    .map((part: unknown) => (isRecord(part) ? (typeof part.text === 'string' ? part.text : typeof part.transcript === 'string' ? part.transcript : '') : ''))
+    .map((part: unknown) =>
+      isRecord(part)
+        ? typeof part.text === 'string'
+          ? part.text
+          : typeof part.transcript === 'string'
+            ? part.transcript
+            : ''
+        : '',
+    )
     .join(' ')
     .trim();
 }
@@ -402,12 +582,29 @@ function* chunks(text: string, size: number): Generator<string> {
   for (let at = 0; at < text.length; at += size) yield text.slice(at, at + size);
 }
 
-/** The chat mock's rule: a function tool the user text names, with "call" said; or the one `tool_choice` names or requires. */
-function planCall(tools: readonly Json[], choice: unknown, userText: string): { name: string; arguments: string } | undefined {
-  const functions: FunctionTool[] = tools.filter((tool) => tool.type === 'function' && typeof tool.name === 'string').map((tool) => ({ name: tool.name as string, ...(isRecord(tool.parameters) ? { parameters: tool.parameters } : {}) }));
+/**
+ * The chat mock's rule: a function tool the user text names, with "call" said; or the one `tool_choice` names or
+ * requires.
+ */
+function planCall(
+  tools: readonly Json[],
+  choice: unknown,
+  userText: string,
+): { name: string; arguments: string } | undefined {
+  const functions: FunctionTool[] = tools
+    .filter((tool) => tool.type === 'function' && typeof tool.name === 'string')
+    .map((tool) => ({
+      name: tool.name as string,
+      ...(isRecord(tool.parameters) ? { parameters: tool.parameters } : {}),
+    }));
   if (functions.length === 0 || choice === 'none') return undefined;
-  const named = isRecord(choice) && typeof choice.name === 'string' ? functions.find((fn) => fn.name === choice.name) : undefined;
-  const mentioned = /\bcall\b/i.test(userText) ? functions.find((fn) => new RegExp(`(^|[^\\w-])${fn.name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}($|[^\\w-])`, 'i').test(userText)) : undefined;
+  const named =
+    isRecord(choice) && typeof choice.name === 'string' ? functions.find((fn) => fn.name === choice.name) : undefined;
+  const mentioned = /\bcall\b/i.test(userText)
+    ? functions.find((fn) =>
+        new RegExp(`(^|[^\\w-])${fn.name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}($|[^\\w-])`, 'i').test(userText),
+      )
+    : undefined;
   const fn = named ?? mentioned ?? (choice === 'required' ? functions[0] : undefined);
   return fn ? { name: fn.name, arguments: buildArguments(fn.parameters) } : undefined;
 }

@@ -77,7 +77,11 @@ export function limitReply(
   if (maxTokens != null) {
     const tokens = encodeText(candidate);
     if (tokens.length > maxTokens) {
-      return { text: decodeWholeCharacters(tokens.slice(0, maxTokens)), finishReason: 'length', completionTokens: maxTokens };
+      return {
+        text: decodeWholeCharacters(tokens.slice(0, maxTokens)),
+        finishReason: 'length',
+        completionTokens: maxTokens,
+      };
     }
     return { text: candidate, finishReason: 'stop', completionTokens: tokens.length };
   }

@@ -49,7 +49,10 @@ export function planMockSpeech(input: SpeechJob): MockSpeechPlan {
   const speed = input.speed ?? 1;
   const words = input.input.split(/\s+/).filter((word) => word !== '');
   const characters = speechCharacters(input.input);
-  const samples = Math.max(Math.round(MOCK_SPEECH_SAMPLE_RATE / 4), Math.round((characters * MOCK_SECONDS_PER_CHARACTER * MOCK_SPEECH_SAMPLE_RATE) / speed));
+  const samples = Math.max(
+    Math.round(MOCK_SPEECH_SAMPLE_RATE / 4),
+    Math.round((characters * MOCK_SECONDS_PER_CHARACTER * MOCK_SPEECH_SAMPLE_RATE) / speed),
+  );
   const voice = typeof input.voice === 'string' ? input.voice : input.voice.id;
   const weights = words.map((word) => speechCharacters(word) + 1);
   const total = weights.reduce((sum, weight) => sum + weight, 0) || 1;
@@ -57,7 +60,9 @@ export function planMockSpeech(input: SpeechJob): MockSpeechPlan {
   let start = 0;
   for (const [index, word] of words.entries()) {
     const length = index === words.length - 1 ? samples - start : Math.floor((samples * weights[index]!) / total);
-    const digest = createHash('sha256').update(`${voice}\u0000${input.instructions ?? ''}\u0000${word}`).digest();
+    const digest = createHash('sha256')
+      .update(`${voice}\u0000${input.instructions ?? ''}\u0000${word}`)
+      .digest();
     tones.push({ start, length, hertz: 180 + (digest.readUInt16BE(0) % 360) });
     start += length;
   }
@@ -75,7 +80,9 @@ export function renderMockSpeech(plan: MockSpeechPlan, from: number, to: number)
     for (let n = first; n < last; n++) {
       const t = n - tone.start;
       const envelope = Math.min(1, t / fade, (voiced - t) / fade);
-      const value = Math.round(amplitude * envelope * Math.sin((2 * Math.PI * tone.hertz * t) / MOCK_SPEECH_SAMPLE_RATE));
+      const value = Math.round(
+        amplitude * envelope * Math.sin((2 * Math.PI * tone.hertz * t) / MOCK_SPEECH_SAMPLE_RATE),
+      );
       pcm.writeInt16LE(value, (n - from) * 2);
     }
   }
@@ -99,7 +106,8 @@ export async function* speakMock(input: SpeechJob, ctx: CallContext): AsyncGener
     if (batch.length > 0) yield batch;
   }
   const seconds = plan.samples / MOCK_SPEECH_SAMPLE_RATE;
-  const inputTokens = countTextTokens(input.input) + (input.instructions === undefined ? 0 : countTextTokens(input.instructions));
+  const inputTokens =
+    countTextTokens(input.input) + (input.instructions === undefined ? 0 : countTextTokens(input.instructions));
   const tail = formatter.end();
   yield [
     ...(tail.length > 0 ? [{ type: 'audio' as const, bytes: tail }] : []),

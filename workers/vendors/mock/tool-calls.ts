@@ -9,9 +9,7 @@ export interface PlannedCall {
 
 /** What the mock model decides to do with the turn. */
 export type ToolPlan =
-  | { kind: 'text' }
-  | { kind: 'tool_calls'; calls: PlannedCall[] }
-  | { kind: 'function_call'; call: PlannedCall };
+  { kind: 'text' } | { kind: 'tool_calls'; calls: PlannedCall[] } | { kind: 'function_call'; call: PlannedCall };
 
 interface FunctionSpec {
   name: string;
@@ -19,7 +17,8 @@ interface FunctionSpec {
 }
 
 type JsonObject = Record<string, unknown>;
-const isRecord = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is JsonObject =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** Deep schemas are cut off here; the point is a plausible object, not a schema validator. */
 const MAX_SCHEMA_DEPTH = 6;
@@ -29,7 +28,8 @@ function sampleValue(schema: unknown, depth: number): unknown {
   if ('const' in schema) return schema.const;
   if (Array.isArray(schema.enum) && schema.enum.length > 0) return schema.enum[0];
   const branches = schema.anyOf ?? schema.oneOf;
-  if (schema.type === undefined && Array.isArray(branches) && branches.length > 0) return sampleValue(branches[0], depth);
+  if (schema.type === undefined && Array.isArray(branches) && branches.length > 0)
+    return sampleValue(branches[0], depth);
   const type = Array.isArray(schema.type) ? (schema.type.find((t) => t !== 'null') ?? 'null') : schema.type;
   switch (type) {
     case 'string':

@@ -20,8 +20,18 @@ const BYTES_PER_SECOND = 16_000;
 const WORDS_PER_SEGMENT = 4;
 
 const LANGUAGE_NAMES: Record<string, string> = {
-  en: 'english', fr: 'french', de: 'german', es: 'spanish', it: 'italian', pt: 'portuguese',
-  nl: 'dutch', ru: 'russian', ja: 'japanese', zh: 'chinese', ko: 'korean', pl: 'polish',
+  en: 'english',
+  fr: 'french',
+  de: 'german',
+  es: 'spanish',
+  it: 'italian',
+  pt: 'portuguese',
+  nl: 'dutch',
+  ru: 'russian',
+  ja: 'japanese',
+  zh: 'chinese',
+  ko: 'korean',
+  pl: 'polish',
 };
 
 interface TimedWord {
@@ -143,7 +153,11 @@ function renderVerboseJson(transcript: MockTranscript, input: TranscriptionInput
 const PLAIN_TEXT = 'text/plain; charset=utf-8';
 
 /** Renders the transcript in the format asked for, as OpenAI's transcription (or translation) endpoint would. */
-export function renderMockTranscript(transcript: MockTranscript, input: TranscriptionInput, task: Task = 'transcribe'): TranscriptionResult {
+export function renderMockTranscript(
+  transcript: MockTranscript,
+  input: TranscriptionInput,
+  task: Task = 'transcribe',
+): TranscriptionResult {
   switch (input.response_format) {
     case 'json':
       return {

@@ -45,12 +45,20 @@ export function resolveVideoShape(input: VideoInput, ctx: MediaContext): VideoSh
   const height = Number(match?.[2]);
   // H.264 in 4:2:0 crops in 2-pixel steps, so odd sides cannot be encoded exactly.
   if (!match || width < 16 || height < 16 || width > MAX_SIDE || height > MAX_SIDE || width % 2 || height % 2) {
-    throw invalidRequest(`Invalid size '${size}': use WIDTHxHEIGHT with even sides from 16 to ${MAX_SIDE}.`, 'size', 'invalid_value');
+    throw invalidRequest(
+      `Invalid size '${size}': use WIDTHxHEIGHT with even sides from 16 to ${MAX_SIDE}.`,
+      'size',
+      'invalid_value',
+    );
   }
   const secondsText = input.seconds || FALLBACK_SECONDS;
   const seconds = Number(secondsText);
   if (!Number.isFinite(seconds) || seconds <= 0 || seconds > MAX_SECONDS) {
-    throw invalidRequest(`Invalid seconds '${secondsText}': use a length from 1 to ${MAX_SECONDS}.`, 'seconds', 'invalid_value');
+    throw invalidRequest(
+      `Invalid seconds '${secondsText}': use a length from 1 to ${MAX_SECONDS}.`,
+      'seconds',
+      'invalid_value',
+    );
   }
   return { width, height, seconds };
 }
@@ -64,7 +72,13 @@ function renderFailed(): GatewayError {
 }
 
 /** Reports progress from the checkpointed start until the render time has passed; a cancel ends it at once. */
-async function render(startedAt: number, renderMs: number, fails: boolean, ctx: MediaContext, reportedAlready = -1): Promise<void> {
+async function render(
+  startedAt: number,
+  renderMs: number,
+  fails: boolean,
+  ctx: MediaContext,
+  reportedAlready = -1,
+): Promise<void> {
   const stepMs = Math.max(1, renderMs / PROGRESS_STEPS);
   let reported = reportedAlready;
   for (;;) {

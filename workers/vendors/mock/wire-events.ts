@@ -12,7 +12,13 @@ export interface RenderedChunk {
 }
 
 export function startEvent(plan: { id: string; created: number; model: string }): StartEvent {
-  return { type: 'start', id: plan.id, created: plan.created, model: plan.model, systemFingerprint: MOCK_SYSTEM_FINGERPRINT };
+  return {
+    type: 'start',
+    id: plan.id,
+    created: plan.created,
+    model: plan.model,
+    systemFingerprint: MOCK_SYSTEM_FINGERPRINT,
+  };
 }
 
 function carry(chunk: RenderedChunk): AnswerEvent[] {
@@ -26,7 +32,11 @@ function carry(chunk: RenderedChunk): AnswerEvent[] {
  * With no other chunk (a completion of no prompts) it opens the usage batch
  * without the chunk: the usage event keeps it, sent only to clients that asked.
  */
-export function toBatches(start: StartEvent, chunks: readonly RenderedChunk[], tail: RenderedChunk): { batches: AnswerEvent[][]; tail: AnswerEvent[] } {
+export function toBatches(
+  start: StartEvent,
+  chunks: readonly RenderedChunk[],
+  tail: RenderedChunk,
+): { batches: AnswerEvent[][]; tail: AnswerEvent[] } {
   const [first, ...rest] = chunks;
   if (first === undefined) return { batches: [], tail: [start, ...carry(tail)] };
   const batches = [carry({ wire: first.wire, events: [start, ...first.events] }), ...rest.map(carry)];

@@ -27,7 +27,10 @@ function applyQuirks(body: Record<string, unknown>, ctx: CallContext): Record<st
     }
   }
   if (dropped.length > 0) {
-    ctx.log.warn({ reqId: ctx.requestId, vendor: ctx.channel.vendor, dropped }, 'vendor does not take these parameters; dropped them');
+    ctx.log.warn(
+      { reqId: ctx.requestId, vendor: ctx.channel.vendor, dropped },
+      'vendor does not take these parameters; dropped them',
+    );
   }
   return body;
 }
@@ -43,7 +46,11 @@ export type TextApi = 'chat' | 'completions';
  * or embeddings call, is sent none. Dropped before the quirks: it is not the
  * client's parameter refused.
  */
-function setServiceTier(body: Record<string, unknown>, ctx: CallContext, api: TextApi | 'embeddings'): Record<string, unknown> {
+function setServiceTier(
+  body: Record<string, unknown>,
+  ctx: CallContext,
+  api: TextApi | 'embeddings',
+): Record<string, unknown> {
   delete body.service_tier;
   if (api === 'chat' && ctx.serviceTier !== undefined) body.service_tier = ctx.serviceTier;
   return body;

@@ -6,7 +6,11 @@ import { mapOpenAIError, mapOpenAIInlineError } from './map-openai-error.js';
 import { readOpenAIAnswerChoice, readOpenAIUsage } from './read-openai-answer.js';
 
 /** Posts a non-stream call and reads its JSON answer; a 200 that carries an error is that error. */
-async function callOpenAI(path: string, body: string, ctx: CallContext): Promise<{ text: string; fields: Record<string, unknown> }> {
+async function callOpenAI(
+  path: string,
+  body: string,
+  ctx: CallContext,
+): Promise<{ text: string; fields: Record<string, unknown> }> {
   const { text, json: fields } = await postJson(ctx, vendorRequest(openaiApi, ctx, path, body), mapOpenAIError);
   // Some compatible vendors (proxies, routers) report failures as a 200 with an error body.
   if (fields.error != null && fields.choices === undefined && fields.data === undefined) {

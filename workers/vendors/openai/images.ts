@@ -3,7 +3,11 @@ import { postJson, vendorRequest } from '../http.js';
 import type { ImageGenerationInput, ImageResult, MediaContext } from '../types.js';
 import type { ImageEditInput, ImageVariationInput } from '../../../shared/schemas/media-inputs.js';
 import { openaiApi } from './api.js';
-import { buildOpenAIImageEditForm, buildOpenAIImageGenerationBody, buildOpenAIImageVariationForm } from './build-openai-image-request.js';
+import {
+  buildOpenAIImageEditForm,
+  buildOpenAIImageGenerationBody,
+  buildOpenAIImageVariationForm,
+} from './build-openai-image-request.js';
 import { mapOpenAIImageError } from './map-openai-image-error.js';
 import { readOpenAIImages } from './read-openai-images.js';
 

@@ -21,9 +21,12 @@ export { mapOpenAIError, scrubSecrets } from './map-openai-error.js';
  */
 export const openaiAdapter: VendorAdapter = {
   chat: (request, ctx) => createOpenAIAnswer(openaiApi.paths.chat, buildOpenAIBody(request, ctx, 'chat'), ctx),
-  streamChat: (request, ctx) => streamOpenAIEvents(openaiApi.paths.chat, buildOpenAIStreamBody(request, ctx, 'chat'), ctx),
-  complete: (request, ctx) => createOpenAIAnswer(openaiApi.paths.completions, buildOpenAIBody(request, ctx, 'completions'), ctx),
-  streamCompletion: (request, ctx) => streamOpenAIEvents(openaiApi.paths.completions, buildOpenAIStreamBody(request, ctx, 'completions'), ctx),
+  streamChat: (request, ctx) =>
+    streamOpenAIEvents(openaiApi.paths.chat, buildOpenAIStreamBody(request, ctx, 'chat'), ctx),
+  complete: (request, ctx) =>
+    createOpenAIAnswer(openaiApi.paths.completions, buildOpenAIBody(request, ctx, 'completions'), ctx),
+  streamCompletion: (request, ctx) =>
+    streamOpenAIEvents(openaiApi.paths.completions, buildOpenAIStreamBody(request, ctx, 'completions'), ctx),
   embed: (request, ctx) => createOpenAIEmbeddings(buildOpenAIEmbeddingBody(request, ctx), ctx),
   generateImages: generateOpenAIImages,
   editImages: editOpenAIImages,

@@ -38,7 +38,9 @@ function parseVendorError(bodyText: string): VendorErrorFields | null {
   }
 }
 
-/** Maps a non-2xx answer of an OpenAI-compatible vendor; `insufficient_quota` is the operator's problem, never retried. */
+/**
+ * Maps a non-2xx answer of an OpenAI-compatible vendor; `insufficient_quota` is the operator's problem, never retried.
+ */
 export function mapOpenAIError(response: UpstreamErrorResponse, knownSecrets: readonly string[] = []): GatewayError {
   const vendor = parseVendorError(response.bodyText);
   const quota = vendor?.code === 'insufficient_quota' || vendor?.type === 'insufficient_quota';

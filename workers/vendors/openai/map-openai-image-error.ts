@@ -1,5 +1,10 @@
 import { GatewayError } from '../../../shared/errors.js';
-import { parseRetryAfterMs, scrubSecrets, type UpstreamErrorResponse, type VendorErrorFields } from '../vendor-errors.js';
+import {
+  parseRetryAfterMs,
+  scrubSecrets,
+  type UpstreamErrorResponse,
+  type VendorErrorFields,
+} from '../vendor-errors.js';
 import { mapOpenAIError, readVendorError } from './map-openai-error.js';
 
 /**
@@ -35,8 +40,14 @@ function isContentPolicyRefusal(vendor: VendorErrorFields | null): vendor is Ven
  * The vendor's reason is the client's to read (it describes the client's
  * prompt or image), so it is passed on, scrubbed; never retried.
  */
-function contentPolicyViolation(vendor: VendorErrorFields, knownSecrets: readonly string[], cause: unknown): GatewayError {
-  const reason = vendor.message ? scrubSecrets(vendor.message, knownSecrets) : 'The request was rejected by the safety system.';
+function contentPolicyViolation(
+  vendor: VendorErrorFields,
+  knownSecrets: readonly string[],
+  cause: unknown,
+): GatewayError {
+  const reason = vendor.message
+    ? scrubSecrets(vendor.message, knownSecrets)
+    : 'The request was rejected by the safety system.';
   return new GatewayError(400, reason, {
     type: 'invalid_request_error',
     code: 'content_policy_violation',
@@ -62,10 +73,18 @@ const STATUS_DECIDES = new Set([401, 402, 403, 408, 429]);
  * failed generations get the image-specific errors; everything else the
  * usual OpenAI mapping (429 retryable, insufficient quota, auth…).
  */
-export function mapOpenAIImageError(response: UpstreamErrorResponse, knownSecrets: readonly string[] = []): GatewayError {
+export function mapOpenAIImageError(
+  response: UpstreamErrorResponse,
+  knownSecrets: readonly string[] = [],
+): GatewayError {
   const vendor = parseVendorError(response.bodyText);
   const cause = { status: response.status, body: scrubSecrets(response.bodyText.slice(0, 2000), knownSecrets) };
-  if (response.status >= 400 && response.status < 500 && !STATUS_DECIDES.has(response.status) && isContentPolicyRefusal(vendor)) {
+  if (
+    response.status >= 400 &&
+    response.status < 500 &&
+    !STATUS_DECIDES.has(response.status) &&
+    isContentPolicyRefusal(vendor)
+  ) {
     return contentPolicyViolation(vendor, knownSecrets, cause);
   }
   if (response.status >= 500) return imageGenerationFailed(cause, parseRetryAfterMs(response.headers));

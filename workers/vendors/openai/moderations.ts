@@ -10,7 +10,8 @@ import { mapOpenAIError, mapOpenAIInlineError } from './map-openai-error.js';
  * category objects). OpenAI reports no usage for a moderation: the worker counts the texts for the log.
  */
 
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isRecord = (value: unknown): value is Record<string, unknown> =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** The body OpenAI is sent: the model it knows, and the input as the job holds it (the spec's fields alone). */
 export function buildOpenAIModerationBody(request: ModerationRequest, ctx: CallContext): string {
@@ -18,7 +19,11 @@ export function buildOpenAIModerationBody(request: ModerationRequest, ctx: CallC
 }
 
 export async function moderateWithOpenAI(request: ModerationRequest, ctx: CallContext): Promise<ModerationAnswer> {
-  const { text, json } = await postJson(ctx, vendorRequest(openaiApi, ctx, openaiApi.paths.moderations, buildOpenAIModerationBody(request, ctx)), mapOpenAIError);
+  const { text, json } = await postJson(
+    ctx,
+    vendorRequest(openaiApi, ctx, openaiApi.paths.moderations, buildOpenAIModerationBody(request, ctx)),
+    mapOpenAIError,
+  );
   // Some compatible vendors (proxies, routers) report failures as a 200 with an error body.
   if (json.error != null && json.results === undefined) throw mapOpenAIInlineError(json, [ctx.channel.apiKey]);
   const { id, results } = json;
@@ -26,7 +31,13 @@ export async function moderateWithOpenAI(request: ModerationRequest, ctx: CallCo
     typeof id === 'string' &&
     Array.isArray(results) &&
     results.length === moderationResultCount(request.input) &&
-    results.every((result) => isRecord(result) && typeof result.flagged === 'boolean' && isRecord(result.categories) && isRecord(result.category_scores));
+    results.every(
+      (result) =>
+        isRecord(result) &&
+        typeof result.flagged === 'boolean' &&
+        isRecord(result.categories) &&
+        isRecord(result.category_scores),
+    );
   if (!wellFormed) throw malformedResponse();
   return { body: text, id };
 }

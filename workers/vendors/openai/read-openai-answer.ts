@@ -37,7 +37,8 @@ export function readFinishReason(value: unknown): FinishReason {
 }
 
 type Fields = Record<string, unknown>;
-const isObject = (value: unknown): value is Fields => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Fields =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 const text = (value: unknown): string | undefined => (typeof value === 'string' ? value : undefined);
 
 /**
@@ -74,7 +75,13 @@ export function readOpenAIChoice(value: unknown, out: AnswerEvent[]): boolean {
     }
     if (isObject(delta.function_call)) {
       const name = text(delta.function_call.name);
-      out.push({ type: 'tool-call', choice, index: 0, ...(name !== undefined ? { name } : {}), arguments: text(delta.function_call.arguments) ?? '' });
+      out.push({
+        type: 'tool-call',
+        choice,
+        index: 0,
+        ...(name !== undefined ? { name } : {}),
+        arguments: text(delta.function_call.arguments) ?? '',
+      });
     }
   }
   if (value.finish_reason == null) return false;
@@ -93,11 +100,19 @@ export function readOpenAIAnswerChoice(value: unknown, position: number): Answer
   if (Array.isArray(message.tool_calls)) {
     for (const call of message.tool_calls) {
       if (!isObject(call) || !isObject(call.function)) continue;
-      toolCalls.push({ id: text(call.id) ?? '', name: text(call.function.name) ?? '', arguments: text(call.function.arguments) ?? '' });
+      toolCalls.push({
+        id: text(call.id) ?? '',
+        name: text(call.function.name) ?? '',
+        arguments: text(call.function.arguments) ?? '',
+      });
     }
   }
   if (isObject(message.function_call)) {
-    toolCalls.push({ id: '', name: text(message.function_call.name) ?? '', arguments: text(message.function_call.arguments) ?? '' });
+    toolCalls.push({
+      id: '',
+      name: text(message.function_call.name) ?? '',
+      arguments: text(message.function_call.arguments) ?? '',
+    });
   }
   return { index, text: text(message.content) ?? null, toolCalls, finishReason };
 }

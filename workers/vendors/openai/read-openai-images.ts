@@ -4,10 +4,16 @@ import { imageGenerationFailed, mapOpenAIImageInlineError } from './map-openai-i
 /** Top-level fields GPT image models add to `ImagesResponse`; the gateway hands them to the client. */
 const EXTRA_FIELDS = ['background', 'output_format', 'size', 'quality'] as const;
 
-const CONTENT_TYPES: Record<string, string> = { png: 'image/png', jpeg: 'image/jpeg', jpg: 'image/jpeg', webp: 'image/webp' };
+const CONTENT_TYPES: Record<string, string> = {
+  png: 'image/png',
+  jpeg: 'image/jpeg',
+  jpg: 'image/jpeg',
+  webp: 'image/webp',
+};
 
 type Json = Record<string, unknown>;
-const isObject = (value: unknown): value is Json => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Json =>
+  typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /**
  * One `data[]` item: `b64_json` becomes bytes, a `url` stays a URL for the

@@ -7,7 +7,18 @@ import type {
   RealtimeVendorEvents,
   RealtimeVendorSession,
 } from '../types.js';
-import { boundOpening, closeThenTerminate, openRealtimeSocket, pingRealtimeSocket, realtimeSocketDefaults, realtimeSocketUrl, realtimeTransportError, sendUnlessStalled, type RealtimePinger, type RealtimeSocketOptions } from '../realtime-socket.js';
+import {
+  boundOpening,
+  closeThenTerminate,
+  openRealtimeSocket,
+  pingRealtimeSocket,
+  realtimeSocketDefaults,
+  realtimeSocketUrl,
+  realtimeTransportError,
+  sendUnlessStalled,
+  type RealtimePinger,
+  type RealtimeSocketOptions,
+} from '../realtime-socket.js';
 import { openaiApi } from './api.js';
 import { mapOpenAIError, readVendorError, scrubSecrets } from './map-openai-error.js';
 
@@ -50,7 +61,14 @@ function vendorClosedError(code: number, reason: string, secrets: readonly strin
 function mapOpeningErrorEvent(event: RealtimeServerEvent, secrets: readonly string[]): GatewayError {
   const fields = readVendorError(event);
   const code = fields?.code ?? '';
-  const status = code === 'invalid_api_key' ? 401 : code === 'rate_limit_exceeded' || code === 'session_limit_reached' ? 429 : code === 'model_not_found' ? 404 : 400;
+  const status =
+    code === 'invalid_api_key'
+      ? 401
+      : code === 'rate_limit_exceeded' || code === 'session_limit_reached'
+        ? 429
+        : code === 'model_not_found'
+          ? 404
+          : 400;
   return mapOpenAIError({ status, headers: {}, bodyText: JSON.stringify({ error: fields }) }, secrets);
 }
 
@@ -82,7 +100,11 @@ export function openOpenAIRealtime(
     let pinger: RealtimePinger | undefined;
     let graceTimer: NodeJS.Timeout | undefined;
 
-    const socket = openRealtimeSocket(openAIRealtimeUrl(ctx.channel.baseUrl, ctx.upstreamModel), openaiApi.headers(ctx.channel.apiKey), MAX_VENDOR_FRAME_BYTES);
+    const socket = openRealtimeSocket(
+      openAIRealtimeUrl(ctx.channel.baseUrl, ctx.upstreamModel),
+      openaiApi.headers(ctx.channel.apiKey),
+      MAX_VENDOR_FRAME_BYTES,
+    );
     const stopBounding = boundOpening(socket, ctx, secrets, mapOpenAIError, failOpening);
 
     function stopOpening() {
@@ -118,12 +140,14 @@ export function openOpenAIRealtime(
       clearTimeout(graceTimer);
       const reason = reasonBytes.toString();
       if (opening) {
-        failOpening(new GatewayError(502, 'The upstream vendor closed the realtime session before it opened.', {
-          type: 'server_error',
-          code: 'vendor_error',
-          retryable: true,
-          cause: { code, reason: scrubSecrets(reason, secrets) },
-        }));
+        failOpening(
+          new GatewayError(502, 'The upstream vendor closed the realtime session before it opened.', {
+            type: 'server_error',
+            code: 'vendor_error',
+            retryable: true,
+            cause: { code, reason: scrubSecrets(reason, secrets) },
+          }),
+        );
         return;
       }
       if (code === 1000 || code === 1001) endSession(code, reason);
@@ -136,7 +160,11 @@ export function openOpenAIRealtime(
       const event = isBinary ? undefined : parseFrame(data);
       if (!opening) {
         if (event) events.event(event);
-        else ctx.log.warn({ sessionId: ctx.sessionId }, 'upstream vendor sent a realtime frame that is not an event; dropped');
+        else
+          ctx.log.warn(
+            { sessionId: ctx.sessionId },
+            'upstream vendor sent a realtime frame that is not an event; dropped',
+          );
         return;
       }
       if (event?.type === 'session.created') {
@@ -147,21 +175,30 @@ export function openOpenAIRealtime(
       } else if (event?.type === 'error') {
         failOpening(mapOpeningErrorEvent(event, secrets));
       } else {
-        failOpening(new GatewayError(502, 'The upstream vendor did not start the realtime session with session.created.', {
-          type: 'server_error',
-          code: 'vendor_bad_response',
-          retryable: true,
-        }));
+        failOpening(
+          new GatewayError(502, 'The upstream vendor did not start the realtime session with session.created.', {
+            type: 'server_error',
+            code: 'vendor_bad_response',
+            retryable: true,
+          }),
+        );
       }
     });
 
     function startPinging() {
-      pinger = pingRealtimeSocket(settings.pingIntervalMs, () => socket.ping(), () =>
-        endSession(1011, 'vendor stopped answering', new GatewayError(502, 'The upstream vendor stopped answering the realtime session.', {
-          type: 'server_error',
-          code: 'vendor_timeout',
-          retryable: false,
-        })),
+      pinger = pingRealtimeSocket(
+        settings.pingIntervalMs,
+        () => socket.ping(),
+        () =>
+          endSession(
+            1011,
+            'vendor stopped answering',
+            new GatewayError(502, 'The upstream vendor stopped answering the realtime session.', {
+              type: 'server_error',
+              code: 'vendor_timeout',
+              retryable: false,
+            }),
+          ),
       );
     }
 
@@ -169,11 +206,15 @@ export function openOpenAIRealtime(
       send(event: RealtimeClientEvent) {
         if (ended || closeAsked) return;
         if (!sendUnlessStalled(socket, JSON.stringify(event), settings.maxBufferedBytes)) {
-          endSession(1011, 'vendor stopped reading', new GatewayError(502, 'The upstream vendor stopped reading the realtime session.', {
-            type: 'server_error',
-            code: 'vendor_timeout',
-            retryable: false,
-          }));
+          endSession(
+            1011,
+            'vendor stopped reading',
+            new GatewayError(502, 'The upstream vendor stopped reading the realtime session.', {
+              type: 'server_error',
+              code: 'vendor_timeout',
+              retryable: false,
+            }),
+          );
         }
       },
       close() {

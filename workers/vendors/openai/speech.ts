@@ -60,11 +60,21 @@ export async function* speakWithOpenAI(input: SpeechJob, ctx: CallContext): Asyn
   }
 }
 
-/** OpenAI's error envelope in a 2xx answer (a JSON body where audio was asked, an event of the stream); null when it is not one. */
-const readInlineError: InlineErrorReader = (payload, secrets) => (readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null);
+/**
+ * OpenAI's error envelope in a 2xx answer (a JSON body where audio was asked, an event of the stream); null when it is
+ * not one.
+ */
+const readInlineError: InlineErrorReader = (payload, secrets) =>
+  readVendorError(payload) !== null ? mapOpenAIInlineError(payload, secrets) : null;
 
-/** The events of a speech stream: audio deltas decoded, the done event's usage; anything else is ignored, an error thrown. */
-async function* readSpeechEvents(request: ReturnType<typeof vendorRequest>, ctx: CallContext): AsyncGenerator<SpeechEvent[]> {
+/**
+ * The events of a speech stream: audio deltas decoded, the done event's usage; anything else is ignored, an error
+ * thrown.
+ */
+async function* readSpeechEvents(
+  request: ReturnType<typeof vendorRequest>,
+  ctx: CallContext,
+): AsyncGenerator<SpeechEvent[]> {
   const secrets = [ctx.channel.apiKey];
   const sse = await postSse(ctx, request, mapOpenAIError, readInlineError);
   const done = yield* sse.translate<SpeechEvent>((event, out) => readSpeechEvent(event, out, secrets));
@@ -80,7 +90,11 @@ function readSpeechEvent(event: SseEvent, out: SpeechEvent[], secrets: readonly 
     throw malformedResponse(error);
   }
   if (event.event === 'error' || readVendorError(payload) !== null) throw mapOpenAIInlineError(payload, secrets);
-  const fields = payload as { type?: unknown; audio?: unknown; usage?: { input_tokens?: unknown; output_tokens?: unknown } };
+  const fields = payload as {
+    type?: unknown;
+    audio?: unknown;
+    usage?: { input_tokens?: unknown; output_tokens?: unknown };
+  };
   if (fields.type === 'speech.audio.delta') {
     if (typeof fields.audio !== 'string' || !base64.test(fields.audio)) throw malformedResponse();
     out.push({ type: 'audio', bytes: Buffer.from(fields.audio, 'base64') });
@@ -88,7 +102,12 @@ function readSpeechEvent(event: SseEvent, out: SpeechEvent[], secrets: readonly 
   }
   if (fields.type === 'speech.audio.done') {
     const { input_tokens: input, output_tokens: output } = fields.usage ?? {};
-    if (Number.isSafeInteger(input) && Number.isSafeInteger(output) && (input as number) >= 0 && (output as number) >= 0) {
+    if (
+      Number.isSafeInteger(input) &&
+      Number.isSafeInteger(output) &&
+      (input as number) >= 0 &&
+      (output as number) >= 0
+    ) {
       out.push({ type: 'usage', inputTokens: input as number, outputTokens: output as number });
     }
     return true;

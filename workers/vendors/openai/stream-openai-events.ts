@@ -30,7 +30,12 @@ interface Chunk {
  * first event after `start` carries it (`wire`) and the chat encoder sends it
  * as it came; the events say what it means, for other encoders and for billing.
  */
-function appendEvents(event: SseEvent, progress: StreamProgress, secrets: readonly string[], out: AnswerEvent[]): boolean {
+function appendEvents(
+  event: SseEvent,
+  progress: StreamProgress,
+  secrets: readonly string[],
+  out: AnswerEvent[],
+): boolean {
   const data = event.data;
   if (data === '[DONE]') return true;
   if (data.length === 0) return false;

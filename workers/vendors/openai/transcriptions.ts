@@ -115,4 +115,3 @@ async function sendAudioText(path: string, input: TranscriptionInput, ctx: Media
   if (input.response_format.endsWith('json')) parseJsonObject(body);
   return { body, contentType: header(response, 'content-type') ?? FALLBACK_CONTENT_TYPES[input.response_format] };
 }
-

@@ -3,7 +3,16 @@ import { GatewayError, isGatewayError } from '../../../shared/errors.js';
 import type { BlobRef, MediaContext, VideoResult } from '../types.js';
 import type { VideoInput } from '../../../shared/schemas/media-inputs.js';
 import { guardedGet, readBoundedBytes } from '../guarded-fetch.js';
-import { joinUrl, malformedResponse, parseJsonObject, postJson, readBodyText, requireOk, vendorRequest, type VendorResponse } from '../http.js';
+import {
+  joinUrl,
+  malformedResponse,
+  parseJsonObject,
+  postJson,
+  readBodyText,
+  requireOk,
+  vendorRequest,
+  type VendorResponse,
+} from '../http.js';
 import { scrubSecrets } from '../vendor-errors.js';
 import { sleep } from '../sleep.js';
 import { openaiApi } from './api.js';
@@ -39,7 +48,11 @@ const CONTENT_TIMEOUT_MS = 600_000;
  * A GET on the channel. The content route may redirect to a storage host:
  * `guardedGet` follows it, checking the address and leaving the key behind.
  */
-function getOpenAI(path: string, ctx: MediaContext, options: { accept?: string; timeoutMs: number }): Promise<VendorResponse> {
+function getOpenAI(
+  path: string,
+  ctx: MediaContext,
+  options: { accept?: string; timeoutMs: number },
+): Promise<VendorResponse> {
   return guardedGet(joinUrl(ctx.channel.baseUrl, path), ctx, {
     headers: options.accept === undefined ? {} : { accept: options.accept },
     credentials: openaiApi.headers(ctx.channel.apiKey),
@@ -87,7 +100,10 @@ async function createVideo(input: VideoInput, ctx: MediaContext): Promise<OpenAI
 }
 
 async function retrieveVideo(id: string, ctx: MediaContext): Promise<OpenAIVideo> {
-  const response = await getOpenAI(openaiApi.paths.video(id), ctx, { accept: 'application/json', timeoutMs: POLL_TIMEOUT_MS });
+  const response = await getOpenAI(openaiApi.paths.video(id), ctx, {
+    accept: 'application/json',
+    timeoutMs: POLL_TIMEOUT_MS,
+  });
   if (response.status === 404) {
     // The generic mapping would call this a missing model. The video is gone (expired or deleted
     // upstream); a retry would resume the same id from the checkpoint and find it gone again.
@@ -124,8 +140,15 @@ interface Download {
 async function downloadContent(id: string, variant: 'video' | 'thumbnail', ctx: MediaContext): Promise<Download> {
   const response = await getOpenAI(openaiApi.paths.videoContent(id, variant), ctx, { timeoutMs: CONTENT_TIMEOUT_MS });
   await requireOk(response, ctx, mapOpenAIError);
-  const bytes = await readBoundedBytes(response, MAX_CONTENT_BYTES, ctx, () =>
-    new GatewayError(502, `The generated ${variant} is larger than the gateway accepts.`, { type: 'server_error', code: 'vendor_bad_response' }),
+  const bytes = await readBoundedBytes(
+    response,
+    MAX_CONTENT_BYTES,
+    ctx,
+    () =>
+      new GatewayError(502, `The generated ${variant} is larger than the gateway accepts.`, {
+        type: 'server_error',
+        code: 'vendor_bad_response',
+      }),
   );
   const contentType = response.headers['content-type'];
   return { bytes, contentType: Array.isArray(contentType) ? contentType[0] : contentType };
@@ -195,4 +218,3 @@ export async function generateVideoWithOpenAI(input: VideoInput, ctx: MediaConte
   }
   return result;
 }
-
