@@ -212,10 +212,13 @@ const byModelColumns: Column<UsageRow>[] = [
   ...amountColumns,
 ];
 
-/** By key: the same sums but the prompt-cache tokens (what the prompt cache saved is kept). */
-const byKeyColumns: Column<KeyUsageRow>[] = amountColumns.filter(
-  (column) => column.id !== 'cached' && column.id !== 'cache-writes',
-);
+/**
+ * By key: the same sums but the prompt-cache tokens; what the prompt cache saved is in a row's details, as the key's
+ * name takes the width the model's column leaves.
+ */
+const byKeyColumns: Column<KeyUsageRow>[] = amountColumns
+  .filter((column) => column.id !== 'cached' && column.id !== 'cache-writes')
+  .map((column) => (column.id === 'prompt-cache-saved' ? { ...column, priority: 'detail' as const } : column));
 
 const latencyColumns: Column<ModelLatency>[] = [
   {
