@@ -1,5 +1,5 @@
 import { usageAmounts } from './money/usage.js';
-import { serviceTiers, type ServiceTier } from './scheduling/service-tier.js';
+import { serviceTiers, type ServiceTier } from './scheduling/vocabulary.js';
 import type { BudgetInForce, BudgetPeriod } from './money/budgets.js';
 
 /**

@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { loadMcpServers, type McpServer } from './mcp/servers.js';
 import type { QueueName } from './queues.js';
 import { queueNames } from './queues.js';
-import { decimalRatio, serviceTiers, type ServiceTier, type ServiceTierPrices } from './scheduling/service-tier.js';
+import { decimalRatio, type ServiceTierPrices } from './scheduling/service-tier.js';
+import { serviceTiers, type ServiceTier } from './scheduling/vocabulary.js';
 import { vendorDefinitions } from './vendor-definitions.js';
 import {
   type EnvironmentVariable,

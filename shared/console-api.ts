@@ -1,7 +1,7 @@
 import type { AccountKind, AccountRole } from './accounts.js';
 import type { BatchDialect, BatchStatus, OpenAIBatchStatus } from './batches/types.js';
 import type { KeyUsageTotals, RequestView, UsageTotals } from './money/usage.js';
-import type { ServiceTier } from './scheduling/service-tier.js';
+import type { ServiceTier } from './scheduling/vocabulary.js';
 import type { BudgetPeriod } from './money/budgets.js';
 
 /*

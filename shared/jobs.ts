@@ -3,7 +3,7 @@ import type { Endpoint, EndpointPayloads } from './endpoints.js';
 import type { QueueName } from './queues.js';
 import type { VideoInput } from './schemas/media-inputs.js';
 import type { FairClaim } from './scheduling/fair-queue.js';
-import type { ServiceTier } from './scheduling/service-tier.js';
+import type { ServiceTier } from './scheduling/vocabulary.js';
 import type { JobCachePlan } from './cache/index.js';
 
 /**

@@ -2,7 +2,7 @@ import type { Redis } from 'ioredis';
 import { billingBucket, usageStreamKey } from './redis-keys.js';
 import { journalWrite } from './redis-journal.js';
 import type { RequestStatus } from './money/usage.js';
-import type { ServiceTier } from './scheduling/service-tier.js';
+import type { ServiceTier } from './scheduling/vocabulary.js';
 
 /**
  * The request log: one record per keyed request, made of two halves that

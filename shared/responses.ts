@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest } from './schemas/chat.js';
-import type { ServiceTier } from './scheduling/service-tier.js';
+import type { ServiceTier } from './scheduling/vocabulary.js';
 import type { McpLoopPlan } from './mcp/tool-loop.js';
 
 /**

@@ -11,7 +11,7 @@ import type { Config } from '../shared/config.js';
 import { actualCost } from '../shared/money/charge.js';
 import type { Metered, PriceList } from '../shared/money/pricing.js';
 import type { ChannelConfig } from '../shared/vendors.js';
-import type { ServiceTier } from '../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../shared/scheduling/vocabulary.js';
 import { countChatPromptTokensAsync, countTextTokensAsync } from '../shared/tokens.js';
 import type { Usage } from './answers/events.js';
 import { settlementOverran, usageSettled } from './metrics.js';

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { maxWeight, minWeight } from '../../shared/scheduling/index.js';
-import { serviceTiers as tierNames } from '../../shared/scheduling/service-tier.js';
+import { serviceTiers as tierNames } from '../../shared/scheduling/vocabulary.js';
 import { invalidRequest } from '../../shared/errors.js';
 import { storableText } from '../../shared/schemas/common.js';
 import { toolPatterns } from '../../shared/mcp/tool-rules.js';

@@ -9,7 +9,7 @@ import {
   type Account,
   type AccountRole,
 } from '../../shared/accounts.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import {
   accessChangedChannel,
   accountEmailsKey,

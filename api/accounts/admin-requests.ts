@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { GatewayError, invalidRequest } from '../../shared/errors.js';
 import { cacheMarks, requestStatuses } from '../../shared/money/usage.js';
 import { storableText } from '../../shared/schemas/common.js';
-import { serviceTiers } from '../../shared/scheduling/service-tier.js';
+import { serviceTiers } from '../../shared/scheduling/vocabulary.js';
 import { decodeCursor, type RequestFilter } from '../../storage/record/request-log.js';
 
 /**

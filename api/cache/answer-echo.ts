@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Config } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling/served-tier.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 import { readSseFrame, sseDoneData } from '../../shared/sse.js';

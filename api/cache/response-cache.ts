@@ -33,7 +33,7 @@ import { arrayEnd, framingOf, lateErrorFrame, type StreamDialect } from '../rela
 import type { GatewayContext } from '../http/context.js';
 import type { EventLogs, FollowOutcome } from '../relay/event-log.js';
 import { echoFor, type EchoSource } from './answer-echo.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import type { ReplyHub } from '../relay/reply-hub.js';
 
 /**

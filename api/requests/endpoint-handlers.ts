@@ -6,7 +6,8 @@ import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../../shared/endpoints.js';
 import { invalidRequest } from '../../shared/errors.js';
-import { servingTier, type ServiceTier } from '../../shared/scheduling/service-tier.js';
+import { servingTier } from '../../shared/scheduling/service-tier.js';
+import { type ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { videosOfKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
 import {

@@ -4,7 +4,7 @@ import type { Endpoint } from '../../shared/endpoints.js';
 import type { KeyAccess } from '../../shared/accounts.js';
 import type { RequestStatus } from '../../shared/money/usage.js';
 import { appendRequestLog, loggedMessageChars, loggedText, type RequestLogEvent } from '../../shared/request-log.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 
 /**
  * The api's half of the request log: when a keyed request's response is

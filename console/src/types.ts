@@ -1,5 +1,5 @@
 import type { AccountView, KeyView, OwnedKeyView } from '../../shared/console-api.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 export {
   requestStatuses,
   type KeyUsageTotals,
@@ -7,7 +7,8 @@ export {
   type RequestView,
   type UsageTotals,
 } from '../../shared/money/usage.js';
-export type { AccountRole as Role } from '../../shared/accounts.js';
+export { defaultAccountId, type AccountRole as Role } from '../../shared/accounts.js';
+export { serviceTiers } from '../../shared/scheduling/vocabulary.js';
 export type { BatchStatus, OpenAIBatchStatus } from '../../shared/batches/types.js';
 export type { BudgetPeriod } from '../../shared/money/budgets.js';
 export type {
@@ -60,29 +61,9 @@ export type Account = AccountView;
 export type Key = KeyView &
   Partial<Pick<OwnedKeyView, 'account_email' | 'account_name' | 'account_kind' | 'account_cache_max_ttl_s'>>;
 
-export interface LongContextPrices {
-  above_tokens: number;
-  input_per_1m?: number;
-  cached_input_per_1m?: number;
-  output_per_1m?: number;
-}
-
-export interface Prices {
-  input_per_1m?: number;
-  cached_input_per_1m?: number;
-  cache_write_per_1m?: number;
-  output_per_1m?: number;
-  audio_input_per_1m?: number;
-  audio_output_per_1m?: number;
-  long_context?: LongContextPrices;
-  per_image?: Record<string, number>;
-  per_second?: number;
-  per_second_by_size?: Record<string, number>;
-  per_minute?: number;
-  /** Speech input billed by the character (`tts-1`, `tts-1-hd`). */
-  per_1m_characters?: number;
-  cached_audio_input_per_1m?: number;
-}
+/** A model's prices as the server lists them (`GET /console/api/pricing`), markup included. */
+export type { Pricing as Prices } from '../../shared/money/price-schema.js';
+import type { Pricing as Prices } from '../../shared/money/price-schema.js';
 
 export type Capability =
   | 'chat'
@@ -116,16 +97,7 @@ export interface PricedModel {
 }
 
 /**
- * The tiers a request is served in (`service_tier`), first served first: the server's list, which the bundle does not
- * import.
- */
-export const serviceTiers = ['priority', 'default', 'flex'] as const satisfies readonly ServiceTier[];
-
-/**
  * Each tier's token prices as a multiple of the listed ones, exact decimals (`GET /console/api/pricing`'s
  * `service_tiers`).
  */
 export type TierMultiples = Record<ServiceTier, string>;
-
-/** The built-in account that keys made without one (and older keys) belong to: unlimited, never signed in to. */
-export const defaultAccountId = 'acct_default';

@@ -1,7 +1,7 @@
 import type { Config } from '../config.js';
 import type { EndpointRequest } from '../endpoints.js';
 import type { Metered, PriceList, WorstCase } from './pricing.js';
-import type { ServiceTier } from '../scheduling/service-tier.js';
+import type { ServiceTier } from '../scheduling/vocabulary.js';
 import { isMockChannel, mockAnswers, type ChannelConfig, type VendorConfig } from '../vendors.js';
 
 /**

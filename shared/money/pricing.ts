@@ -3,15 +3,12 @@ import { z } from 'zod';
 import type { Catalog, CatalogModel } from '../catalog.js';
 import type { Config } from '../config.js';
 import type { EndpointRequest } from '../endpoints.js';
-import {
-  ratioText,
-  servingTier,
-  serviceTiers,
-  unitPrices,
-  type ServiceTier,
-  type ServiceTierPrices,
-} from '../scheduling/service-tier.js';
+import { ratioText, servingTier, unitPrices, type ServiceTierPrices } from '../scheduling/service-tier.js';
+import { serviceTiers, type ServiceTier } from '../scheduling/vocabulary.js';
 import { mostSpeechSeconds, speechCharacters, speechFacts } from '../schemas/speech.js';
+import { priceSchema, tokenPriceFields, type Pricing } from './price-schema.js';
+
+export type { Pricing } from './price-schema.js';
 
 /*
  * Exact billing in integer micro-dollars (1 USD = 1,000,000 micros): a sum
@@ -26,41 +23,6 @@ import { mostSpeechSeconds, speechCharacters, speechFacts } from '../schemas/spe
  * speech bitrates; the charge after the job is for the real length.
  */
 export const DEFAULT_MAX_AUDIO_SECONDS = 3_600;
-
-const usd = z.number().finite().min(0);
-const tokenPriceFields = {
-  /** USD per 1M tokens. */
-  input_per_1m: usd.optional(),
-  cached_input_per_1m: usd.optional(),
-  cache_write_per_1m: usd.optional(),
-  output_per_1m: usd.optional(),
-  audio_input_per_1m: usd.optional(),
-  audio_output_per_1m: usd.optional(),
-};
-
-/**
- * One model's prices. Strict, so that a mistyped key in a pricing file
- * (`input_per_1M`) is refused instead of silently leaving a price out.
- */
-export const priceSchema = z.strictObject({
-  ...tokenPriceFields,
-  /** Token prices for a request whose prompt is longer than `above_tokens` (every token of it). */
-  long_context: z.strictObject({ above_tokens: z.number().int().min(0), ...tokenPriceFields }).optional(),
-  /** Discounted hours (DeepSeek): not applied, see `costMicros`. */
-  off_peak: z.strictObject(tokenPriceFields).optional(),
-  /** USD per image, keyed `<size>` or `<size>/<quality>`. */
-  per_image: z.record(z.string().min(1), usd).optional(),
-  /** USD per second of video, and by size where a size costs more. */
-  per_second: usd.optional(),
-  per_second_by_size: z.record(z.string().min(1), usd).optional(),
-  /** USD per minute of transcribed audio. */
-  per_minute: usd.optional(),
-  /** USD per 1M characters of text spoken (OpenAI's tts-1 and tts-1-hd). */
-  per_1m_characters: usd.optional(),
-  /** USD per 1M cached audio input tokens (Realtime models: shared/money/realtime.ts prices them). */
-  cached_audio_input_per_1m: usd.optional(),
-});
-export type Pricing = z.infer<typeof priceSchema>;
 
 // The catalog's own entries may carry notes the gateway does not read.
 const catalogPriceSchema = priceSchema.loose();

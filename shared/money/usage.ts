@@ -1,4 +1,4 @@
-import type { ServiceTier } from '../scheduling/service-tier.js';
+import type { ServiceTier } from '../scheduling/vocabulary.js';
 
 /**
  * What requests used and cost, in the record's column names: one spelling

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { backlogKey, fairKeys, fairMembersKey, recountLockKey, waitingWeightsKey } from '../redis-keys.js';
 import { inOneWrite } from '../redis.js';
 import { leaveScript, placeScript, recountScript } from './scripts.js';
-import type { ServiceTier } from './service-tier.js';
+import type { ServiceTier } from './vocabulary.js';
 
 /**
  * A queue's order and its backlog count: each job's BullMQ priority, from its band and its account's fair share.

@@ -1,6 +1,7 @@
 import type { Endpoint } from '../endpoints.js';
 import { tiersBilledFor } from '../money/pricing.js';
-import { servingTier, type ServiceTier } from './service-tier.js';
+import { servingTier } from './service-tier.js';
+import { type ServiceTier } from './vocabulary.js';
 import type { Job } from 'bullmq';
 import type { Config } from '../config.js';
 import { isFirstRun, type GatewayJobData } from '../jobs.js';

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { ServiceTier } from './vocabulary.js';
 
 /**
  * OpenAI's `service_tier` (Chat Completions and Responses) and the tier that
@@ -8,8 +9,6 @@ import { z } from 'zod';
  * else wants. `auto`, `scale` and an absent field are served as `default`;
  * `fast` is OpenAI's other name for `priority`.
  */
-export const serviceTiers = ['priority', 'default', 'flex'] as const;
-export type ServiceTier = (typeof serviceTiers)[number];
 
 export const requestedServiceTierSchema = z.enum(['auto', 'default', 'flex', 'scale', 'priority', 'fast']).nullish();
 export type RequestedServiceTier = z.infer<typeof requestedServiceTierSchema>;

@@ -1,7 +1,7 @@
 import type { KeyAccess } from '../accounts.js';
 import type { SchedulingConfig } from '../config.js';
 import { GatewayError } from '../errors.js';
-import type { ServiceTier } from './service-tier.js';
+import type { ServiceTier } from './vocabulary.js';
 
 /**
  * Which tier a request is queued in: the one it asks for where its account may use it. An admin grants tiers per

@@ -1,6 +1,6 @@
 import { sql, type Selectable } from 'kysely';
 import { cacheMarks, type CacheMark, type RequestView } from '../../shared/money/usage.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import type { RequestPage } from '../../shared/console-api.js';
 import type { RecordDb, UsageTable } from './database.js';
 

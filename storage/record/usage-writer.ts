@@ -25,7 +25,7 @@ import {
   type RunDetail,
 } from '../../shared/money/usage.js';
 import { logField, loggedMessageChars, loggedText } from '../../shared/request-log.js';
-import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
+import { serviceTiers, type ServiceTier } from '../../shared/scheduling/vocabulary.js';
 
 /**
  * Moves settled usage from Redis to the record. Settlement appends one

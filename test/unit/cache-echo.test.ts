@@ -12,7 +12,7 @@ import type { CacheableAnswer } from '../../shared/cache/index.js';
 import { loadConfig } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { chatForms, storedEvents } from '../../workers/answers/answer-forms.js';
 import type { Answer, AnswerEvent } from '../../workers/answers/events.js';
 import { AnthropicEventFold, MessagesStreamEncoder } from '../../workers/answers/messages-encoder.js';

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import type { Job } from 'bullmq';
 import type { GatewayJobData } from '../../shared/jobs.js';
 import { tiersBilledFor } from '../../shared/money/pricing.js';
-import { serviceTiers, type ServiceTier } from '../../shared/scheduling/service-tier.js';
+import { serviceTiers, type ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { ChatStreamEncoder, encodeChatAnswer } from '../../workers/answers/chat-encoder.js';
 import type { Answer, AnswerEvent } from '../../workers/answers/events.js';
 import { ResponsesStreamEncoder } from '../../workers/answers/responses-encoder.js';

@@ -1,5 +1,5 @@
 import type { ChatCompletionRequest } from '../../shared/schemas/chat.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { sseFrame } from '../../shared/sse.js';
 import type { Answer, AnswerEvent, FinishReason, ToolCallEvent, Usage } from './events.js';
 import { noFrames, type EncodedFrames, type StreamEncoder } from './stream-run.js';

@@ -11,7 +11,7 @@ import type {
 import type { McpTool } from '../../shared/mcp/servers.js';
 import type { ResponseError, ResponseShell, ResponseStatus } from '../../shared/responses.js';
 import { clientToolName, namespacedTools, type NamespacedName } from '../../shared/responses-tools.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { sseFrame } from '../../shared/sse.js';
 import type { EncodedFrames, StreamEncoder } from './stream-run.js';
 import {

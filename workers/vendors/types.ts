@@ -15,7 +15,7 @@ import type {
   TranslationInput,
   VideoInput,
 } from '../../shared/schemas/media-inputs.js';
-import type { ServiceTier } from '../../shared/scheduling/service-tier.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import type { Channel } from '../../shared/vendors.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import type { Answer, AnswerEvent, EmbeddingsAnswer, Usage } from '../answers/events.js';
