@@ -88,6 +88,8 @@ async function checkRequests(ctx: KeyedContext, deps: EndpointRouteDeps, items: 
       const accepted = await handlers.messages.accept({
         fields,
         model,
+        // A batch's requests run in the flex band.
+        tier: 'flex',
         files: [],
         scope: { redis: deps.redis, blobs: deps.blobs, keyId, config: deps.config, models: deps.models, access },
         header: (name) => ctx.get(name),

@@ -289,6 +289,8 @@ async function checkLine(
     const accepted = await handler.accept({
       fields: parsed as never,
       model,
+      // A batch's requests run in the flex band.
+      tier: 'flex',
       files: [],
       scope: { redis: deps.redis, blobs: deps.blobs, keyId: batch.keyId, config: deps.config, models: deps.models },
       header: () => '',

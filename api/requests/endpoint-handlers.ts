@@ -6,7 +6,6 @@ import type { CatalogModel } from '../../shared/catalog.js';
 import type { Config } from '../../shared/config.js';
 import { endpoints, type Endpoint, type EndpointPayloads } from '../../shared/endpoints.js';
 import { invalidRequest } from '../../shared/errors.js';
-import { servingTier } from '../../shared/scheduling/service-tier.js';
 import { type ServiceTier } from '../../shared/scheduling/vocabulary.js';
 import { videosOfKey } from '../../shared/redis-keys.js';
 import type { QueueShards } from '../../shared/queue-shards.js';
@@ -56,6 +55,8 @@ import {
 export interface HandlerInput<E extends Endpoint> {
   fields: z.output<(typeof endpoints)[E]['schema']>;
   model: CatalogModel;
+  /** The tier it is queued in, granted once by the route (shared/scheduling/tiers.ts `grantRequestTier`). */
+  tier: ServiceTier;
   files: readonly UploadedFile[];
   /** Who asks, the store a handler reads earlier state from (stored responses), and the models served here. */
   scope: {
@@ -177,18 +178,18 @@ function refuseStreamOptionsWithoutStream(body: { stream?: boolean | null; strea
  */
 export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
   'chat.completions': {
-    async accept({ fields: body, model }) {
+    async accept({ fields: body, model, tier }) {
       checkModalities(model, body.messages);
       const promptTokens = await checkChatContext(model, body);
       refuseStreamOptionsWithoutStream(body);
       if (body.top_logprobs != null && !body.logprobs)
         throw invalidRequest('top_logprobs requires logprobs to be true.', 'top_logprobs');
-      return { payload: body, stream: !!body.stream, promptTokens, serviceTier: servingTier(body.service_tier) };
+      return { payload: body, stream: !!body.stream, promptTokens, serviceTier: tier };
     },
   },
 
   responses: {
-    async accept({ fields: request, model, scope }) {
+    async accept({ fields: request, model, scope, tier }) {
       if (request.background && request.store === false)
         throw invalidRequest('A background response must be stored: store cannot be false.', 'store');
       if (request.stream_options && !request.stream)
@@ -226,7 +227,7 @@ export const handlers: { [E in Endpoint]: EndpointHandler<E> } = {
         promptTokens,
         jobId: id,
         detached: shell.background,
-        serviceTier: servingTier(request.service_tier),
+        serviceTier: tier,
         ...(stored
           ? {
               beforeAdd: () =>

@@ -6,8 +6,7 @@ import { invalidApiKey, invalidRequest } from '../../shared/errors.js';
 import { accessRefusalMessage, mayUseModel, modelNotAllowed, type CurrentAccess } from '../../shared/access/index.js';
 import { worstCase } from '../../shared/money/charge.js';
 import type { PriceList } from '../../shared/money/pricing.js';
-import { grantedTier, laneOf } from '../../shared/scheduling/index.js';
-import { servingTier } from '../../shared/scheduling/service-tier.js';
+import { grantRequestTier, isContended, laneOf } from '../../shared/scheduling/index.js';
 import { speaksAnthropic } from '../../shared/messages.js';
 import { activeMetrics } from '../../shared/metrics.js';
 import { streamForm } from '../../shared/cache/index.js';
@@ -243,17 +242,13 @@ export class ServedRequest<E extends Endpoint> {
       noteModel(ctx, model.id);
       noteLoggedModel(ctx, model.id);
       checkModelAllowed(access, model.id);
-      // A tier the account may not use is served as `default` (or refused, as configured) before anything reads it.
-      const tier = (fields as { service_tier?: string | null }).service_tier;
-      if (
-        typeof tier === 'string' &&
-        grantedTier(servingTier(tier), access, deps.config.scheduling) !== servingTier(tier)
-      ) {
-        (fields as { service_tier?: string | null }).service_tier = 'default';
-      }
+      // The tier, granted once (shared/scheduling/tiers.ts): one the account may not use is served as `default` (or
+      // refused, as configured) before anything reads it.
+      const tier = grantRequestTier(fields as { service_tier?: string | null }, access, deps.config.scheduling);
       const accepted: Accepted<E> = await handler.accept({
         fields,
         model,
+        tier,
         files: form?.files ?? [],
         scope: {
           redis: deps.redis,
@@ -463,9 +458,8 @@ export class ServedRequest<E extends Endpoint> {
     const { ctx, deps } = this;
     const { access, log } = ctx.state;
     const { job, cache, stream, graceMs, mode, dialect } = plan;
-    // A capped vendor's lane is where jobs wait; the shared lane, only once its workers are all busy (jobs were
-    // waiting at the last count, every 200 ms).
-    const contended = job.lane !== undefined || deps.backpressure.waiting(job.queue) > 0;
+    // Fair places only where jobs wait (shared/scheduling/fair-queue.ts `isContended`).
+    const contended = isContended(job.lane, deps.backpressure.waiting(job.queue));
     const tier = job.data.serviceTier ?? 'default';
     const fair = {
       accountId: access.accountId,

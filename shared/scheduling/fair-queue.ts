@@ -234,3 +234,12 @@ export async function backToBandHead(job: Job<{ serviceTier?: ServiceTier }>): P
   job.priority = head;
   return true;
 }
+
+/**
+ * Whether a job's place must be fair now: always in a capped vendor's lane (its jobs wait there); in a shared lane
+ * only once its workers are all busy (jobs were waiting at the last count, every 200 ms). An uncontended job goes at
+ * the head of its band.
+ */
+export function isContended(lane: string | undefined, waiting: number): boolean {
+  return lane !== undefined || waiting > 0;
+}

@@ -47,6 +47,7 @@ export {
   costUnits,
   leaveBacklog,
   maxPriorityLead,
+  isContended,
   maxWeight,
   minWeight,
   placeJob,
@@ -73,4 +74,4 @@ export {
   type StrandedLane,
   type VendorLimits,
 } from './lanes.js';
-export { grantedTier } from './tiers.js';
+export { grantedTier, grantRequestTier } from './tiers.js';

@@ -1,6 +1,7 @@
 import type { KeyAccess } from '../accounts.js';
 import type { SchedulingConfig } from '../config.js';
 import { GatewayError } from '../errors.js';
+import { servingTier } from './service-tier.js';
 import type { ServiceTier } from './vocabulary.js';
 
 /**
@@ -31,4 +32,20 @@ export function grantedTier(
     );
   }
   return 'default';
+}
+
+/**
+ * The tier a request is queued in, decided once, before anything reads the tier: the one its body's `service_tier`
+ * asks for (`servingTier`: `auto`, `scale` and none are `default`, `fast` is `priority`) where its account may use it.
+ * A tier not granted is served as `default` (the body's field then says `default`, as the answer will), or refused.
+ */
+export function grantRequestTier(
+  body: { service_tier?: string | null | undefined },
+  access: Pick<KeyAccess, 'tiers'>,
+  config: Pick<SchedulingConfig, 'tiersGranted' | 'tierNotGranted'>,
+): ServiceTier {
+  const asked = servingTier(body.service_tier);
+  const granted = grantedTier(asked, access, config);
+  if (granted !== asked) body.service_tier = 'default';
+  return granted;
 }

@@ -4,6 +4,8 @@ import { buildJob, type JobOrigin } from '../../api/requests/build-job.js';
 import { loadConfig } from '../../shared/config.js';
 import { withServiceTier } from '../../workers/answers/chat-encoder.js';
 import { decimalRatio, ratioText, servingTier } from '../../shared/scheduling/service-tier.js';
+import { grantRequestTier, isContended } from '../../shared/scheduling/index.js';
+import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
 
 const origin: JobOrigin = {
   requestId: 'req_1',
@@ -106,5 +108,32 @@ describe('service tiers', () => {
       ...JSON.parse(quoted),
       service_tier: 'priority',
     });
+  });
+});
+
+describe('the tier a request is queued in, decided once', () => {
+  const config = { tiersGranted: ['default', 'flex'] as ServiceTier[], tierNotGranted: 'downgrade' as const };
+
+  it('grants what the account may use, and says `default` in the body for what it may not', () => {
+    const asked = { service_tier: 'fast' };
+    assert.equal(grantRequestTier(asked, { tiers: ['priority', 'default'] }, config), 'priority');
+    assert.equal(asked.service_tier, 'fast', 'a granted tier keeps the name the client gave it');
+    const refused = { service_tier: 'priority' };
+    assert.equal(grantRequestTier(refused, {}, config), 'default');
+    assert.equal(refused.service_tier, 'default');
+    const none: { service_tier?: string | null } = {};
+    assert.equal(grantRequestTier(none, {}, config), 'default');
+    assert.deepEqual(none, {}, 'no field is added');
+    assert.equal(grantRequestTier({ service_tier: 'flex' }, {}, config), 'flex');
+    assert.throws(
+      () => grantRequestTier({ service_tier: 'priority' }, {}, { ...config, tierNotGranted: 'refuse' }),
+      (error: { status?: number; code?: string }) => error.status === 403 && error.code === 'service_tier_not_granted',
+    );
+  });
+
+  it('places a job fairly only where jobs wait', () => {
+    assert.equal(isContended('lane:openai', 0), true, "a capped vendor's lane");
+    assert.equal(isContended(undefined, 3), true, 'a shared lane with jobs waiting');
+    assert.equal(isContended(undefined, 0), false);
   });
 });
