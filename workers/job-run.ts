@@ -9,7 +9,16 @@ import { GatewayError, timeoutError } from '../shared/errors.js';
 import { jobIdOf, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { apiAliveKey, payloadKey, replayStreamKey } from '../shared/redis-keys.js';
 import type { CurrentAccess } from '../shared/access/index.js';
-import { backToBandHead } from '../shared/scheduling/index.js';
+import {
+  backToBandHead,
+  tierFacts,
+  tierRule,
+  type TierRule,
+  MovedToLane,
+  type LaneMoves,
+  type Lease,
+  type VendorSlots,
+} from '../shared/scheduling/index.js';
 import { lazyChild, type Logger } from '../shared/logger.js';
 import type { ResponsesJob } from '../shared/responses.js';
 import { AnsweredFailure } from './answered-failure.js';
@@ -24,10 +33,7 @@ import { ReplyPublisher } from './reply-publisher.js';
 import { ResponsesRun } from './responses-run.js';
 import { reportLeadOutcome, storeAnswer, type CachedJobEndDeps } from './cached-job-end.js';
 import { Meter, settleJob, type SettlementDeps } from './settlement.js';
-import { tierFacts, tierRule, type TierRule } from '../shared/scheduling/served-tier.js';
-import { MovedToLane, type LaneMoves } from '../shared/scheduling/lane-move.js';
 import { batchGate, isBatchJob, recordErrored, recordSucceeded, type BatchRunDeps } from './batch-run.js';
-import type { Lease, VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import type { CallContext, VendorHttp } from './vendors/types.js';
 import type { ToolLoopDeps } from './mcp/tool-loop.js';
 import { affinityKey } from '../shared/prompt-affinity.js';

@@ -8,7 +8,7 @@ import { publishJobEvent, runMedia, type MediaDeps } from './media-processor.js'
 import type { ReplyPublisher } from './reply-publisher.js';
 import type { ResponsesRun } from './responses-run.js';
 import type { Meter } from './settlement.js';
-import type { TierRule } from '../shared/scheduling/served-tier.js';
+import type { TierRule } from '../shared/scheduling/index.js';
 import { callText, runTextStream } from './text-pipeline.js';
 import { countMessageTokens, runMessages } from './messages-run.js';
 import { countGeminiTokens, embedGemini, runGemini } from './gemini-run.js';

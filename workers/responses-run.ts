@@ -9,7 +9,7 @@ import type { Meter } from './settlement.js';
 import { storedEvents } from './answers/answer-forms.js';
 import { runStream } from './answers/stream-run.js';
 import type { AnswerEvent } from './answers/events.js';
-import type { TierRule } from '../shared/scheduling/served-tier.js';
+import type { TierRule } from '../shared/scheduling/index.js';
 
 /**
  * Stores a response object over its record only while the record exists: a

@@ -9,7 +9,7 @@ import {
   usesLegacyFunctions,
   type ChatEncoderOptions,
 } from './answers/chat-encoder.js';
-import type { TierRule } from '../shared/scheduling/served-tier.js';
+import type { TierRule } from '../shared/scheduling/index.js';
 import type { Protocol } from '../shared/vendor-definitions.js';
 import { adapterMethod } from './vendors/registry.js';
 import type { CallContext } from './vendors/types.js';

@@ -16,8 +16,10 @@ import {
   ratePace,
   recount,
   vendorLimits,
+  LaneKeeper,
+  LaneMoves,
+  VendorSlots,
 } from '../shared/scheduling/index.js';
-import { LaneKeeper } from '../shared/scheduling/lane-keeper.js';
 import { isFirstRun, type GatewayJobData, type GatewayJobResult } from '../shared/jobs.js';
 import { CancelRegistry } from './cancel-registry.js';
 import { createProcessor } from './job-run.js';
@@ -25,8 +27,6 @@ import { JobLifecycle } from './job-lifecycle.js';
 import { traceJobs } from './job-tracing.js';
 import { retryDelay } from './failure-policy.js';
 import { ChannelRouter } from './channel-router.js';
-import { LaneMoves } from '../shared/scheduling/lane-move.js';
-import { VendorSlots } from '../shared/scheduling/vendor-slots.js';
 import { createBlobStore } from '../storage/create-blob-store.js';
 import { resolveUrlSecret } from '../storage/blob-urls.js';
 import { createVendorHttp } from './vendors/vendor-http.js';

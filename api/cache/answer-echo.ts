@@ -3,7 +3,7 @@ import type { Config } from '../../shared/config.js';
 import type { Endpoint, EndpointRequest } from '../../shared/endpoints.js';
 import type { ResponseShell } from '../../shared/responses.js';
 import type { ServiceTier } from '../../shared/scheduling/vocabulary.js';
-import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling/served-tier.js';
+import { sellsTiers, servedTier, tieredEndpoints } from '../../shared/scheduling/index.js';
 import { mockAnswers, type VendorConfig } from '../../shared/vendors.js';
 import { readSseFrame, sseDoneData } from '../../shared/sse.js';
 

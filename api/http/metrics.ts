@@ -1,5 +1,5 @@
 import type { Context, Middleware } from 'koa';
-import type { QueueDepth } from '../../shared/scheduling/backpressure.js';
+import type { QueueDepth } from '../../shared/scheduling/index.js';
 import { clientClosedEarly, clientClosedStatus } from './client-closed.js';
 import type { Config } from '../../shared/config.js';
 import { countFrames } from '../../shared/reply.js';

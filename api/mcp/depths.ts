@@ -1,7 +1,7 @@
 import type { Logger } from '../../shared/logger.js';
 import type { McpQueues } from '../../shared/mcp/queues.js';
 import type { McpRegistry } from '../../shared/mcp/registry.js';
-import { depthStates, sumDepths, type QueueDepth } from '../../shared/scheduling/backpressure.js';
+import { depthStates, sumDepths, type QueueDepth } from '../../shared/scheduling/index.js';
 
 /** How often the api reads the MCP servers' queues (their jobs waiting and running, for /metrics). */
 const readEveryMs = 1000;

@@ -22,7 +22,7 @@ import type { KeyCache } from '../accounts/key-store.js';
 import type { SpendEstimate } from '../accounts/spend.js';
 import { canonicalPath } from '../http/canonical-path.js';
 import { writeRawError } from '../http/raw-http-errors.js';
-import type { Backpressure } from '../../shared/scheduling/backpressure.js';
+import type { Backpressure } from '../../shared/scheduling/index.js';
 import { enqueue, type Enqueued, type JobPlan } from '../requests/enqueue.js';
 import { checkModelAllowed } from '../requests/endpoint-route.js';
 import type { ModelResolver } from '../requests/model-resolver.js';

@@ -13,8 +13,14 @@ import { isCluster } from '../../shared/redis.js';
 import type { BlobStore } from '../../storage/blob-store.js';
 import { uploadKeys } from '../../storage/upload-keys.js';
 import { admitted, reservationOf, reserveSpend, type SpendEstimate } from '../accounts/spend.js';
-import type { Backpressure } from '../../shared/scheduling/backpressure.js';
-import { admitJob, leaveBacklog, placeJob, plainJobOptions, type FairClaim } from '../../shared/scheduling/index.js';
+import {
+  type Backpressure,
+  admitJob,
+  leaveBacklog,
+  placeJob,
+  plainJobOptions,
+  type FairClaim,
+} from '../../shared/scheduling/index.js';
 
 /**
  * How the client is answered: held open for the job's answer, at once with a job to poll (async), or at once while the

@@ -8,7 +8,7 @@ import type { ResponsesRequest } from '../../shared/schemas/responses.js';
 import { flatToolName } from '../../shared/responses-tools.js';
 import { prefixedToolName } from '../../shared/mcp/calls.js';
 import type { McpApproval } from '../../shared/mcp/tool-loop.js';
-import { servingTier } from '../../shared/scheduling/service-tier.js';
+import { servingTier } from '../../shared/scheduling/index.js';
 import { applyChatSettings, type ChatToolCall, type ChatUserPart } from '../dialects/chat-request.js';
 import {
   chatToolFields,

@@ -75,3 +75,9 @@ export {
   type VendorLimits,
 } from './lanes.js';
 export { grantedTier, grantRequestTier } from './tiers.js';
+export { Backpressure, depthStates, sumDepths, type QueueDepth } from './backpressure.js';
+export { LaneKeeper } from './lane-keeper.js';
+export { LaneMoves, MovedToLane } from './lane-move.js';
+export { sellsTiers, servedTier, tieredEndpoints, tierFacts, tierRule, type TierRule } from './served-tier.js';
+export { servingTier } from './service-tier.js';
+export { VendorSlots, type Lease } from './vendor-slots.js';
