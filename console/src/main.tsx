@@ -51,11 +51,15 @@ const adminPages: Record<string, Page> = {
   '/console/admin/queues': QueuesPage,
 };
 
-function NotFound() {
-  useTitle('Not found');
+/**
+ * A page the console does not show here (none at this address, or an admin's): why, and the way back to the keys.
+ * `tab` is the tab's title.
+ */
+function Refusal({ tab, title, description }: { tab: string; title: string; description: string }) {
+  useTitle(tab);
   return (
     <>
-      <PageHeader title="Page not found" description="There is no console page at this address." />
+      <PageHeader title={title} description={description} />
       <p>
         <Link href={homePath} class="button button-secondary">
           Go to your keys
@@ -65,19 +69,12 @@ function NotFound() {
   );
 }
 
-function AdminOnly() {
-  useTitle('Admins only');
-  return (
-    <>
-      <PageHeader title="Admins only" description="This page is for administrators of this gateway." />
-      <p>
-        <Link href={homePath} class="button button-secondary">
-          Go to your keys
-        </Link>
-      </p>
-    </>
-  );
-}
+const NotFound = () => (
+  <Refusal tab="Not found" title="Page not found" description="There is no console page at this address." />
+);
+const AdminOnly = () => (
+  <Refusal tab="Admins only" title="Admins only" description="This page is for administrators of this gateway." />
+);
 
 function Loading() {
   return (

@@ -1,7 +1,7 @@
 import { Fragment, type ComponentChildren } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { PagedList } from '../paged-list';
-import { ErrorMessage, Spinner } from './ui';
+import { ErrorMessage, Spinner, StatusMessage } from './ui';
 
 /*
  * Every table of the console: its columns declared as data, its rows written
@@ -413,5 +413,39 @@ function TableCard({
         </p>
       )}
     </div>
+  );
+}
+
+/**
+ * A section of a page that is one table (All accounts, a team's members): its heading (`heading` its id, which names
+ * the table) and how many rows it holds (a blank until they are read), what the last change did, what went wrong
+ * (`onDismiss` puts it away), then the table.
+ */
+export function TableSection<Row>({
+  heading,
+  title,
+  count,
+  status,
+  error,
+  onDismiss,
+  ...table
+}: Omit<DataTableProps<Row>, 'labelledBy' | 'label'> & {
+  heading: string;
+  title: ComponentChildren;
+  count: string | undefined;
+  status: string | undefined;
+  error: string | undefined;
+  onDismiss: (() => void) | undefined;
+}) {
+  return (
+    <section class="section" aria-labelledby={heading}>
+      <div class="section-head">
+        <h2 id={heading}>{title}</h2>
+        <span class="muted">{count ?? '\u00a0'}</span>
+      </div>
+      <StatusMessage message={status} />
+      <ErrorMessage message={error} onDismiss={onDismiss} />
+      <DataTable labelledBy={heading} {...table} />
+    </section>
   );
 }

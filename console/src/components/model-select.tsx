@@ -1,3 +1,4 @@
+import { useEffect } from 'preact/hooks';
 import type { PricedModel } from '../types';
 
 /* The Playground's model picker, one per tab (each labelled Model, only the chosen tab rendered). */
@@ -6,6 +7,18 @@ import type { PricedModel } from '../types';
 export function preferred(models: PricedModel[], names: string[]): string {
   for (const name of names) if (models.some((m) => m.id === name)) return name;
   return models[0]?.id ?? '';
+}
+
+/** As the list of models comes (or changes), keeps the model chosen while the list has it, else picks `preferred`. */
+export function useModelChoice(
+  models: PricedModel[],
+  setModel: (update: (current: string) => string) => void,
+  names: string[],
+): void {
+  useEffect(() => {
+    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
+    setModel((current) => (current && models.some((m) => m.id === current) ? current : preferred(models, names)));
+  }, [models]);
 }
 
 export function ModelSelect({

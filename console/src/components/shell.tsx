@@ -97,6 +97,36 @@ function NavLink({
   );
 }
 
+/** A page of the sidebar: where it is, its icon and its name; `keys`, refused a viewer (see `mayUseKeys`). */
+interface NavItem {
+  href: string;
+  icon: string;
+  label: string;
+  keys?: boolean;
+}
+
+const consoleNav: NavItem[] = [
+  { href: '/console/keys', icon: 'keys', label: 'Keys', keys: true },
+  { href: '/console/usage', icon: 'usage', label: 'Usage' },
+  { href: '/console/activity', icon: 'activity', label: 'Activity' },
+  { href: '/console/batches', icon: 'batches', label: 'Batches', keys: true },
+  { href: '/console/pricing', icon: 'pricing', label: 'Pricing' },
+  { href: '/console/playground', icon: 'playground', label: 'Playground', keys: true },
+  { href: '/console/tools', icon: 'tools', label: 'Tools' },
+  { href: '/console/team', icon: 'team', label: 'Team' },
+  { href: '/console/budgets', icon: 'budgets', label: 'Budgets' },
+  // Every person owns at least their own team (their account), so everyone reads the log of what they own.
+  { href: '/console/audit', icon: 'audit', label: 'Audit log' },
+];
+
+/** The admin's pages, under the sidebar's Admin toggle. */
+const adminNav: NavItem[] = [
+  { href: '/console/admin/accounts', icon: 'accounts', label: 'Accounts' },
+  { href: '/console/admin/keys', icon: 'allkeys', label: 'All keys' },
+  { href: '/console/admin/channels', icon: 'channels', label: 'Channels' },
+  { href: '/console/admin/queues', icon: 'queues', label: 'Queues' },
+];
+
 /**
  * Whether answers may come from the built-in mock vendor, and whether they are billed, said on every page (nothing when
  * the mock is off): a badge, a line in plain words, and a tooltip with the settings behind it.
@@ -222,43 +252,13 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
           </div>
           <nav aria-label="Console" class="nav">
             <ul class="nav-list">
-              {keys && (
-                <NavLink href="/console/keys" path={path} icon="keys" onNavigate={close}>
-                  Keys
-                </NavLink>
-              )}
-              <NavLink href="/console/usage" path={path} icon="usage" onNavigate={close}>
-                Usage
-              </NavLink>
-              <NavLink href="/console/activity" path={path} icon="activity" onNavigate={close}>
-                Activity
-              </NavLink>
-              {keys && (
-                <NavLink href="/console/batches" path={path} icon="batches" onNavigate={close}>
-                  Batches
-                </NavLink>
-              )}
-              <NavLink href="/console/pricing" path={path} icon="pricing" onNavigate={close}>
-                Pricing
-              </NavLink>
-              {keys && (
-                <NavLink href="/console/playground" path={path} icon="playground" onNavigate={close}>
-                  Playground
-                </NavLink>
-              )}
-              <NavLink href="/console/tools" path={path} icon="tools" onNavigate={close}>
-                Tools
-              </NavLink>
-              <NavLink href="/console/team" path={path} icon="team" onNavigate={close}>
-                Team
-              </NavLink>
-              <NavLink href="/console/budgets" path={path} icon="budgets" onNavigate={close}>
-                Budgets
-              </NavLink>
-              {/* Every person owns at least their own team (their account), so everyone reads the log of what they own. */}
-              <NavLink href="/console/audit" path={path} icon="audit" onNavigate={close}>
-                Audit log
-              </NavLink>
+              {consoleNav
+                .filter((item) => keys || !item.keys)
+                .map((item) => (
+                  <NavLink key={item.href} href={item.href} path={path} icon={item.icon} onNavigate={close}>
+                    {item.label}
+                  </NavLink>
+                ))}
             </ul>
             {admin && (
               <>
@@ -282,18 +282,11 @@ export function Shell({ path, children }: { path: string; children: ComponentChi
                   </svg>
                 </button>
                 <ul class="nav-list" id="nav-admin" hidden={!adminOpen}>
-                  <NavLink href="/console/admin/accounts" path={path} icon="accounts" onNavigate={close}>
-                    Accounts
-                  </NavLink>
-                  <NavLink href="/console/admin/keys" path={path} icon="allkeys" onNavigate={close}>
-                    All keys
-                  </NavLink>
-                  <NavLink href="/console/admin/channels" path={path} icon="channels" onNavigate={close}>
-                    Channels
-                  </NavLink>
-                  <NavLink href="/console/admin/queues" path={path} icon="queues" onNavigate={close}>
-                    Queues
-                  </NavLink>
+                  {adminNav.map((item) => (
+                    <NavLink key={item.href} href={item.href} path={path} icon={item.icon} onNavigate={close}>
+                      {item.label}
+                    </NavLink>
+                  ))}
                 </ul>
               </>
             )}

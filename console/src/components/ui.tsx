@@ -1,4 +1,4 @@
-import type { ComponentChildren, TargetedMouseEvent } from 'preact';
+import type { ComponentChildren, TargetedMouseEvent, TargetedSubmitEvent } from 'preact';
 import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks';
 import { api, isAbort, messageOf } from '../api';
 
@@ -242,6 +242,15 @@ export function Spinner() {
   return <span class="spinner" aria-hidden="true" />;
 }
 
+/** The icon before a button's words (Refresh, Download CSV): one line drawn with the path `d`, on a 20 by 20 grid. */
+export function ButtonIcon({ d }: { d: string }) {
+  return (
+    <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
+      <path d={d} fill="none" stroke="currentColor" stroke-width="1.7" stroke-linecap="round" stroke-linejoin="round" />
+    </svg>
+  );
+}
+
 /** A dialog form's buttons: Cancel, and its submit button (a spinner while the request is out). */
 export function DialogFormActions({ onCancel, busy, submit }: { onCancel: () => void; busy: boolean; submit: string }) {
   return (
@@ -352,5 +361,176 @@ export function CopyButton({ text, label, class: className }: { text: string; la
         </span>
       ) : null}
     </>
+  );
+}
+
+/**
+ * A form in a card of its own (New account, Add member, New team): its heading, the fields, what went wrong and the
+ * submit button (a spinner while the request is out). `id` names the heading; `class` is added to the card's.
+ */
+export function FormCard({
+  id,
+  title,
+  class: className,
+  onSubmit,
+  error,
+  busy,
+  submit,
+  children,
+}: {
+  id: string;
+  title: string;
+  class?: string;
+  onSubmit: (event: TargetedSubmitEvent<HTMLFormElement>) => void;
+  error: string | undefined;
+  busy: boolean;
+  submit: string;
+  children: ComponentChildren;
+}) {
+  return (
+    <section class={className ? `card ${className}` : 'card'} aria-labelledby={id}>
+      <h2 id={id} class="card-title">
+        {title}
+      </h2>
+      <form onSubmit={onSubmit} noValidate>
+        <div class="form-grid">{children}</div>
+        <ErrorMessage message={error} />
+        <div class="form-actions">
+          <button type="submit" class="button button-primary" disabled={busy}>
+            {busy && <Spinner />}
+            {submit}
+          </button>
+        </div>
+      </form>
+    </section>
+  );
+}
+
+/**
+ * A text-like field of a form: its label and input, and a hint below (`${id}-hint`, which describes the input) when
+ * one is given. `wide` spans the form's grid.
+ */
+export function InputField({
+  id,
+  label,
+  type,
+  value,
+  onValue,
+  hint,
+  wide,
+  required,
+  minLength,
+  placeholder,
+  spellcheck,
+  autoComplete = 'off',
+}: {
+  id: string;
+  label: string;
+  type: 'text' | 'email' | 'password';
+  value: string;
+  onValue: (value: string) => void;
+  hint?: ComponentChildren;
+  wide?: boolean;
+  required?: boolean;
+  minLength?: number;
+  placeholder?: string;
+  spellcheck?: boolean;
+  autoComplete?: string;
+}) {
+  const hintId = hint ? `${id}-hint` : undefined;
+  return (
+    <div class={wide ? 'field field-wide' : 'field'}>
+      <label for={id}>{label}</label>
+      <input
+        id={id}
+        // Preact's types tie a password input to other attributes than a text one; these three take the same here.
+        type={type as 'text'}
+        required={required}
+        minLength={minLength}
+        value={value}
+        onInput={(e) => onValue(e.currentTarget.value)}
+        placeholder={placeholder}
+        autoComplete={autoComplete}
+        spellcheck={spellcheck}
+        aria-describedby={hintId}
+      />
+      {hint && (
+        <p class="field-hint" id={hintId}>
+          {hint}
+        </p>
+      )}
+    </div>
+  );
+}
+
+/** An option of a FilterSelect: its value and what it says. */
+export interface FilterOption {
+  value: string;
+  label: ComponentChildren;
+}
+
+/**
+ * One filter of a page's row of filters (Range, Key, Model…): its label and its select. `any` names the choice of
+ * all (value ""), first; `children` are options after the others; `short` narrows the field.
+ */
+export function FilterSelect({
+  id,
+  label,
+  value,
+  onChange,
+  any,
+  options,
+  short,
+  children,
+}: {
+  id: string;
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+  any?: string;
+  options: readonly FilterOption[];
+  short?: boolean;
+  children?: ComponentChildren;
+}) {
+  return (
+    <div class={short ? 'field field-inline field-short' : 'field field-inline'}>
+      <label for={id}>{label}</label>
+      <select id={id} value={value} onChange={(e) => onChange(e.currentTarget.value)}>
+        {any !== undefined && <option value="">{any}</option>}
+        {options.map((option) => (
+          <option value={option.value} key={option.value}>
+            {option.label}
+          </option>
+        ))}
+        {children}
+      </select>
+    </div>
+  );
+}
+
+/** A select of one of a few fixed `choices` (a role, a budget's period), each option said by its name in `names`. */
+export function ChoiceSelect<T extends string>({
+  id,
+  value,
+  choices,
+  names,
+  onChange,
+  disabled,
+}: {
+  id: string;
+  value: T;
+  choices: readonly T[];
+  names: Record<T, string>;
+  onChange: (value: T) => void;
+  disabled?: boolean;
+}) {
+  return (
+    <select id={id} value={value} disabled={disabled} onChange={(event) => onChange(event.currentTarget.value as T)}>
+      {choices.map((choice) => (
+        <option key={choice} value={choice}>
+          {names[choice]}
+        </option>
+      ))}
+    </select>
   );
 }

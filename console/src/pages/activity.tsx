@@ -3,7 +3,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { useAccount, useTeam } from '../app-context';
 import { BarChart, type Series } from '../components/bar-chart';
 import { type Column, PagedTable } from '../components/data-table';
-import { Dialog, ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
+import { ButtonIcon, Dialog, ErrorMessage, FilterSelect, PageHeader, useApi, useTitle } from '../components/ui';
 import { barLabel, compactCount, count, duration, fullTime, money, number, requestTimeHalves } from '../format';
 import { usePagedList } from '../paged-list';
 import { Link, navigate, useSearch } from '../router';
@@ -840,113 +840,87 @@ export function ActivityPage() {
         }
         actions={
           <button type="button" class="button button-secondary" onClick={refresh}>
-            <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
-              <path
-                d="M16 10a6 6 0 1 1-1.8-4.3M16 4v3.5h-3.5"
-                fill="none"
-                stroke="currentColor"
-                stroke-width="1.7"
-                stroke-linecap="round"
-                stroke-linejoin="round"
-              />
-            </svg>
+            <ButtonIcon d="M16 10a6 6 0 1 1-1.8-4.3M16 4v3.5h-3.5" />
             Refresh
           </button>
         }
       />
       <div class="filters activity-filters" role="group" aria-label="Filters">
-        <div class="field field-inline">
-          <label for="activity-range">Range</label>
-          <select id="activity-range" value={filters.range} onChange={(e) => set('range', e.currentTarget.value)}>
-            {ranges.map((r) => (
-              <option value={r.value} key={r.value}>
-                {r.label}
-              </option>
-            ))}
-          </select>
-        </div>
+        <FilterSelect
+          id="activity-range"
+          label="Range"
+          value={filters.range}
+          onChange={(value) => set('range', value)}
+          options={ranges}
+        />
         {admin && (
-          <div class="field field-inline">
-            <label for="activity-account">Account</label>
-            <select
-              id="activity-account"
-              value={filters.account_id}
-              onChange={(e) => set('account_id', e.currentTarget.value)}
-            >
-              <option value="">All accounts</option>
-              {(accounts.data?.data ?? []).map((account) => (
-                <option value={account.id} key={account.id}>
-                  {account.email || account.name || account.id}
-                </option>
-              ))}
-              {filters.account_id && !accountNames.has(filters.account_id) && (
-                <option value={filters.account_id}>{filters.account_id}</option>
-              )}
-            </select>
-          </div>
-        )}
-        <div class="field field-inline">
-          <label for="activity-key">Key</label>
-          <select id="activity-key" value={filters.key_id} onChange={(e) => set('key_id', e.currentTarget.value)}>
-            <option value="">All keys</option>
-            {keyOptions.map((key) => (
-              <option value={key.id} key={key.id}>
-                {admin && !filters.account_id && 'account_email' in key && key.account_email
-                  ? `${key.name} (${key.account_email})`
-                  : key.name}
-                {'revoked' in key && key.revoked ? ' (revoked)' : ''}
-              </option>
-            ))}
-          </select>
-        </div>
-        <div class="field field-inline">
-          <label for="activity-model">Model</label>
-          <select id="activity-model" value={filters.model} onChange={(e) => set('model', e.currentTarget.value)}>
-            <option value="">All models</option>
-            {modelOptions.map((m) => (
-              <option value={m} key={m}>
-                {m}
-              </option>
-            ))}
-          </select>
-        </div>
-        <div class="field field-inline field-short">
-          <label for="activity-status">Status</label>
-          <select id="activity-status" value={filters.status} onChange={(e) => set('status', e.currentTarget.value)}>
-            <option value="">Any</option>
-            {requestStatuses.map((s) => (
-              <option value={s} key={s}>
-                {s[0]!.toUpperCase() + s.slice(1)}
-              </option>
-            ))}
-          </select>
-        </div>
-        <div class="field field-inline field-short">
-          <label for="activity-tier">Tier</label>
-          <select
-            id="activity-tier"
-            value={filters.service_tier}
-            onChange={(e) => set('service_tier', e.currentTarget.value)}
+          <FilterSelect
+            id="activity-account"
+            label="Account"
+            value={filters.account_id}
+            onChange={(value) => set('account_id', value)}
+            any="All accounts"
+            options={(accounts.data?.data ?? []).map((account) => ({
+              value: account.id,
+              label: account.email || account.name || account.id,
+            }))}
           >
-            <option value="">Any</option>
-            {serviceTiers.map((tier) => (
-              <option value={tier} key={tier}>
-                {tierLabel(tier)}
-              </option>
-            ))}
-          </select>
-        </div>
-        <div class="field field-inline field-short">
-          <label for="activity-cache">Cache</label>
-          <select id="activity-cache" value={filters.cache} onChange={(e) => set('cache', e.currentTarget.value)}>
-            <option value="">Any</option>
-            {cacheChoices.map((c) => (
-              <option value={c.value} key={c.value}>
-                {c.label}
-              </option>
-            ))}
-          </select>
-        </div>
+            {filters.account_id && !accountNames.has(filters.account_id) && (
+              <option value={filters.account_id}>{filters.account_id}</option>
+            )}
+          </FilterSelect>
+        )}
+        <FilterSelect
+          id="activity-key"
+          label="Key"
+          value={filters.key_id}
+          onChange={(value) => set('key_id', value)}
+          any="All keys"
+          options={keyOptions.map((key) => ({
+            value: key.id,
+            label: [
+              admin && !filters.account_id && 'account_email' in key && key.account_email
+                ? `${key.name} (${key.account_email})`
+                : key.name,
+              'revoked' in key && key.revoked ? ' (revoked)' : '',
+            ],
+          }))}
+        />
+        <FilterSelect
+          id="activity-model"
+          label="Model"
+          value={filters.model}
+          onChange={(value) => set('model', value)}
+          any="All models"
+          options={modelOptions.map((m) => ({ value: m, label: m }))}
+        />
+        <FilterSelect
+          id="activity-status"
+          label="Status"
+          short
+          value={filters.status}
+          onChange={(value) => set('status', value)}
+          any="Any"
+          options={requestStatuses.map((s) => ({ value: s, label: s[0]!.toUpperCase() + s.slice(1) }))}
+        />
+        <FilterSelect
+          id="activity-tier"
+          label="Tier"
+          short
+          value={filters.service_tier}
+          onChange={(value) => set('service_tier', value)}
+          any="Any"
+          options={serviceTiers.map((tier) => ({ value: tier, label: tierLabel(tier) }))}
+        />
+        <FilterSelect
+          id="activity-cache"
+          label="Cache"
+          short
+          value={filters.cache}
+          onChange={(value) => set('cache', value)}
+          any="Any"
+          options={cacheChoices}
+        />
         {filters.batch && (
           <span class="activity-batch-filter">
             <span class="muted small">Batch</span>{' '}

@@ -2,14 +2,14 @@ import type { ComponentChildren, TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, listOf, messageOf } from '../api';
 import { useApp } from '../app-context';
-import { type Column, DataTable } from '../components/data-table';
+import { type Column, TableSection } from '../components/data-table';
 import {
   Dialog,
   DialogFormActions,
   ErrorMessage,
+  FormCard,
+  InputField,
   PageHeader,
-  Spinner,
-  StatusMessage,
   useApi,
   useSending,
   useTitle,
@@ -47,65 +47,34 @@ function CreateAccountForm({ onCreated }: { onCreated: (account: Account) => voi
   };
 
   return (
-    <section class="card" aria-labelledby="create-account-heading">
-      <h2 id="create-account-heading" class="card-title">
-        New account
-      </h2>
-      <form onSubmit={submit} noValidate>
-        <div class="form-grid">
-          <div class="field">
-            <label for="account-email">Email</label>
-            <input
-              id="account-email"
-              type="email"
-              required
-              value={email}
-              onInput={(e) => setEmail(e.currentTarget.value)}
-              autoComplete="off"
-            />
-          </div>
-          <div class="field">
-            <label for="account-password">Password</label>
-            <input
-              id="account-password"
-              type="password"
-              minLength={8}
-              value={password}
-              onInput={(e) => setPassword(e.currentTarget.value)}
-              autoComplete="new-password"
-              aria-describedby="account-password-hint"
-            />
-            <p class="field-hint" id="account-password-hint">
-              8+ characters. Empty: the account cannot sign in yet.
-            </p>
-          </div>
-          <div class="field">
-            <label for="account-name">Name</label>
-            <input
-              id="account-name"
-              type="text"
-              value={name}
-              onInput={(e) => setName(e.currentTarget.value)}
-              autoComplete="off"
-            />
-          </div>
-          <div class="field">
-            <label for="account-role">Role</label>
-            <select id="account-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
-              <option value="member">Member</option>
-              <option value="admin">Admin</option>
-            </select>
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <div class="form-actions">
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Create account
-          </button>
-        </div>
-      </form>
-    </section>
+    <FormCard
+      id="create-account-heading"
+      title="New account"
+      onSubmit={submit}
+      error={error}
+      busy={busy}
+      submit="Create account"
+    >
+      <InputField id="account-email" label="Email" type="email" required value={email} onValue={setEmail} />
+      <InputField
+        id="account-password"
+        label="Password"
+        type="password"
+        minLength={8}
+        value={password}
+        onValue={setPassword}
+        autoComplete="new-password"
+        hint="8+ characters. Empty: the account cannot sign in yet."
+      />
+      <InputField id="account-name" label="Name" type="text" value={name} onValue={setName} />
+      <div class="field">
+        <label for="account-role">Role</label>
+        <select id="account-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
+          <option value="member">Member</option>
+          <option value="admin">Admin</option>
+        </select>
+      </div>
+    </FormCard>
   );
 }
 
@@ -198,6 +167,13 @@ function useAccountChange(
   return { error, busy, submit };
 }
 
+/** What each dialog that changes one setting of an account is given: the account, and what closes or saves it. */
+interface AccountDialogProps {
+  account: Account;
+  onClose: () => void;
+  onSaved: (updated: Account) => void;
+}
+
 /** The dialog of one account setting: its lead, its fields, and Save (a refusal said above the buttons). */
 function SettingDialog({
   title,
@@ -224,15 +200,7 @@ function SettingDialog({
   );
 }
 
-function WeightDialog({
-  account,
-  onClose,
-  onSaved,
-}: {
-  account: Account;
-  onClose: () => void;
-  onSaved: (updated: Account) => void;
-}) {
+function WeightDialog({ account, onClose, onSaved }: AccountDialogProps) {
   const [weight, setWeight] = useState(String(account.weight));
   const form = useAccountChange(account, onSaved, () => {
     const value = Number(weight);
@@ -285,11 +253,8 @@ function CacheCapDialog({
   gatewayCap,
   onClose,
   onSaved,
-}: {
-  account: Account;
+}: AccountDialogProps & {
   gatewayCap: number | undefined;
-  onClose: () => void;
-  onSaved: (updated: Account) => void;
 }) {
   const [cap, setCap] = useState(account.cache_max_ttl_s === null ? '' : String(account.cache_max_ttl_s));
   const form = useAccountChange(account, onSaved, () => {
@@ -340,15 +305,7 @@ function CacheCapDialog({
 const toolsLine = (tools: readonly string[] | null) =>
   tools === null ? 'Tools: every' : tools.length === 0 ? 'Tools: none' : `Tools: ${tools.join(', ')}`;
 
-function ToolsDialog({
-  account,
-  onClose,
-  onSaved,
-}: {
-  account: Account;
-  onClose: () => void;
-  onSaved: (updated: Account) => void;
-}) {
+function ToolsDialog({ account, onClose, onSaved }: AccountDialogProps) {
   const [every, setEvery] = useState(account.mcp_tools === null);
   const [patterns, setPatterns] = useState(account.mcp_tools?.join(', ') ?? '');
   const form = useAccountChange(account, onSaved, () => {
@@ -413,11 +370,8 @@ function TiersDialog({
   defaults,
   onClose,
   onSaved,
-}: {
-  account: Account;
+}: AccountDialogProps & {
   defaults: ServiceTier[] | undefined;
-  onClose: () => void;
-  onSaved: (updated: Account) => void;
 }) {
   const [useDefault, setUseDefault] = useState(account.service_tiers === null);
   // Unticking "the gateway's default" starts from what the account has now.
@@ -504,6 +458,12 @@ export function AccountsPage() {
         previous && (Array.isArray(previous) ? update(previous) : { ...previous, data: update(previous.data) }),
     );
   const replace = (updated: Account) => change((list) => list.map((a) => (a.id === updated.id ? updated : a)));
+  /** A settings dialog's saving: the account's row replaced, what it is now said, and the dialog (`close`) closed. */
+  const saved = (close: (none: undefined) => void, say: (account: Account) => string) => (updated: Account) => {
+    replace(updated);
+    setStatus(say(updated));
+    close(undefined);
+  };
 
   const toggle = async (account: Account) => {
     setBusyId(account.id);
@@ -673,23 +633,20 @@ export function AccountsPage() {
           setStatus(`Account ${account.email} created.`);
         }}
       />
-      <section class="section" aria-labelledby="accounts-heading">
-        <div class="section-head">
-          <h2 id="accounts-heading">All accounts</h2>
-          <span class="muted">{list ? `${list.length} account${list.length === 1 ? '' : 's'}` : '\u00a0'}</span>
-        </div>
-        <StatusMessage message={status} />
-        <ErrorMessage message={error ?? accounts.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <DataTable
-          labelledBy="accounts-heading"
-          class="table-compact account-table"
-          columns={columns}
-          rows={list}
-          rowKey={(account) => account.id}
-          skeletonRows={3}
-          empty="No accounts yet."
-        />
-      </section>
+      <TableSection
+        heading="accounts-heading"
+        title="All accounts"
+        count={list && `${list.length} account${list.length === 1 ? '' : 's'}`}
+        status={status}
+        error={error ?? accounts.error}
+        onDismiss={error ? () => setError(undefined) : undefined}
+        class="table-compact account-table"
+        columns={columns}
+        rows={list}
+        rowKey={(account) => account.id}
+        skeletonRows={3}
+        empty="No accounts yet."
+      />
       {disabling && (
         <Dialog title="Disable this account?" onClose={() => setDisabling(undefined)} alert>
           <p class="dialog-lead">
@@ -718,11 +675,7 @@ export function AccountsPage() {
         <WeightDialog
           account={weighing}
           onClose={() => setWeighing(undefined)}
-          onSaved={(updated) => {
-            replace(updated);
-            setStatus(`Weight of ${accountLabel(updated)}: ${updated.weight}.`);
-            setWeighing(undefined);
-          }}
+          onSaved={saved(setWeighing, (updated) => `Weight of ${accountLabel(updated)}: ${updated.weight}.`)}
         />
       )}
       {tiering && (
@@ -730,13 +683,11 @@ export function AccountsPage() {
           account={tiering}
           defaults={defaultTiers}
           onClose={() => setTiering(undefined)}
-          onSaved={(updated) => {
-            replace(updated);
-            setStatus(
+          onSaved={saved(
+            setTiering,
+            (updated) =>
               `Service tiers of ${accountLabel(updated)}: ${updated.service_tiers ? tiersText(updated.service_tiers) : 'the gateway’s default'}.`,
-            );
-            setTiering(undefined);
-          }}
+          )}
         />
       )}
       {capping && (
@@ -744,22 +695,20 @@ export function AccountsPage() {
           account={capping}
           gatewayCap={gatewayCacheCap}
           onClose={() => setCapping(undefined)}
-          onSaved={(updated) => {
-            replace(updated);
-            setStatus(`Cache cap of ${accountLabel(updated)}: ${cacheCapText(updated.cache_max_ttl_s)}.`);
-            setCapping(undefined);
-          }}
+          onSaved={saved(
+            setCapping,
+            (updated) => `Cache cap of ${accountLabel(updated)}: ${cacheCapText(updated.cache_max_ttl_s)}.`,
+          )}
         />
       )}
       {tooling && (
         <ToolsDialog
           account={tooling}
           onClose={() => setTooling(undefined)}
-          onSaved={(updated) => {
-            replace(updated);
-            setStatus(`MCP tools of ${accountLabel(updated)}: ${toolsLine(updated.mcp_tools).slice(7)}.`);
-            setTooling(undefined);
-          }}
+          onSaved={saved(
+            setTooling,
+            (updated) => `MCP tools of ${accountLabel(updated)}: ${toolsLine(updated.mcp_tools).slice(7)}.`,
+          )}
         />
       )}
       {crediting && (

@@ -4,6 +4,7 @@ import { api } from '../api';
 import { useAccount, useTeam } from '../app-context';
 import { type Column, DataTable } from '../components/data-table';
 import {
+  ChoiceSelect,
   Dialog,
   DialogFormActions,
   ErrorMessage,
@@ -88,17 +89,13 @@ function BudgetFields({
       </div>
       <div class="field">
         <label for={`${idPrefix}-period`}>Period</label>
-        <select
+        <ChoiceSelect
           id={`${idPrefix}-period`}
           value={period}
-          onChange={(e) => onPeriod(e.currentTarget.value as BudgetPeriod)}
-        >
-          {periods.map((p) => (
-            <option key={p} value={p}>
-              {periodNames[p]}
-            </option>
-          ))}
-        </select>
+          choices={periods}
+          names={periodNames}
+          onChange={onPeriod}
+        />
       </div>
     </div>
   );

@@ -11,6 +11,7 @@ import {
   Dialog,
   DialogFormActions,
   ErrorMessage,
+  InputField,
   PageHeader,
   StatusMessage,
   modelList,
@@ -223,6 +224,31 @@ function KeyFields({
   const admin = ceilings?.admin ?? {};
   const bound = (field: 'rpm' | 'tpm') => admin[field] ?? ceilings?.defaults[field] ?? null;
   const byAdmin = 'Set by an administrator: you can lower it, not raise or remove it.';
+  /** A rate field (RPM, TPM): a whole number, at most the administrator's ceiling, else the gateway's default. */
+  const rateField = (field: 'rpm' | 'tpm', label: string, what: string) => {
+    const most = bound(field);
+    return (
+      <div class="field">
+        <label for={id(field)}>{label}</label>
+        <input
+          id={id(field)}
+          type="number"
+          min="1"
+          max={most ?? undefined}
+          step="1"
+          inputMode="numeric"
+          value={draft[field]}
+          onInput={set(field)}
+          placeholder={most === null ? 'No limit' : `At most ${most.toLocaleString()}`}
+          aria-describedby={id(`${field}-hint`)}
+        />
+        <p class="field-hint" id={id(`${field}-hint`)}>
+          {what}
+          {admin[field] != null ? `. ${byAdmin}` : ''}
+        </p>
+      </div>
+    );
+  };
   return (
     <div class="form-grid">
       <div class="field field-wide">
@@ -294,42 +320,8 @@ function KeyFields({
           Periods start at 00:00 UTC.
         </p>
       </div>
-      <div class="field">
-        <label for={id('rpm')}>RPM</label>
-        <input
-          id={id('rpm')}
-          type="number"
-          min="1"
-          max={bound('rpm') ?? undefined}
-          step="1"
-          inputMode="numeric"
-          value={draft.rpm}
-          onInput={set('rpm')}
-          placeholder={bound('rpm') === null ? 'No limit' : `At most ${bound('rpm')!.toLocaleString()}`}
-          aria-describedby={id('rpm-hint')}
-        />
-        <p class="field-hint" id={id('rpm-hint')}>
-          Requests per minute{admin.rpm != null ? `. ${byAdmin}` : ''}
-        </p>
-      </div>
-      <div class="field">
-        <label for={id('tpm')}>TPM</label>
-        <input
-          id={id('tpm')}
-          type="number"
-          min="1"
-          max={bound('tpm') ?? undefined}
-          step="1"
-          inputMode="numeric"
-          value={draft.tpm}
-          onInput={set('tpm')}
-          placeholder={bound('tpm') === null ? 'No limit' : `At most ${bound('tpm')!.toLocaleString()}`}
-          aria-describedby={id('tpm-hint')}
-        />
-        <p class="field-hint" id={id('tpm-hint')}>
-          Tokens per minute{admin.tpm != null ? `. ${byAdmin}` : ''}
-        </p>
-      </div>
+      {rateField('rpm', 'RPM', 'Requests per minute')}
+      {rateField('tpm', 'TPM', 'Tokens per minute')}
       <div class="field">
         <label for={id('expires')}>Expires</label>
         <input
@@ -346,24 +338,21 @@ function KeyFields({
             : 'Empty: never'}
         </p>
       </div>
-      <div class="field field-wide">
-        <label for={id('models')}>Allowed models</label>
-        <input
-          id={id('models')}
-          type="text"
-          value={draft.models}
-          onInput={set('models')}
-          placeholder="All models"
-          autoComplete="off"
-          spellcheck={false}
-          aria-describedby={id('models-hint')}
-        />
-        <p class="field-hint" id={id('models-hint')}>
-          {admin.models
+      <InputField
+        id={id('models')}
+        label="Allowed models"
+        type="text"
+        wide
+        value={draft.models}
+        onValue={(models) => onChange({ ...draft, models })}
+        placeholder="All models"
+        spellcheck={false}
+        hint={
+          admin.models
             ? `Set by an administrator: only ${admin.models.join(', ')}; you can narrow the list.`
-            : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'}
-        </p>
-      </div>
+            : 'Comma separated, e.g. gpt-4o-mini, claude-sonnet-4-5. Empty: every model.'
+        }
+      />
       <div class="field">
         <label for={id('cache-ttl')}>Cache TTL (s)</label>
         <input
@@ -383,23 +372,22 @@ function KeyFields({
         </p>
       </div>
       {tools && (
-        <div class="field field-wide">
-          <label for={id('tools')}>MCP tools</label>
-          <input
-            id={id('tools')}
-            type="text"
-            value={draft.tools}
-            onInput={set('tools')}
-            placeholder="Every tool its team allows"
-            autoComplete="off"
-            spellcheck={false}
-            aria-describedby={id('tools-hint')}
-          />
-          <p class="field-hint" id={id('tools-hint')}>
-            The tools of the MCP servers it may use: server/tool patterns, comma separated, e.g. notes/*,
-            github/create_issue. Empty: every tool its team allows.
-          </p>
-        </div>
+        <InputField
+          id={id('tools')}
+          label="MCP tools"
+          type="text"
+          wide
+          value={draft.tools}
+          onValue={(tools) => onChange({ ...draft, tools })}
+          placeholder="Every tool its team allows"
+          spellcheck={false}
+          hint={
+            <>
+              The tools of the MCP servers it may use: server/tool patterns, comma separated, e.g. notes/*,
+              github/create_issue. Empty: every tool its team allows.
+            </>
+          }
+        />
       )}
     </div>
   );

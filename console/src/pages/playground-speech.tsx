@@ -2,7 +2,7 @@ import type { TargetedSubmitEvent } from 'preact';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { api, isAbort, messageOf, speak } from '../api';
 import { useApp } from '../app-context';
-import { ModelSelect, preferred } from '../components/model-select';
+import { ModelSelect, useModelChoice } from '../components/model-select';
 import { Spinner } from '../components/ui';
 import { failureOf, RequestErrorMessage, type Failure } from '../components/request-error';
 import { count, money, number } from '../format';
@@ -303,14 +303,7 @@ export function Speech({
     abort,
   } = state;
 
-  useEffect(() => {
-    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) =>
-      current && models.some((m) => m.id === current)
-        ? current
-        : preferred(models, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1']),
-    );
-  }, [models]);
+  useModelChoice(models, setModel, ['mock-speech', 'mock-tts', 'gpt-4o-mini-tts', 'tts-1']);
   const chosen = models.find((m) => m.id === model);
   const voices = voicesOf(chosen);
   const formats = formatsOf(chosen);

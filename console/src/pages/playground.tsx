@@ -5,7 +5,7 @@ import { useApp } from '../app-context';
 import { ErrorMessage, PageHeader, Spinner, useApi, useTitle } from '../components/ui';
 import { failureOf, RequestErrorMessage, type Failure } from '../components/request-error';
 import { count, money, size } from '../format';
-import { ModelSelect, preferred } from '../components/model-select';
+import { ModelSelect, useModelChoice } from '../components/model-select';
 import { Link } from '../router';
 import {
   activityAddress,
@@ -175,14 +175,7 @@ function Chat({
   } = state;
   const log = useRef<HTMLDivElement>(null);
 
-  useEffect(() => {
-    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) =>
-      current && models.some((m) => m.id === current)
-        ? current
-        : preferred(models, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini']),
-    );
-  }, [models]);
+  useModelChoice(models, setModel, ['mock-chat', 'gpt-4o-mini', 'gpt-4.1-mini']);
   useEffect(() => {
     const el = log.current;
     if (el) el.scrollTop = el.scrollHeight;
@@ -463,14 +456,7 @@ function Images({
     reading,
   } = state;
 
-  useEffect(() => {
-    // The one chosen kept (read as it is now: a choice made before this ran is not undone), else the preferred.
-    setModel((current) =>
-      current && models.some((m) => m.id === current)
-        ? current
-        : preferred(models, ['mock-image', 'gpt-image-1', 'dall-e-3']),
-    );
-  }, [models]);
+  useModelChoice(models, setModel, ['mock-image', 'gpt-image-1', 'dall-e-3']);
   const chosen = models.find((m) => m.id === model);
   const sizes = chosen?.image_sizes ?? [];
   const qualities = chosen?.image_qualities ?? [];

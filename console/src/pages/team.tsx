@@ -2,14 +2,15 @@ import type { TargetedSubmitEvent } from 'preact';
 import { useState } from 'preact/hooks';
 import { api, messageOf } from '../api';
 import { useAccount, useApp, useTeam } from '../app-context';
-import { type Column, DataTable } from '../components/data-table';
+import { type Column, DataTable, TableSection } from '../components/data-table';
 import {
   Dialog,
+  ChoiceSelect,
   DialogFormActions,
   ErrorMessage,
+  FormCard,
+  InputField,
   PageHeader,
-  Spinner,
-  StatusMessage,
   useApi,
   useSending,
   useTitle,
@@ -37,31 +38,9 @@ const sourceNames: Record<NonNullable<TeamMember['source']>, string> = {
 /** Who a member is as a line says them: their email, else their name. */
 const memberLabel = (member: TeamMember) => member.email || member.name || member.id;
 
-function RoleSelect({
-  id,
-  value,
-  onChange,
-  disabled,
-}: {
-  id: string;
-  value: TeamRole;
-  onChange: (role: TeamRole) => void;
-  disabled?: boolean;
-}) {
-  return (
-    <select
-      id={id}
-      value={value}
-      disabled={disabled}
-      onChange={(event) => onChange(event.currentTarget.value as TeamRole)}
-    >
-      {roles.map((role) => (
-        <option key={role} value={role}>
-          {roleNames[role]}
-        </option>
-      ))}
-    </select>
-  );
+/** A member's role, one of `roles`. */
+function RoleSelect(props: { id: string; value: TeamRole; onChange: (role: TeamRole) => void; disabled?: boolean }) {
+  return <ChoiceSelect choices={roles} names={roleNames} {...props} />;
 }
 
 /** Adds someone who has an account here to the team, by their email. */
@@ -95,41 +74,30 @@ function AddMemberForm({
   };
 
   return (
-    <section class="card team-form" aria-labelledby="add-member-heading">
-      <h2 id="add-member-heading" class="card-title">
-        Add member
-      </h2>
-      <form onSubmit={submit} noValidate>
-        <div class="form-grid">
-          <div class="field field-wide">
-            <label for="member-email">Email</label>
-            <input
-              id="member-email"
-              type="email"
-              required
-              value={email}
-              onInput={(e) => setEmail(e.currentTarget.value)}
-              autoComplete="off"
-              aria-describedby="member-email-hint"
-            />
-            <p class="field-hint" id="member-email-hint">
-              They need an account on this gateway first.
-            </p>
-          </div>
-          <div class="field">
-            <label for="member-role">Role</label>
-            <RoleSelect id="member-role" value={role} onChange={setRole} />
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <div class="form-actions">
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Add member
-          </button>
-        </div>
-      </form>
-    </section>
+    <FormCard
+      id="add-member-heading"
+      title="Add member"
+      class="team-form"
+      onSubmit={submit}
+      error={error}
+      busy={busy}
+      submit="Add member"
+    >
+      <InputField
+        id="member-email"
+        label="Email"
+        type="email"
+        required
+        wide
+        value={email}
+        onValue={setEmail}
+        hint="They need an account on this gateway first."
+      />
+      <div class="field">
+        <label for="member-role">Role</label>
+        <RoleSelect id="member-role" value={role} onChange={setRole} />
+      </div>
+    </FormCard>
   );
 }
 
@@ -155,47 +123,26 @@ function NewTeamForm({ onCreated, onStart }: { onCreated: (team: TeamDetail) => 
   };
 
   return (
-    <section class="card team-form" aria-labelledby="new-team-heading">
-      <h2 id="new-team-heading" class="card-title">
-        New team
-      </h2>
-      <form onSubmit={submit} noValidate>
-        <div class="form-grid">
-          <div class="field field-wide">
-            <label for="team-name">Team name</label>
-            <input
-              id="team-name"
-              type="text"
-              required
-              value={name}
-              onInput={(e) => setName(e.currentTarget.value)}
-              autoComplete="off"
-            />
-          </div>
-          <div class="field field-wide">
-            <label for="team-owner">First owner’s email</label>
-            <input
-              id="team-owner"
-              type="email"
-              value={owner}
-              onInput={(e) => setOwner(e.currentTarget.value)}
-              autoComplete="off"
-              aria-describedby="team-owner-hint"
-            />
-            <p class="field-hint" id="team-owner-hint">
-              Optional. They manage its members from then on.
-            </p>
-          </div>
-        </div>
-        <ErrorMessage message={error} />
-        <div class="form-actions">
-          <button type="submit" class="button button-primary" disabled={busy}>
-            {busy && <Spinner />}
-            Create team
-          </button>
-        </div>
-      </form>
-    </section>
+    <FormCard
+      id="new-team-heading"
+      title="New team"
+      class="team-form"
+      onSubmit={submit}
+      error={error}
+      busy={busy}
+      submit="Create team"
+    >
+      <InputField id="team-name" label="Team name" type="text" required wide value={name} onValue={setName} />
+      <InputField
+        id="team-owner"
+        label="First owner’s email"
+        type="email"
+        wide
+        value={owner}
+        onValue={setOwner}
+        hint="Optional. They manage its members from then on."
+      />
+    </FormCard>
   );
 }
 
@@ -454,25 +401,20 @@ export function TeamPage() {
             : `Who works in ${name}. You are ${team.role === 'member' ? 'a member' : 'a viewer'} here: its owners add and remove people.`
         }
       />
-      <section class="section" aria-labelledby="members-heading">
-        <div class="section-head">
-          <h2 id="members-heading">Members of {name}</h2>
-          <span class="muted">
-            {members ? `${members.length} ${members.length === 1 ? 'person' : 'people'}` : '\u00a0'}
-          </span>
-        </div>
-        <StatusMessage message={status} />
-        <ErrorMessage message={error ?? detail.error} onDismiss={error ? () => setError(undefined) : undefined} />
-        <DataTable
-          labelledBy="members-heading"
-          class="table-compact team-table"
-          columns={columns}
-          rows={members}
-          rowKey={(member) => member.id}
-          skeletonRows={2}
-          empty="Nobody is in this team yet."
-        />
-      </section>
+      <TableSection
+        heading="members-heading"
+        title={`Members of ${name}`}
+        count={members && `${members.length} ${members.length === 1 ? 'person' : 'people'}`}
+        status={status}
+        error={error ?? detail.error}
+        onDismiss={error ? () => setError(undefined) : undefined}
+        class="table-compact team-table"
+        columns={columns}
+        rows={members}
+        rowKey={(member) => member.id}
+        skeletonRows={2}
+        empty="Nobody is in this team yet."
+      />
       {manage && (
         <AddMemberForm
           teamId={team.id}

@@ -2,7 +2,7 @@ import { useMemo, useRef, useState } from 'preact/hooks';
 import { apiBase, teamQuery } from '../api';
 import { BarChart, type Series } from '../components/bar-chart';
 import { type Column, DataTable } from '../components/data-table';
-import { ErrorMessage, PageHeader, useApi, useTitle } from '../components/ui';
+import { ButtonIcon, ErrorMessage, FilterSelect, PageHeader, useApi, useTitle } from '../components/ui';
 import { balance, compactCount, count, dayLabel, daysBetween, duration, money, number, percent } from '../format';
 import { useAccount } from '../app-context';
 import { Link } from '../router';
@@ -27,6 +27,13 @@ const zero: UsageRow = {
   cancelled: 0,
   cache_hits: 0,
 };
+
+/** The Range filter's choices: so many days back. */
+const ranges = [
+  { value: '7', label: 'Last 7 days' },
+  { value: '30', label: 'Last 30 days' },
+  { value: '90', label: 'Last 90 days' },
+];
 
 /** How many of some requests did not complete, as a note: "2 refused · 1 failed" (nothing when all completed). */
 function outcomes(row: UsageRow): string {
@@ -391,71 +398,45 @@ export function UsagePage() {
             href={`${apiBase}/usage.csv?${[query, teamQuery()].filter(Boolean).join('&')}`}
             download
           >
-            <svg viewBox="0 0 20 20" aria-hidden="true" class="button-icon">
-              <path
-                d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15"
-                fill="none"
-                stroke="currentColor"
-                stroke-width="1.7"
-                stroke-linecap="round"
-                stroke-linejoin="round"
-              />
-            </svg>
+            <ButtonIcon d="M10 3v9m0 0l-3.5-3.5M10 12l3.5-3.5M4 15v1.5h12V15" />
             Download CSV
           </a>
         }
       />
       <div class="filters" role="group" aria-label="Filters">
-        <div class="field field-inline">
-          <label for="usage-range">Range</label>
-          <select id="usage-range" value={days} onChange={(e) => setDays(e.currentTarget.value)}>
-            <option value="7">Last 7 days</option>
-            <option value="30">Last 30 days</option>
-            <option value="90">Last 90 days</option>
-          </select>
-        </div>
+        <FilterSelect id="usage-range" label="Range" value={days} onChange={setDays} options={ranges} />
         {admin && (
-          <div class="field field-inline">
-            <label for="usage-account">Account</label>
-            <select
-              id="usage-account"
-              value={accountId}
-              onChange={(e) => {
-                setAccountId(e.currentTarget.value);
-                setKeyId('');
-              }}
-            >
-              <option value="">All accounts</option>
-              {(accounts.data?.data ?? []).map((account) => (
-                <option value={account.id} key={account.id}>
-                  {account.email || account.name || account.id}
-                </option>
-              ))}
-            </select>
-          </div>
+          <FilterSelect
+            id="usage-account"
+            label="Account"
+            value={accountId}
+            onChange={(value) => {
+              setAccountId(value);
+              setKeyId('');
+            }}
+            any="All accounts"
+            options={(accounts.data?.data ?? []).map((account) => ({
+              value: account.id,
+              label: account.email || account.name || account.id,
+            }))}
+          />
         )}
-        <div class="field field-inline">
-          <label for="usage-key">Key</label>
-          <select id="usage-key" value={keyId} onChange={(e) => setKeyId(e.currentTarget.value)}>
-            <option value="">All keys</option>
-            {keyOptions.map(([id, name]) => (
-              <option value={id} key={id}>
-                {name}
-              </option>
-            ))}
-          </select>
-        </div>
-        <div class="field field-inline">
-          <label for="usage-model">Model</label>
-          <select id="usage-model" value={model} onChange={(e) => setModel(e.currentTarget.value)}>
-            <option value="">All models</option>
-            {modelOptions.map((m) => (
-              <option value={m} key={m}>
-                {m}
-              </option>
-            ))}
-          </select>
-        </div>
+        <FilterSelect
+          id="usage-key"
+          label="Key"
+          value={keyId}
+          onChange={setKeyId}
+          any="All keys"
+          options={keyOptions.map(([id, name]) => ({ value: id, label: name }))}
+        />
+        <FilterSelect
+          id="usage-model"
+          label="Model"
+          value={model}
+          onChange={setModel}
+          any="All models"
+          options={modelOptions.map((m) => ({ value: m, label: m }))}
+        />
         <p class="filters-note muted" aria-live="polite">
           {report.loading && data ? 'Updating…' : rangeText}
         </p>
