@@ -117,7 +117,13 @@ describe('Claude Code, Codex and Gemini CLI through the gateway', () => {
     await waitFor(
       async () => {
         rows = (await usageRows(redisUrl)).filter(
-          (row) => row.model === model && row.endpoint === endpoint && row.settled && row.key_id === keyId,
+          // Both halves of each row: the worker's settlement and the api's log event, which may come second.
+          (row) =>
+            row.model === model &&
+            row.endpoint === endpoint &&
+            row.settled &&
+            row.http_status !== null &&
+            row.key_id === keyId,
         );
         return rows.length >= count;
       },
