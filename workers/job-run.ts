@@ -522,7 +522,7 @@ class JobRun {
         error_message: errorMessage === undefined ? undefined : loggedText(errorMessage, loggedMessageChars),
       },
       route?.channel,
-    );
+    ).finally(() => this.produced.settled());
   }
 }
 

@@ -78,6 +78,7 @@ function chatAnswer(
     model: data.model,
     signal: run.ctx.signal,
     sideEffect: () => void run.produced.toolsCalled++,
+    afterSettlement: (release) => run.produced.afterSettlement(release),
   });
 }
 

@@ -73,6 +73,21 @@ export class Meter {
    * idempotent).
    */
   toolsCalled = 0;
+  private settledOnce = false;
+  private readonly untilSettled: Array<() => unknown> = [];
+  /**
+   * Runs `release` once the job's settlement has billed it (at once when it has): what is held for the answer beside
+   * its reservation (the tool loop's turns) is given back only when the bill has replaced it.
+   */
+  afterSettlement(release: () => unknown): void {
+    if (this.settledOnce) void release();
+    else this.untilSettled.push(release);
+  }
+  /** The settlement is done (billed, or found done before): what waited for it is released. */
+  settled(): void {
+    this.settledOnce = true;
+    for (const release of this.untilSettled.splice(0)) void release();
+  }
 }
 
 /** A count from the usage's `prompt_tokens_details` (0 when the vendor reports none). */

@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { Redis } from 'ioredis';
+import { billKey } from '../../shared/redis-keys.js';
 import { waitFor, type GatewayProcess } from '../support/gateway.js';
 import type { FakeOpenAI, FakeResponse, RecordedRequest } from '../support/fake-openai.js';
 import { startVendorGateway, type VendorGateway } from '../support/vendor-gateway.js';
@@ -116,13 +118,13 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
   async function creditedKey(
     email: string,
     limits: Record<string, unknown> = {},
-  ): Promise<{ secret: string; keyId: string }> {
+  ): Promise<{ secret: string; keyId: string; accountId: string }> {
     const account = await admin('POST', '/admin/accounts', { email });
     assert.equal(account.status, 201, JSON.stringify(account.json));
     await admin('POST', `/admin/accounts/${account.json.id}/credits`, { amount_usd: 5 });
     const key = await admin('POST', '/admin/keys', { name: 'loop', account_id: account.json.id, ...limits });
     assert.equal(key.status, 201, JSON.stringify(key.json));
-    return { secret: String(key.json.key), keyId: String(key.json.id) };
+    return { secret: String(key.json.key), keyId: String(key.json.id), accountId: String(account.json.id) };
   }
 
   const toolCalls = (keyId: string, count: number) => settledToolCalls(redisUrl, keyId, count);
@@ -138,7 +140,7 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
     'Responses, plain: lists the tools, calls search through the queue, answers with its result; one turn more ' +
       'billed, the call billed at its price',
     async () => {
-      const { secret, keyId } = await creditedKey('responses-plain@example.com');
+      const { secret, keyId, accountId } = await creditedKey('responses-plain@example.com');
       const client = new OpenAI({ apiKey: secret, baseURL: `${gateway.url}/v1`, maxRetries: 0 });
       const response = await client.responses.create({
         model: 'gpt-4o-mini',
@@ -168,6 +170,17 @@ describe('the tool loop: MCP servers named by a Responses or Messages request, r
       );
       const [row] = await toolCalls(keyId, 1);
       assert.deepEqual([row!.model, row!.status, Number(row!.cost_micros)], ['notes/search', 'completed', 10_000]);
+      // The second turn's reservation was held until the answer was billed, then given back: nothing stays held.
+      const redis = new Redis(redisUrl);
+      try {
+        await waitFor(
+          async () => Number(await redis.hget(billKey(accountId), 'reserved')) === 0,
+          5000,
+          'every reservation of the answer given back',
+        );
+      } finally {
+        redis.disconnect();
+      }
     },
   );
 

@@ -63,6 +63,8 @@ export interface ToolLoopRun {
   signal: AbortSignal;
   /** A call is about to be made: the job may not be run again (tools are not idempotent). */
   sideEffect: () => void;
+  /** Runs `release` once the request's settlement has billed what the turns used (their reservations held till then). */
+  afterSettlement: (release: () => unknown) => void;
 }
 
 /** One tool the loop offers the model: the server's tool under its chat name. */
@@ -242,9 +244,11 @@ export async function* toolLoop(deps: ToolLoopDeps, run: ToolLoopRun): AsyncGene
   try {
     yield* loop(deps, run, reserved);
   } finally {
-    // The request's settlement follows at once; the turns' reservations go back beside it.
+    // The turns' reservations are held until the request's settlement has billed what they used.
     if (reserved.length > 0)
-      void Promise.allSettled(reserved.map((id) => releaseReservation(deps.redis, run.caller.accountId, id)));
+      run.afterSettlement(() =>
+        Promise.allSettled(reserved.map((id) => releaseReservation(deps.redis, run.caller.accountId, id))),
+      );
   }
 }
 
